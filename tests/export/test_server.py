@@ -1,0 +1,298 @@
+"""kerasplm.export.server: the TF Serving REST subset, driven over HTTP on loopback."""
+import base64
+import json
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+from http.client import HTTPConnection
+
+import pytest
+
+from kerasplm.export import server as srv
+from tests.export.conftest import install_toy_version
+
+MAX_BODY = 64 * 1024
+
+
+def http(method, url, body=None, raw=None, timeout=30):
+    """Send a request; returns (status, decoded JSON body)."""
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    request = urllib.request.Request(url, data=data, method=method)
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        with e:
+            return e.code, json.loads(e.read())
+
+
+@pytest.fixture(scope="module")
+def toy_model_server(tmp_path_factory, toy_saved_models):
+    """A server for the toy model (version 3) shared by this module's read-only tests."""
+    base = str(tmp_path_factory.mktemp("served") / "toy")
+    install_toy_version(base, 3, toy_saved_models["upper"])
+    server = srv.ModelServer(base, "toy", port=0, max_body_bytes=MAX_BODY, poll_seconds=0.2, quiet=True)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def toy_url(toy_model_server):
+    return f"{toy_model_server.url}/v1/models/toy"
+
+
+def predict(url, body, version=None):
+    if version is not None:
+        url = f"{url}/versions/{version}"
+    return http("POST", f"{url}:predict", body)
+
+
+def test_binds_loopback(toy_model_server):
+    assert toy_model_server.host == "127.0.0.1"
+    assert toy_model_server._httpd.server_address[0] == "127.0.0.1"
+
+
+def test_model_status(toy_url):
+    status, body = http("GET", toy_url)
+    assert status == 200
+    assert body == {
+        "model_version_status": [
+            {"version": "3", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
+        ]
+    }
+    assert http("GET", f"{toy_url}/versions/3") == (200, body)
+    status, err = http("GET", f"{toy_url}/versions/2")
+    assert status == 404 and "Specific(toy, 2)" in err["error"]
+
+
+def test_metadata(toy_url):
+    status, body = http("GET", f"{toy_url}/metadata")
+    assert status == 200
+    assert body["model_spec"] == {"name": "toy", "signature_name": "", "version": "3"}
+    sigs = body["metadata"]["signature_def"]["signature_def"]
+    assert set(sigs) == {"serving_default", "repeat", "analyze", "scale"}
+    default = sigs["serving_default"]
+    assert default["method_name"] == "tensorflow/serving/predict"
+    inputs = default["inputs"]["inputs"]
+    assert inputs["dtype"] == "DT_STRING"
+    assert inputs["tensor_shape"] == {"dim": [{"size": "-1", "name": ""}], "unknown_rank": False}
+    assert isinstance(inputs["name"], str) and inputs["name"].endswith(":0")
+    assert default["outputs"]["outputs"]["dtype"] == "DT_STRING"
+    assert sigs["repeat"]["inputs"]["times"]["dtype"] == "DT_INT32"
+    assert sigs["repeat"]["inputs"]["times"]["tensor_shape"] == {"dim": [], "unknown_rank": False}
+    assert sigs["analyze"]["outputs"]["num_words"]["dtype"] == "DT_INT64"
+    assert sigs["scale"]["inputs"]["values"]["dtype"] == "DT_FLOAT"
+    assert sigs["scale"]["inputs"]["values"]["tensor_shape"]["dim"] == [
+        {"size": "-1", "name": ""}, {"size": "2", "name": ""}
+    ]
+    assert http("GET", f"{toy_url}/versions/3/metadata") == (200, body)
+
+
+def test_row_format_single_input_and_output(toy_url):
+    assert predict(toy_url, {"instances": ["hello", "wörld"]}) == (200, {"predictions": ["HELLO", "WöRLD"]})
+    # Named instances and an explicit version/signature work too.
+    body = {"signature_name": "serving_default", "instances": [{"inputs": "a"}, {"inputs": "b"}]}
+    assert predict(toy_url, body, version=3) == (200, {"predictions": ["A", "B"]})
+
+
+def test_row_format_multiple_inputs_and_outputs(toy_url):
+    body = {"signature_name": "repeat", "instances": [{"inputs": "ab", "times": 2}, {"inputs": "c", "times": 2}]}
+    assert predict(toy_url, body) == (200, {"predictions": ["ab ab", "c c"]})
+    status, out = predict(toy_url, {"signature_name": "analyze", "instances": ["a b", "c"]})
+    assert status == 200
+    assert out["predictions"] == [
+        {"echo_bytes": {"b64": base64.b64encode(b"a b").decode()}, "num_words": 2, "upper": "A B"},
+        {"echo_bytes": {"b64": base64.b64encode(b"c").decode()}, "num_words": 1, "upper": "C"},
+    ]
+    # A scalar option must agree across instances.
+    body = {"signature_name": "repeat", "instances": [{"inputs": "a", "times": 1}, {"inputs": "b", "times": 2}]}
+    status, err = predict(toy_url, body)
+    assert status == 400 and "times" in err["error"]
+
+
+def test_columnar_format(toy_url):
+    assert predict(toy_url, {"inputs": ["x", "y"]}) == (200, {"outputs": ["X", "Y"]})
+    assert predict(toy_url, {"inputs": {"inputs": ["x"]}}) == (200, {"outputs": ["X"]})
+    body = {"signature_name": "repeat", "inputs": {"inputs": ["x", "y"], "times": 3}}
+    assert predict(toy_url, body) == (200, {"outputs": ["x x x", "y y y"]})
+    status, out = predict(toy_url, {"signature_name": "analyze", "inputs": ["one two three"]})
+    assert status == 200
+    assert out["outputs"]["upper"] == ["ONE TWO THREE"] and out["outputs"]["num_words"] == [3]
+    body = {"signature_name": "scale", "inputs": {"values": [[1, 2], [3.5, -1]], "factor": 2}}
+    assert predict(toy_url, body) == (200, {"outputs": [[2.0, 4.0], [7.0, -2.0]]})
+
+
+def test_b64_inputs_and_invalid_utf8(toy_url):
+    raw = b"ab\xff"
+    b64 = {"b64": base64.b64encode(raw).decode()}
+    status, out = predict(toy_url, {"instances": [b64]})
+    assert status == 200 and out == {"predictions": ["AB\ufffd"]}
+    status, out = predict(toy_url, {"signature_name": "analyze", "inputs": [b64]})
+    assert status == 200
+    assert base64.b64decode(out["outputs"]["echo_bytes"][0]["b64"]) == raw
+    status, err = predict(toy_url, {"instances": [{"b64": "not base64!"}]})
+    assert status == 400 and "base64" in err["error"]
+
+
+@pytest.mark.parametrize(
+    "body, fragment",
+    [
+        ({"signature_name": "nope", "instances": ["a"]}, "nope"),
+        ({"instances": ["a"], "inputs": ["a"]}, "exactly one"),
+        ({"signature_name": "serving_default"}, "exactly one"),
+        ({"instances": []}, "non-empty"),
+        ({"instances": [{"wrong": "a"}]}, "wrong"),
+        ({"signature_name": "repeat", "inputs": {"inputs": ["a"]}}, "times"),
+        ({"signature_name": "repeat", "instances": ["a"]}, "object"),
+        ({"inputs": [1, 2]}, "strings"),
+        ({"signature_name": "scale", "inputs": {"values": [1.0, 2.0], "factor": 1}}, "shape"),
+        ({"signature_name": "scale", "inputs": {"values": [["a", "b"]], "factor": 1}}, "DT_FLOAT"),
+    ],
+)
+def test_bad_requests_are_400(toy_url, body, fragment):
+    status, err = predict(toy_url, body)
+    assert status == 400
+    assert fragment in err["error"]
+
+
+def test_unknown_signature_lists_available(toy_url):
+    status, err = predict(toy_url, {"signature_name": "nope", "instances": ["a"]})
+    assert status == 400
+    assert all(name in err["error"] for name in ("serving_default", "repeat", "analyze", "scale"))
+
+
+def test_malformed_json(toy_url):
+    for raw in (b"{not json", b"\xff\xfe", b"[1, 2]", b""):
+        status, err = http("POST", f"{toy_url}:predict", raw=raw)
+        assert status == 400 and "JSON" in err["error"], raw
+
+
+def test_model_error_is_500(toy_url):
+    status, err = predict(toy_url, {"signature_name": "repeat", "inputs": {"inputs": ["a"], "times": -1}})
+    assert status == 500
+    assert "times must be >= 0" in err["error"]
+
+
+def test_unknown_model_version_and_path(toy_model_server, toy_url):
+    base = toy_model_server.url
+    status, err = http("GET", f"{base}/v1/models/other")
+    assert status == 404 and "other" in err["error"]
+    assert http("POST", f"{base}/v1/models/other:predict", {"instances": ["a"]})[0] == 404
+    assert predict(toy_url, {"instances": ["a"]}, version=7)[0] == 404
+    assert http("GET", f"{base}/v2/whatever")[0] == 404
+    assert http("POST", f"{toy_url}:explode", {"instances": ["a"]})[0] == 404
+
+
+def test_wrong_method_is_405(toy_url):
+    assert http("GET", f"{toy_url}:predict")[0] == 405
+    assert http("POST", toy_url, {"instances": ["a"]})[0] == 405
+    assert http("DELETE", f"{toy_url}/metadata")[0] == 405
+    assert http("PUT", f"{toy_url}:predict", {"instances": ["a"]})[0] == 405
+
+
+def test_oversized_body_is_413_and_server_survives(toy_url):
+    big = json.dumps({"instances": ["x" * (4 * MAX_BODY)]}).encode()
+    status, err = http("POST", f"{toy_url}:predict", raw=big)
+    assert status == 413 and str(MAX_BODY) in err["error"]
+    # A client announcing a huge body but never sending it is answered without waiting for it.
+    host, port = toy_url.split("/")[2].split(":")
+    conn = HTTPConnection(host, int(port), timeout=10)
+    conn.putrequest("POST", "/v1/models/toy:predict")
+    conn.putheader("Content-Length", str(10**12))
+    conn.endheaders()
+    response = conn.getresponse()
+    assert response.status == 413
+    conn.close()
+    assert predict(toy_url, {"instances": ["still alive"]}) == (200, {"predictions": ["STILL ALIVE"]})
+
+
+def test_concurrent_requests(toy_url):
+    n = 50
+    results = [None] * n
+
+    def worker(i):
+        try:
+            results[i] = predict(toy_url, {"instances": [f"req{i}", "x"]})
+        except Exception as e:  # recorded, then reported by the assertion below
+            results[i] = e
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert results == [(200, {"predictions": [f"REQ{i}", "X"]}) for i in range(n)]
+
+
+def _wait_for(condition, timeout=30.0, interval=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(interval)
+    return False
+
+
+def test_new_version_is_picked_up_without_restart(toy_export_dir, toy_saved_models):
+    server = srv.ModelServer(toy_export_dir, "toy", port=0, poll_seconds=0.2, quiet=True).start()
+    try:
+        url = f"{server.url}/v1/models/toy"
+        assert predict(url, {"instances": ["abc"]}) == (200, {"predictions": ["ABC"]})
+        # Ignored: a half-written version (no saved_model.pb), a temporary sibling, a non-integer name.
+        half = os.path.join(toy_export_dir, "5")
+        os.makedirs(os.path.join(half, "variables"))
+        install_toy_version(toy_export_dir, 6, toy_saved_models["reverse"])
+        os.rename(os.path.join(toy_export_dir, "6"), os.path.join(toy_export_dir, ".tmp-6-x"))
+        install_toy_version(toy_export_dir, 7, toy_saved_models["reverse"])
+        os.rename(os.path.join(toy_export_dir, "7"), os.path.join(toy_export_dir, "latest"))
+        assert srv.list_versions(toy_export_dir) == [1]
+        time.sleep(3 * server.poll_seconds)  # several polls
+        assert server.current_version == 1
+        assert predict(url, {"instances": ["abc"]}) == (200, {"predictions": ["ABC"]})
+
+        # A complete new version (tmp sibling, then rename) replaces it; requests keep working.
+        install_toy_version(toy_export_dir, 2, toy_saved_models["reverse"])
+        answers = []
+        assert _wait_for(lambda: answers.append(predict(url, {"instances": ["abc"]})) or server.current_version == 2)
+        assert all(a in ((200, {"predictions": ["ABC"]}), (200, {"predictions": ["CBA"]})) for a in answers)
+        assert predict(url, {"instances": ["abc"]}) == (200, {"predictions": ["CBA"]})
+        assert http("GET", url)[1]["model_version_status"][0]["version"] == "2"
+        assert predict(url, {"instances": ["abc"]}, version=2)[0] == 200
+        assert predict(url, {"instances": ["abc"]}, version=1)[0] == 404
+
+        # A broken newer version is skipped; version 2 keeps serving.
+        broken = os.path.join(toy_export_dir, ".tmp-9")
+        os.makedirs(broken)
+        with open(os.path.join(broken, "saved_model.pb"), "wb") as f:
+            f.write(b"not a saved model")
+        os.rename(broken, os.path.join(toy_export_dir, "9"))
+        assert _wait_for(lambda: 9 in server._failed, timeout=10)
+        assert server.current_version == 2
+        assert predict(url, {"instances": ["abc"]}) == (200, {"predictions": ["CBA"]})
+    finally:
+        server.stop()
+
+
+def test_request_lines_logged_unless_quiet(toy_export_dir, capsys):
+    server = srv.ModelServer(toy_export_dir, "toy", port=0, quiet=False).start()
+    try:
+        http("GET", f"{server.url}/v1/models/toy")
+    finally:
+        server.stop()
+    assert '"GET /v1/models/toy HTTP/1.1" 200' in capsys.readouterr().err
+
+
+def test_cli_arguments(tmp_path):
+    import argparse
+
+    args = srv.add_serve_arguments(argparse.ArgumentParser()).parse_args(
+        ["--model-base-path", str(tmp_path / "export" / "translator"), "--port", "0"]
+    )
+    assert (args.host, args.port, args.poll_seconds) == ("127.0.0.1", 0, 2.0)
+    with pytest.raises(FileNotFoundError):
+        srv.run_serve_command(args)
