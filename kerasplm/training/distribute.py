@@ -1,0 +1,42 @@
+"""tf.distribute helpers: pick a strategy by name; split the CPU into logical devices for tests."""
+import tensorflow as tf
+
+__all__ = ["get_strategy", "configure_logical_cpus"]
+
+_STRATEGIES = ("default", "mirrored", "multiworker")
+
+
+def get_strategy(name="default"):
+    """Return a tf.distribute strategy for `name` in {"default", "mirrored", "multiworker"}.
+
+    "mirrored" uses every local GPU (or every logical CPU when there is no GPU);
+    "multiworker" reads the cluster from the TF_CONFIG environment variable.
+    """
+    if name == "default":
+        return tf.distribute.get_strategy()
+    if name == "mirrored":
+        gpus = tf.config.list_logical_devices("GPU")
+        devices = [d.name for d in (gpus or tf.config.list_logical_devices("CPU"))]
+        return tf.distribute.MirroredStrategy(devices=devices)
+    if name == "multiworker":
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    raise ValueError(f"unknown strategy {name!r}; expected one of {_STRATEGIES}")
+
+
+def configure_logical_cpus(n):
+    """Split the first physical CPU into `n` logical devices (for MirroredStrategy on one CPU).
+
+    Must run before TensorFlow initializes its devices (before any op runs); raises RuntimeError
+    otherwise, unless the CPU is already split into `n` devices.
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    try:
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(n)]
+        )
+    except RuntimeError:
+        if len(tf.config.list_logical_devices("CPU")) != n:
+            raise
+    return tf.config.list_logical_devices("CPU")

@@ -1,0 +1,130 @@
+"""Learning-rate schedules of the classic papers, serializable so optimizers survive `.keras` save/load.
+
+All schedules take the optimizer step (int or float tensor) and return a float32 learning rate.
+"""
+import keras
+import tensorflow as tf
+
+__all__ = ["CustomSchedule", "WarmupLinearDecay", "WarmupCosineDecay", "plot_schedule"]
+
+
+@keras.saving.register_keras_serializable(package="kerasplm")
+class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """Transformer ("Attention is all you need") schedule, the seed's name.
+
+    lrate = d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)
+
+    Step 0 gives min(inf, 0) = 0 (never NaN).
+    """
+
+    def __init__(self, d_model, warmup_steps=4000):
+        super().__init__()
+        self.d_model = d_model
+        self.warmup_steps = warmup_steps
+
+    def __call__(self, step):
+        step = tf.cast(step, tf.float32)
+        d_model = tf.cast(self.d_model, tf.float32)
+        warmup = tf.cast(self.warmup_steps, tf.float32)
+        arg1 = tf.math.rsqrt(step)  # inf at step 0
+        arg2 = step * warmup**-1.5  # 0 at step 0
+        return tf.math.rsqrt(d_model) * tf.math.minimum(arg1, arg2)
+
+    def get_config(self):
+        return {"d_model": self.d_model, "warmup_steps": self.warmup_steps}
+
+
+@keras.saving.register_keras_serializable(package="kerasplm")
+class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """BERT schedule: linear warmup 0 -> peak over `warmup_steps`, then linear decay to
+    `end_learning_rate` at `total_steps` (constant afterwards).
+
+    step < W:  lr = peak * step / W
+    step >= W: lr = end + (peak - end) * max(0, 1 - (step - W) / (T - W))
+    """
+
+    def __init__(self, peak_learning_rate, warmup_steps, total_steps, end_learning_rate=0.0):
+        super().__init__()
+        if total_steps < warmup_steps:
+            raise ValueError(
+                f"total_steps must be >= warmup_steps, got total_steps={total_steps}, "
+                f"warmup_steps={warmup_steps}"
+            )
+        self.peak_learning_rate = peak_learning_rate
+        self.warmup_steps = warmup_steps
+        self.total_steps = total_steps
+        self.end_learning_rate = end_learning_rate
+
+    def __call__(self, step):
+        step = tf.cast(step, tf.float32)
+        peak = tf.cast(self.peak_learning_rate, tf.float32)
+        end = tf.cast(self.end_learning_rate, tf.float32)
+        warmup = tf.cast(self.warmup_steps, tf.float32)
+        decay_steps = tf.maximum(tf.cast(self.total_steps - self.warmup_steps, tf.float32), 1.0)
+        warm = peak * step / tf.maximum(warmup, 1.0)
+        frac = tf.clip_by_value((step - warmup) / decay_steps, 0.0, 1.0)
+        decay = end + (peak - end) * (1.0 - frac)
+        return tf.where(step < warmup, warm, decay)
+
+    def get_config(self):
+        return {
+            "peak_learning_rate": self.peak_learning_rate,
+            "warmup_steps": self.warmup_steps,
+            "total_steps": self.total_steps,
+            "end_learning_rate": self.end_learning_rate,
+        }
+
+
+@keras.saving.register_keras_serializable(package="kerasplm")
+class WarmupCosineDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """GPT schedule: linear warmup 0 -> peak over `warmup_steps`, then cosine decay to
+    `alpha * peak` at `total_steps` (constant afterwards).
+
+    step >= W: lr = peak * (alpha + (1 - alpha) * 0.5 * (1 + cos(pi * p))),  p = min(1, (step-W)/(T-W))
+    """
+
+    def __init__(self, peak_learning_rate, warmup_steps, total_steps, alpha=0.0):
+        super().__init__()
+        if total_steps < warmup_steps:
+            raise ValueError(
+                f"total_steps must be >= warmup_steps, got total_steps={total_steps}, "
+                f"warmup_steps={warmup_steps}"
+            )
+        self.peak_learning_rate = peak_learning_rate
+        self.warmup_steps = warmup_steps
+        self.total_steps = total_steps
+        self.alpha = alpha
+
+    def __call__(self, step):
+        step = tf.cast(step, tf.float32)
+        peak = tf.cast(self.peak_learning_rate, tf.float32)
+        alpha = tf.cast(self.alpha, tf.float32)
+        warmup = tf.cast(self.warmup_steps, tf.float32)
+        decay_steps = tf.maximum(tf.cast(self.total_steps - self.warmup_steps, tf.float32), 1.0)
+        warm = peak * step / tf.maximum(warmup, 1.0)
+        progress = tf.clip_by_value((step - warmup) / decay_steps, 0.0, 1.0)
+        cosine = 0.5 * (1.0 + tf.cos(tf.constant(3.141592653589793, tf.float32) * progress))
+        decay = peak * (alpha + (1.0 - alpha) * cosine)
+        return tf.where(step < warmup, warm, decay)
+
+    def get_config(self):
+        return {
+            "peak_learning_rate": self.peak_learning_rate,
+            "warmup_steps": self.warmup_steps,
+            "total_steps": self.total_steps,
+            "alpha": self.alpha,
+        }
+
+
+def plot_schedule(schedule, steps=40000, ax=None):
+    """Plot `schedule(step)` for step in [0, steps); returns the matplotlib Axes."""
+    import matplotlib.pyplot as plt  # lazy: importing kerasplm must not pick a backend
+
+    if ax is None:
+        _, ax = plt.subplots()
+    step_values = tf.range(steps, dtype=tf.float32)
+    ax.plot(step_values.numpy(), schedule(step_values).numpy())
+    ax.set_xlabel("Train step")
+    ax.set_ylabel("Learning rate")
+    ax.set_title(type(schedule).__name__)
+    return ax

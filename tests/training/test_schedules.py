@@ -1,0 +1,99 @@
+import math
+
+import keras
+import matplotlib
+import numpy as np
+import pytest
+
+from kerasplm.training import CustomSchedule, WarmupCosineDecay, WarmupLinearDecay, plot_schedule
+
+matplotlib.use("Agg")
+
+
+def transformer_lr(step, d_model, warmup):
+    return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+@pytest.mark.parametrize("step", [1, 10, 1000, 3999, 4000, 4001, 40000])
+def test_custom_schedule_formula(step):
+    schedule = CustomSchedule(512, warmup_steps=4000)
+    np.testing.assert_allclose(float(schedule(step)), transformer_lr(step, 512, 4000), rtol=1e-5)
+
+
+def test_custom_schedule_step_zero_is_zero_not_nan():
+    value = float(CustomSchedule(128)(0))
+    assert value == 0.0 and not math.isnan(value)
+
+
+def test_custom_schedule_peaks_at_warmup():
+    schedule = CustomSchedule(128, warmup_steps=100)
+    values = np.array(schedule(np.arange(1, 1000)))
+    assert int(np.argmax(values)) + 1 == 100
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        CustomSchedule(256, warmup_steps=50),
+        WarmupLinearDecay(1e-4, warmup_steps=10, total_steps=100, end_learning_rate=1e-6),
+        WarmupCosineDecay(6e-4, warmup_steps=10, total_steps=100, alpha=0.1),
+    ],
+)
+def test_schedule_serialization_round_trip(schedule):
+    config = keras.optimizers.schedules.serialize(schedule)
+    restored = keras.optimizers.schedules.deserialize(config)
+    assert type(restored) is type(schedule)
+    assert restored.get_config() == schedule.get_config()
+    steps = np.array([0, 1, 10, 55, 100, 150], dtype=np.float32)
+    np.testing.assert_allclose(np.array(restored(steps)), np.array(schedule(steps)))
+
+    optimizer = keras.optimizers.Adam(learning_rate=schedule)
+    rebuilt = keras.optimizers.Adam.from_config(optimizer.get_config())
+    assert type(rebuilt._learning_rate) is type(schedule)
+    np.testing.assert_allclose(float(rebuilt._learning_rate(55)), float(schedule(55)))
+
+
+def test_optimizer_with_schedule_survives_keras_save(tmp_path):
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(optimizer=keras.optimizers.Adam(CustomSchedule(64, 10)), loss="mse")
+    model.fit(np.ones((4, 3)), np.zeros((4, 2)), epochs=1, verbose=0)
+    path = tmp_path / "m.keras"
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    schedule = loaded.optimizer._learning_rate
+    assert isinstance(schedule, CustomSchedule)
+    assert schedule.get_config() == {"d_model": 64, "warmup_steps": 10}
+
+
+def test_warmup_linear_decay_key_points():
+    s = WarmupLinearDecay(1e-3, warmup_steps=10, total_steps=110, end_learning_rate=1e-5)
+    np.testing.assert_allclose(float(s(0)), 0.0)
+    np.testing.assert_allclose(float(s(5)), 5e-4, rtol=1e-6)
+    np.testing.assert_allclose(float(s(10)), 1e-3, rtol=1e-6)
+    np.testing.assert_allclose(float(s(60)), 1e-5 + (1e-3 - 1e-5) * 0.5, rtol=1e-5)
+    np.testing.assert_allclose(float(s(110)), 1e-5, rtol=1e-5)
+    np.testing.assert_allclose(float(s(500)), 1e-5, rtol=1e-5)
+
+
+def test_warmup_cosine_decay_key_points():
+    s = WarmupCosineDecay(6e-4, warmup_steps=10, total_steps=110, alpha=0.1)
+    np.testing.assert_allclose(float(s(0)), 0.0)
+    np.testing.assert_allclose(float(s(5)), 3e-4, rtol=1e-6)
+    np.testing.assert_allclose(float(s(10)), 6e-4, rtol=1e-6)
+    np.testing.assert_allclose(float(s(60)), 6e-4 * (0.1 + 0.9 * 0.5), rtol=1e-5)
+    np.testing.assert_allclose(float(s(35)), 6e-4 * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi / 4))),
+                               rtol=1e-5)
+    np.testing.assert_allclose(float(s(110)), 6e-5, rtol=1e-5)
+    np.testing.assert_allclose(float(s(1000)), 6e-5, rtol=1e-5)
+
+
+def test_bad_total_steps_is_rejected():
+    with pytest.raises(ValueError, match="total_steps"):
+        WarmupLinearDecay(1e-3, warmup_steps=100, total_steps=10)
+
+
+def test_plot_schedule_returns_axes():
+    ax = plot_schedule(CustomSchedule(128, 100), steps=500)
+    x, y = ax.lines[0].get_data()
+    assert len(x) == 500
+    np.testing.assert_allclose(y[100], transformer_lr(100, 128, 100), rtol=1e-5)

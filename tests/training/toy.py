@@ -1,0 +1,54 @@
+"""A tiny token-to-token task shared by the training tests (and their subprocess scripts)."""
+import os
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from kerasplm.training import masked_accuracy_counts, masked_sparse_cross_entropy  # noqa: E402
+
+VOCAB = 11
+
+
+def make_arrays(num, length, seed=0):
+    """x, y int32 [num, length]; tokens in [1, VOCAB), label = f(token), zero padding at the end."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(1, VOCAB, size=(num, length)).astype(np.int32)
+    lengths = rng.integers(max(1, length // 2), length + 1, size=num)
+    x[np.arange(length)[None, :] >= lengths[:, None]] = 0
+    y = np.where(x > 0, (x * 3 + 1) % (VOCAB - 1) + 1, 0).astype(np.int32)
+    return x, y
+
+
+def make_dataset(num=64, length=8, batch_size=8, seed=0, repeat=True):
+    """Deterministic (seeded shuffle), re-iterable dataset of (x, y) global batches."""
+    x, y = make_arrays(num, length, seed)
+    ds = tf.data.Dataset.from_tensor_slices((x, y))
+    ds = ds.shuffle(num, seed=seed, reshuffle_each_iteration=True)
+    ds = ds.batch(batch_size, drop_remainder=True)
+    return ds.repeat() if repeat else ds
+
+
+def make_model(dropout=0.1, width=32):
+    return keras.Sequential([
+        keras.Input((None,), dtype="int32"),
+        keras.layers.Embedding(VOCAB, 16),
+        keras.layers.Dense(width, activation="relu"),
+        keras.layers.Dropout(dropout),
+        keras.layers.Dense(VOCAB),
+    ])
+
+
+def compute_loss(model, batch, training):
+    x, y = batch
+    logits = model(x, training=training)
+    loss_sum, num_tokens = masked_sparse_cross_entropy(y, logits)
+    correct, _ = masked_accuracy_counts(y, logits)
+    return {"loss": loss_sum, "weight": num_tokens, "accuracy": correct}
+
+
+def weights(model):
+    return [np.array(v) for v in model.trainable_variables]
