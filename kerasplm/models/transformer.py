@@ -1,0 +1,244 @@
+"""The seed's Transformer translator (Vaswani et al., 2017), as a Keras 3 model.
+
+Names and semantics follow the seed (and the TensorFlow Transformer tutorial): ``Encoder``,
+``Decoder`` and ``Transformer`` returning ``(logits, attention_weights)`` with attention weights keyed
+``decoder_layer{i}_block1`` (masked self-attention) and ``decoder_layer{i}_block2`` (cross-attention).
+
+Example:
+>>> model = Transformer.from_preset("transformer_tiny", input_vocab_size=100, target_vocab_size=120)
+>>> inp = tf.constant([[2, 5, 6, 3, 0]]); tar = tf.constant([[2, 7, 8]])
+>>> logits, attention = model((inp, tar), training=False)
+>>> logits.shape, attention["decoder_layer1_block2"].shape
+(TensorShape([1, 3, 120]), TensorShape([1, 4, 3, 5]))
+"""
+import dataclasses
+import math
+
+import keras
+import tensorflow as tf
+
+from kerasplm.layers.masks import create_masks
+from kerasplm.layers.position import positional_encoding
+from kerasplm.layers.transformer import DecoderLayer, EncoderLayer
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+    """Hyper-parameters of the translator; vocab sizes are filled in from the tokenizers."""
+
+    num_layers: int
+    d_model: int
+    num_heads: int
+    dff: int
+    input_vocab_size: int = 0
+    target_vocab_size: int = 0
+    pe_input: int = 1000
+    pe_target: int = 1000
+    rate: float = 0.1
+
+    def validate(self):
+        for name in ("num_layers", "d_model", "num_heads", "dff", "input_vocab_size",
+                     "target_vocab_size", "pe_input", "pe_target"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"TransformerConfig.{name} must be a positive integer, got {getattr(self, name)!r}")
+        if self.d_model % self.num_heads:
+            raise ValueError(f"d_model={self.d_model} must be divisible by num_heads={self.num_heads}")
+        if not 0.0 <= self.rate < 1.0:
+            raise ValueError(f"dropout rate must be in [0, 1), got {self.rate}")
+        return self
+
+
+# Paper sizes (Table 3): base N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1; big d_model=1024,
+# d_ff=4096, h=16, P_drop=0.3. "transformer_seed" is the seed's reduced model.
+PRESETS = {
+    "transformer_tiny": TransformerConfig(num_layers=2, d_model=32, num_heads=4, dff=64, rate=0.1),
+    "transformer_seed": TransformerConfig(num_layers=4, d_model=128, num_heads=8, dff=512, rate=0.1),
+    "transformer_base": TransformerConfig(num_layers=6, d_model=512, num_heads=8, dff=2048, rate=0.1),
+    "transformer_big": TransformerConfig(num_layers=6, d_model=1024, num_heads=16, dff=4096, rate=0.3),
+}
+
+
+def get_preset(name, **overrides):
+    """The ``TransformerConfig`` of a named preset with fields replaced by ``overrides``."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; expected one of {sorted(PRESETS)}")
+    return dataclasses.replace(PRESETS[name], **overrides)
+
+
+class _Embedder(keras.layers.Layer):
+    """Token embedding · sqrt(d_model) + sinusoidal position encoding, then dropout."""
+
+    def __init__(self, vocab_size, d_model, maximum_position_encoding, rate, **kwargs):
+        super().__init__(**kwargs)
+        self.d_model = d_model
+        self.maximum_position_encoding = maximum_position_encoding
+        self.embedding = keras.layers.Embedding(vocab_size, d_model, name="embedding")
+        self.pos_encoding = positional_encoding(maximum_position_encoding, d_model)
+        self.dropout = keras.layers.Dropout(rate)
+
+    def build(self, input_shape=None):
+        self.embedding.build((None, None))
+        self.built = True
+
+    def embed(self, x, positions=None, training=None):
+        """``x (batch, seq_len)`` ids -> ``(batch, seq_len, d_model)``; ``positions`` default 0..seq_len-1."""
+        if x.shape.rank == 2 and x.shape[1] is not None and x.shape[1] > self.maximum_position_encoding:
+            raise ValueError(f"sequence length {x.shape[1]} exceeds maximum_position_encoding="
+                             f"{self.maximum_position_encoding}")
+        seq_len = tf.shape(x)[1]
+        h = self.embedding(x)
+        h *= tf.cast(math.sqrt(self.d_model), h.dtype)
+        if positions is None:
+            pe = self.pos_encoding[:, :seq_len, :]
+        else:
+            pe = tf.gather(self.pos_encoding[0], positions)[tf.newaxis]
+        h += tf.cast(pe, h.dtype)
+        return self.dropout(h, training=training)
+
+
+@keras.saving.register_keras_serializable(package="kerasplm")
+class Encoder(_Embedder):
+    """Embedding + positional encoding + ``num_layers`` EncoderLayers.
+
+    Call: ``x (batch, inp_len) ids, training, padding_mask (batch, 1, 1, inp_len)``
+    -> ``(batch, inp_len, d_model)``.
+    """
+
+    def __init__(self, num_layers, d_model, num_heads, dff, input_vocab_size, maximum_position_encoding,
+                 rate=0.1, **kwargs):
+        super().__init__(input_vocab_size, d_model, maximum_position_encoding, rate, **kwargs)
+        self.num_layers, self.num_heads, self.dff, self.rate = num_layers, num_heads, dff, rate
+        self.input_vocab_size = input_vocab_size
+        self.enc_layers = [EncoderLayer(d_model, num_heads, dff, rate, name=f"encoder_layer{i + 1}")
+                           for i in range(num_layers)]
+
+    def build(self, input_shape=None):
+        super().build(input_shape)
+        for layer in self.enc_layers:
+            layer.build((None, None, self.d_model))
+
+    def call(self, x, training=None, padding_mask=None):
+        x = self.embed(x, training=training)
+        for layer in self.enc_layers:
+            x = layer(x, training=training, padding_mask=padding_mask)
+        return x
+
+    def get_config(self):
+        return {**super().get_config(), "num_layers": self.num_layers, "d_model": self.d_model,
+                "num_heads": self.num_heads, "dff": self.dff, "input_vocab_size": self.input_vocab_size,
+                "maximum_position_encoding": self.maximum_position_encoding, "rate": self.rate}
+
+
+@keras.saving.register_keras_serializable(package="kerasplm")
+class Decoder(_Embedder):
+    """Embedding + positional encoding + ``num_layers`` DecoderLayers.
+
+    Call: ``x (batch, tar_len) ids, enc_output (batch, inp_len, d_model), training, look_ahead_mask,
+    padding_mask`` -> ``((batch, tar_len, d_model), {"decoder_layer{i}_block1": ..., "..._block2": ...})``.
+    """
+
+    def __init__(self, num_layers, d_model, num_heads, dff, target_vocab_size, maximum_position_encoding,
+                 rate=0.1, **kwargs):
+        super().__init__(target_vocab_size, d_model, maximum_position_encoding, rate, **kwargs)
+        self.num_layers, self.num_heads, self.dff, self.rate = num_layers, num_heads, dff, rate
+        self.target_vocab_size = target_vocab_size
+        self.dec_layers = [DecoderLayer(d_model, num_heads, dff, rate, name=f"decoder_layer{i + 1}")
+                           for i in range(num_layers)]
+
+    def build(self, input_shape=None):
+        super().build(input_shape)
+        for layer in self.dec_layers:
+            layer.build((None, None, self.d_model))
+
+    def call(self, x, enc_output, training=None, look_ahead_mask=None, padding_mask=None):
+        attention_weights = {}
+        x = self.embed(x, training=training)
+        for i, layer in enumerate(self.dec_layers):
+            x, block1, block2 = layer(x, enc_output, training=training, look_ahead_mask=look_ahead_mask,
+                                      padding_mask=padding_mask)
+            attention_weights[f"decoder_layer{i + 1}_block1"] = block1
+            attention_weights[f"decoder_layer{i + 1}_block2"] = block2
+        return x, attention_weights
+
+    def get_config(self):
+        return {**super().get_config(), "num_layers": self.num_layers, "d_model": self.d_model,
+                "num_heads": self.num_heads, "dff": self.dff, "target_vocab_size": self.target_vocab_size,
+                "maximum_position_encoding": self.maximum_position_encoding, "rate": self.rate}
+
+
+@keras.saving.register_keras_serializable(package="kerasplm")
+class Transformer(keras.Model):
+    """Encoder-decoder Transformer: ``((inp, tar)) -> (logits, attention_weights)``.
+
+    Args follow the seed: ``num_layers, d_model, num_heads, dff, input_vocab_size, target_vocab_size,
+    pe_input, pe_target, rate``.
+
+    Call:
+      inputs: ``(inp, tar)``: source ids ``(batch, inp_len)``, decoder input ids ``(batch, tar_len)``,
+        padded with 0.
+      training: dropout on/off.
+      enc_padding_mask, look_ahead_mask, dec_padding_mask: the seed's masks; built from the ids with
+        :func:`kerasplm.layers.create_masks` when omitted.
+    Returns:
+      float32 logits ``(batch, tar_len, target_vocab_size)`` and the attention-weights dict.
+
+    ``model.compile(loss=MaskedSparseCategoricalCrossentropy())`` + ``model.fit`` works on a dataset of
+    ``((inp, tar_inp), tar_real)``: the attention dict is dropped before the loss and metrics.
+    """
+
+    def __init__(self, num_layers, d_model, num_heads, dff, input_vocab_size, target_vocab_size, pe_input,
+                 pe_target, rate=0.1, **kwargs):
+        super().__init__(**kwargs)
+        self.config = TransformerConfig(num_layers, d_model, num_heads, dff, input_vocab_size,
+                                        target_vocab_size, pe_input, pe_target, rate).validate()
+        self.encoder = Encoder(num_layers, d_model, num_heads, dff, input_vocab_size, pe_input, rate,
+                               name="encoder")
+        self.decoder = Decoder(num_layers, d_model, num_heads, dff, target_vocab_size, pe_target, rate,
+                               name="decoder")
+        self.final_layer = keras.layers.Dense(target_vocab_size, name="final_layer")
+        self.build()
+
+    @classmethod
+    def from_config_object(cls, config, **kwargs):
+        return cls(**dataclasses.asdict(config), **kwargs)
+
+    @classmethod
+    def from_preset(cls, preset, input_vocab_size, target_vocab_size, **overrides):
+        """A model of a named preset (see ``PRESETS``) for the given vocabulary sizes."""
+        config = get_preset(preset, input_vocab_size=input_vocab_size, target_vocab_size=target_vocab_size,
+                            **overrides)
+        return cls.from_config_object(config, name=preset)
+
+    def build(self, input_shape=None):
+        self.encoder.build()
+        self.decoder.build()
+        self.final_layer.build((None, None, self.config.d_model))
+        self.built = True
+
+    def call(self, inputs, training=None, enc_padding_mask=None, look_ahead_mask=None, dec_padding_mask=None):
+        inp, tar = inputs
+        if enc_padding_mask is None or look_ahead_mask is None or dec_padding_mask is None:
+            masks = create_masks(inp, tar)
+            enc_padding_mask = masks[0] if enc_padding_mask is None else enc_padding_mask
+            look_ahead_mask = masks[1] if look_ahead_mask is None else look_ahead_mask
+            dec_padding_mask = masks[2] if dec_padding_mask is None else dec_padding_mask
+        enc_output = self.encoder(inp, training=training, padding_mask=enc_padding_mask)
+        dec_output, attention_weights = self.decoder(tar, enc_output, training=training,
+                                                     look_ahead_mask=look_ahead_mask,
+                                                     padding_mask=dec_padding_mask)
+        logits = tf.cast(self.final_layer(dec_output), tf.float32)
+        return logits, attention_weights
+
+    # Model.fit support: the loss and metrics see only the logits.
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        if isinstance(y_pred, (tuple, list)):
+            y_pred = y_pred[0]
+        return super().compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=training)
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        if isinstance(y_pred, (tuple, list)):
+            y_pred = y_pred[0]
+        return super().compute_metrics(x, y, y_pred, sample_weight)
+
+    def get_config(self):
+        return {**dataclasses.asdict(self.config), "name": self.name, "trainable": self.trainable}
