@@ -1,1 +1,27 @@
+"""Corpus readers and tf.data pipelines, plus the small Tatoeba sample bundled with the package."""
+from importlib import resources
 
+from kerasplm.data.pairs import (
+    DEFAULT_BUCKET_LENGTHS,
+    ParallelSplit,
+    group_references,
+    make_translation_dataset,
+    read_parallel_tsv,
+    train_dev_split,
+)
+
+SAMPLE_FILES = ("spa-eng-train.tsv", "spa-eng-dev.tsv", "LICENSE-tatoeba.txt")
+
+
+def sample_path(name):
+    """Installed path (str) of a bundled sample file, e.g. sample_path("spa-eng-train.tsv")."""
+    if name not in SAMPLE_FILES:
+        raise ValueError(f"unknown sample file {name!r}; bundled files: {', '.join(SAMPLE_FILES)}")
+    path = resources.files("kerasplm.data").joinpath("sample", name)
+    if not path.is_file():
+        raise FileNotFoundError(f"bundled sample file missing from the installation: {path}")
+    return str(path)
+
+
+__all__ = ["sample_path", "read_parallel_tsv", "train_dev_split", "group_references",
+           "make_translation_dataset", "ParallelSplit", "DEFAULT_BUCKET_LENGTHS", "SAMPLE_FILES"]
