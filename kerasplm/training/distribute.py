@@ -4,6 +4,7 @@ import tensorflow as tf
 __all__ = ["get_strategy", "configure_logical_cpus"]
 
 _STRATEGIES = ("default", "mirrored", "multiworker")
+_CACHE = {}
 
 
 def get_strategy(name="default"):
@@ -11,16 +12,23 @@ def get_strategy(name="default"):
 
     "mirrored" uses every local GPU (or every logical CPU when there is no GPU);
     "multiworker" reads the cluster from the TF_CONFIG environment variable.
+
+    Strategies are created once per process and reused: a second MirroredStrategy over the same
+    devices reuses collective keys of the first one, and TensorFlow then aborts its all-reduces
+    with "Shape mismatch in the collective instance".
     """
+    if name not in _STRATEGIES:
+        raise ValueError(f"unknown strategy {name!r}; expected one of {_STRATEGIES}")
     if name == "default":
         return tf.distribute.get_strategy()
-    if name == "mirrored":
-        gpus = tf.config.list_logical_devices("GPU")
-        devices = [d.name for d in (gpus or tf.config.list_logical_devices("CPU"))]
-        return tf.distribute.MirroredStrategy(devices=devices)
-    if name == "multiworker":
-        return tf.distribute.MultiWorkerMirroredStrategy()
-    raise ValueError(f"unknown strategy {name!r}; expected one of {_STRATEGIES}")
+    if name not in _CACHE:
+        if name == "mirrored":
+            gpus = tf.config.list_logical_devices("GPU")
+            devices = [d.name for d in (gpus or tf.config.list_logical_devices("CPU"))]
+            _CACHE[name] = tf.distribute.MirroredStrategy(devices=devices)
+        else:
+            _CACHE[name] = tf.distribute.MultiWorkerMirroredStrategy()
+    return _CACHE[name]
 
 
 def configure_logical_cpus(n):

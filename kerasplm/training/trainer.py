@@ -251,8 +251,9 @@ class Trainer:
         }
 
     def _any_worker_stops(self, flag):
-        value = self.strategy.run(lambda: tf.identity(flag))
-        return self.strategy.reduce(tf.distribute.ReduceOp.MAX, value, axis=None)
+        """True on every worker when any worker's `flag` (bool scalar) is True."""
+        value = self.strategy.run(lambda: tf.cast(flag, tf.float32))
+        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None) > 0
 
     # ------------------------------------------------------------------ metrics
     @staticmethod

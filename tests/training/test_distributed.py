@@ -1,0 +1,91 @@
+"""MirroredStrategy (2 logical CPUs) and MultiWorkerMirroredStrategy (2 local workers), in
+subprocesses: logical devices and TF_CONFIG must be set before TensorFlow initializes."""
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _env(**extra):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2", KERAS_BACKEND="tensorflow")
+    env.update(extra)
+    return env
+
+
+def _result(stdout):
+    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, stdout[-3000:]
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def _free_ports(n):
+    """Ports the OS hands out as free, all held open at once so that they differ."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def test_mirrored_matches_single_device_and_trains():
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.training.train_script", "mirrored"],
+        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = _result(proc.stdout)
+    assert report["replicas"] == 2
+    for clip in ("None", "0.05"):
+        # The first update moved the weights, and did so identically on 1 and 2 replicas,
+        # although the two replicas held very different numbers of real tokens.
+        assert report[f"update_{clip}"] > 1e-3
+        assert report[f"weight_diff_{clip}"] < 1e-6
+        assert report[f"loss_diff_{clip}"] < 1e-5
+    assert report["update_0.05"] < report["update_None"]
+    losses = report["losses"]
+    assert losses[-1] < 0.3 * losses[0]
+    assert report["trace_count"] == 1
+
+
+def test_multiworker_two_processes_agree(tmp_path):
+    ports = _free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
+    procs = []
+    for index in range(2):
+        tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "tests.training.train_script", "multiworker", "--steps", "6",
+             "--ckpt", str(tmp_path / "ckpt"), "--out", str(tmp_path / f"w{index}.npz")],
+            cwd=ROOT, env=_env(TF_CONFIG=tf_config), stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+        ))
+    outputs = []
+    try:
+        for proc in procs:
+            outputs.append(proc.communicate(timeout=180))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    for proc, (out, err) in zip(procs, outputs):
+        assert proc.returncode == 0, err[-3000:]
+    reports = [_result(out) for out, _ in outputs]
+    assert [r["is_chief"] for r in reports] == [True, False]
+    assert all(r["replicas"] == 2 and r["step"] == 6 for r in reports)
+    np.testing.assert_allclose(reports[0]["losses"], reports[1]["losses"], rtol=1e-6)
+    assert reports[0]["losses"][-1] < reports[0]["losses"][0]
+    w0, w1 = np.load(tmp_path / "w0.npz"), np.load(tmp_path / "w1.npz")
+    for key in w0.files:
+        np.testing.assert_array_equal(w0[key], w1[key])
+    # Only the chief wrote into the shared checkpoint directory.
+    assert (tmp_path / "ckpt" / "checkpoint").exists()
+    assert "ckpt-6.index" in os.listdir(tmp_path / "ckpt")

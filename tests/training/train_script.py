@@ -1,0 +1,121 @@
+"""Subprocess entry points for the training tests: `python -m tests.training.train_script MODE ...`.
+
+Modes print one JSON line starting with "RESULT " and write weights to --out (.npz).
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def _dump(path, model):
+    import numpy as np
+    np.savez(path, *[np.array(v) for v in model.trainable_variables])
+
+
+def run_toy(args):
+    """Single-device training with a slowed-down input pipeline (for SIGTERM tests)."""
+    import keras
+    import tensorflow as tf
+    from kerasplm.training import Trainer
+    from tests.training import toy
+
+    def slow(x, y):
+        tf.py_function(lambda: time.sleep(args.sleep), [], [])
+        return x, y
+
+    dataset = toy.make_dataset().map(slow)
+    trainer = Trainer(toy.make_model, lambda: keras.optimizers.Adam(1e-2), toy.compute_loss,
+                      checkpoint_dir=args.ckpt, checkpoint_every=args.checkpoint_every, verbose=0)
+    trainer.fit(dataset, steps=args.steps, log_every=0)
+    _dump(args.out, trainer.model)
+    print("RESULT " + json.dumps({"step": trainer.step, "stop_reason": trainer.stop_reason}),
+          flush=True)
+
+
+def run_mirrored(args):
+    """Compare one step under MirroredStrategy (2 logical CPUs) with the default strategy."""
+    from kerasplm.training import configure_logical_cpus, get_strategy
+    configure_logical_cpus(2)
+    import keras
+    import numpy as np
+    import tensorflow as tf
+    from kerasplm.training import Trainer
+    from tests.training import toy
+
+    # One global batch of 8: the first half (replica 0) long, the second half (replica 1) short,
+    # so per-replica means would NOT equal the global masked mean.
+    x, y = toy.make_arrays(8, 12, seed=3)
+    x[4:, 3:] = 0
+    y[4:, 3:] = 0
+    batch_ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
+    keras.utils.set_random_seed(0)
+    initial = toy.make_model(dropout=0.0)
+    initial.build((None, None))
+    init_weights = initial.get_weights()
+
+    results = {}
+    for name in ("default", "mirrored"):
+        for clip in (None, 0.05):
+            strategy = get_strategy(name)
+            with strategy.scope():
+                model = toy.make_model(dropout=0.0)
+                model.set_weights(init_weights)
+                optimizer = keras.optimizers.SGD(0.5)
+            trainer = Trainer(model, optimizer, toy.compute_loss, strategy=strategy,
+                              clip_norm=clip, verbose=0)
+            history = trainer.fit(batch_ds, steps=1, log_every=1)
+            results[(name, clip)] = (history["loss"][0], [np.array(v) for v in model.variables])
+        results[name + "_replicas"] = strategy.num_replicas_in_sync
+
+    report = {"replicas": results["mirrored_replicas"]}
+    for clip in (None, 0.05):
+        loss_d, w_d = results[("default", clip)]
+        loss_m, w_m = results[("mirrored", clip)]
+        report[f"loss_diff_{clip}"] = abs(loss_d - loss_m)
+        report[f"weight_diff_{clip}"] = max(float(np.abs(a - b).max()) for a, b in zip(w_d, w_m))
+        report[f"update_{clip}"] = max(float(np.abs(a - b).max()) for a, b in zip(w_d, init_weights))
+    # Clipping changed the update (and the two strategies agree on it).
+    # A short mirrored training run must make progress.
+    strategy = get_strategy("mirrored")
+    trainer = Trainer(lambda: toy.make_model(), lambda: keras.optimizers.Adam(1e-2),
+                      toy.compute_loss, strategy=strategy, verbose=0)
+    history = trainer.fit(toy.make_dataset(), steps=40, log_every=10)
+    report["losses"] = history["loss"]
+    report["trace_count"] = trainer.trace_count
+    print("RESULT " + json.dumps(report), flush=True)
+
+
+def run_multiworker(args):
+    """One worker of a 2-worker MultiWorkerMirroredStrategy cluster described by TF_CONFIG."""
+    import keras
+    from kerasplm.training import Trainer, get_strategy
+    from tests.training import toy
+
+    strategy = get_strategy("multiworker")
+    trainer = Trainer(lambda: toy.make_model(), lambda: keras.optimizers.Adam(1e-2),
+                      toy.compute_loss, strategy=strategy, checkpoint_dir=args.ckpt, verbose=0)
+    history = trainer.fit(toy.make_dataset(), steps=args.steps, log_every=1)
+    _dump(args.out, trainer.model)
+    trainer.close()
+    print("RESULT " + json.dumps({"losses": history["loss"], "step": trainer.step,
+                                  "replicas": strategy.num_replicas_in_sync,
+                                  "is_chief": trainer.is_chief}), flush=True)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode", choices=["toy", "mirrored", "multiworker"])
+    parser.add_argument("--ckpt")
+    parser.add_argument("--out")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--sleep", type=float, default=0.0)
+    parser.add_argument("--checkpoint-every", type=int, default=None)
+    args = parser.parse_args(argv)
+    {"toy": run_toy, "mirrored": run_mirrored, "multiworker": run_multiworker}[args.mode](args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
