@@ -53,6 +53,9 @@ _PATH_RE = re.compile(
 )
 
 
+_VERSION_RE = re.compile(r"[0-9]+")
+
+
 class RequestError(Exception):
     """An error answered to the client as ``{"error": message}`` with an HTTP status."""
 
@@ -96,7 +99,7 @@ def list_versions(model_base_path: str) -> list[int]:
         return []
     versions = []
     for name in names:
-        if not name.isdigit():
+        if not _VERSION_RE.fullmatch(name):
             continue
         path = os.path.join(model_base_path, name)
         if any(os.path.isfile(os.path.join(path, f)) for f in ("saved_model.pb", "saved_model.pbtxt")):
@@ -446,6 +449,19 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             pass
 
+    def handle_expect_100(self):
+        """Refuse an oversized body before the client sends it (``Expect: 100-continue``)."""
+        try:
+            length = int(self.headers.get("Content-Length", "0"))
+        except ValueError:
+            length = 0
+        limit = self.model_server.max_body_bytes
+        if length > limit:
+            message = f"Request body of {length} bytes exceeds the limit of {limit} bytes"
+            self._send_json(413, {"error": message}, close=True)
+            return False
+        return super().handle_expect_100()
+
     def do_GET(self):  # noqa: N802
         self._dispatch("GET")
 
@@ -470,6 +486,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 256  # listen backlog: bursts of clients must not be refused
     allow_reuse_address = True
 
     def __init__(self, address, handler, model_server):
@@ -501,6 +518,10 @@ class ModelServer:
         poll_seconds: float = 2.0,
         quiet: bool = False,
     ):
+        if not os.path.isdir(model_base_path):
+            raise FileNotFoundError(f"model base path {model_base_path} is not a directory")
+        if max_body_bytes <= 0 or poll_seconds <= 0:
+            raise ValueError("max_body_bytes and poll_seconds must be positive")
         self.model_base_path = os.path.abspath(model_base_path)
         self.model_name = model_name
         self.host = host
@@ -579,7 +600,9 @@ class ModelServer:
             raise RequestError(404, f"Servable not found for request: {spec}")
         if current is None:
             raise RequestError(404, f"Could not find any versions of model {name}")
-        if version is not None and (not version.isdigit() or int(version) != current.version):
+        if version is not None and (
+            not _VERSION_RE.fullmatch(version) or int(version) != current.version
+        ):
             raise RequestError(404, f"Servable not found for request: {spec}")
         return current
 
@@ -613,6 +636,13 @@ class ModelServer:
         return self._httpd.server_address[1]
 
     @property
+    def address(self) -> tuple:
+        """The bound ``(host, port)``."""
+        if self._httpd is None:
+            raise RuntimeError("server not started")
+        return tuple(self._httpd.server_address[:2])
+
+    @property
     def url(self) -> str:
         """Base URL, e.g. ``http://127.0.0.1:8501``."""
         host = f"[{self.host}]" if ":" in self.host else self.host
@@ -622,8 +652,6 @@ class ModelServer:
         """Load the newest version, bind, and serve in background threads."""
         if self._httpd is not None:
             raise RuntimeError("server already started")
-        if not os.path.isdir(self.model_base_path):
-            raise FileNotFoundError(f"model base path {self.model_base_path} is not a directory")
         if self.refresh() is None:
             logger.warning(
                 "No loadable version under %s yet; waiting for one", self.model_base_path
@@ -676,9 +704,9 @@ def serve(
 
     The REST API is TF Serving's: ``POST http://host:port/v1/models/<model_name>:predict``.
     """
+    server = ModelServer(model_base_path, model_name, host, port, max_body_bytes, poll_seconds, quiet)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    server = ModelServer(model_base_path, model_name, host, port, max_body_bytes, poll_seconds, quiet)
     server.start()
     print(
         f"Serving {model_name} from {server.model_base_path} at "

@@ -53,8 +53,7 @@ def predict(url, body, version=None):
 
 
 def test_binds_loopback(toy_model_server):
-    assert toy_model_server.host == "127.0.0.1"
-    assert toy_model_server._httpd.server_address[0] == "127.0.0.1"
+    assert toy_model_server.address == ("127.0.0.1", toy_model_server.port)
 
 
 def test_model_status(toy_url):
@@ -201,13 +200,17 @@ def test_oversized_body_is_413_and_server_survives(toy_url):
     assert status == 413 and str(MAX_BODY) in err["error"]
     # A client announcing a huge body but never sending it is answered without waiting for it.
     host, port = toy_url.split("/")[2].split(":")
-    conn = HTTPConnection(host, int(port), timeout=10)
-    conn.putrequest("POST", "/v1/models/toy:predict")
-    conn.putheader("Content-Length", str(10**12))
-    conn.endheaders()
-    response = conn.getresponse()
-    assert response.status == 413
-    conn.close()
+    for expect in (False, True):
+        conn = HTTPConnection(host, int(port), timeout=10)
+        conn.putrequest("POST", "/v1/models/toy:predict")
+        conn.putheader("Content-Length", str(10**12))
+        if expect:  # what curl sends with large bodies
+            conn.putheader("Expect", "100-continue")
+        conn.endheaders()
+        response = conn.getresponse()
+        assert response.status == 413
+        assert "exceeds the limit" in json.loads(response.read())["error"]
+        conn.close()
     assert predict(toy_url, {"instances": ["still alive"]}) == (200, {"predictions": ["STILL ALIVE"]})
 
 
@@ -296,3 +299,5 @@ def test_cli_arguments(tmp_path):
     assert (args.host, args.port, args.poll_seconds) == ("127.0.0.1", 0, 2.0)
     with pytest.raises(FileNotFoundError):
         srv.run_serve_command(args)
+    with pytest.raises(ValueError):
+        srv.ModelServer(str(tmp_path), "toy", poll_seconds=0)
