@@ -34,7 +34,6 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
