@@ -17,7 +17,7 @@ import math
 import keras
 import tensorflow as tf
 
-from kerasplm.layers.masks import create_masks
+from kerasplm.layers.masks import create_masks, create_padding_mask
 from kerasplm.layers.position import positional_encoding
 from kerasplm.layers.transformer import DecoderLayer, EncoderLayer
 
@@ -160,6 +160,30 @@ class Decoder(_Embedder):
             attention_weights[f"decoder_layer{i + 1}_block2"] = block2
         return x, attention_weights
 
+    # ---- incremental decoding (kerasplm.generation) ----
+    def init_cache(self, batch_size, max_length):
+        """Empty self-attention cache: per layer ``(k, v)``, each ``(batch, num_heads, max_length, depth)``."""
+        shape = (batch_size, self.num_heads, max_length, self.d_model // self.num_heads)
+        return [(tf.zeros(shape, self.compute_dtype), tf.zeros(shape, self.compute_dtype))
+                for _ in self.dec_layers]
+
+    def cross_attention_kv(self, enc_output):
+        """Cross-attention keys/values of every layer, computed once per source:
+        per layer ``(k, v)``, each ``(batch, num_heads, inp_len, depth)``."""
+        return [layer.mha2.project_kv(enc_output, enc_output) for layer in self.dec_layers]
+
+    def decode_step(self, ids_t, step, cache, cross_kv, padding_mask=None):
+        """The decoder at one position: ``ids_t (batch, 1)`` token at position ``step`` (int32 scalar)
+        -> ``(out (batch, 1, d_model), new cache, [cross-attention weights (batch, heads, 1, inp_len)
+        per layer])``. Equal to ``call`` on the whole prefix, restricted to its last position."""
+        x = self.embed(ids_t, positions=tf.reshape(step, [1]), training=False)
+        new_cache, cross_weights = [], []
+        for layer, (k, v), (ck, cv) in zip(self.dec_layers, cache, cross_kv):
+            x, k, v, w = layer.decode_step(x, k, v, step, ck, cv, padding_mask)
+            new_cache.append((k, v))
+            cross_weights.append(w)
+        return x, new_cache, cross_weights
+
     def get_config(self):
         return {**super().get_config(), "num_layers": self.num_layers, "d_model": self.d_model,
                 "num_heads": self.num_heads, "dff": self.dff, "target_vocab_size": self.target_vocab_size,
@@ -228,6 +252,19 @@ class Transformer(keras.Model):
                                                      padding_mask=dec_padding_mask)
         logits = tf.cast(self.final_layer(dec_output), tf.float32)
         return logits, attention_weights
+
+    # ---- incremental decoding (kerasplm.generation) ----
+    def encode(self, inp, pad_id=0):
+        """``inp (batch, inp_len)`` -> ``(enc_output (batch, inp_len, d_model), padding_mask (batch, 1, 1,
+        inp_len))`` for decoding (no dropout)."""
+        padding_mask = create_padding_mask(inp, pad_id)
+        return self.encoder(inp, training=False, padding_mask=padding_mask), padding_mask
+
+    def decode_step(self, ids_t, step, cache, cross_kv, padding_mask=None):
+        """Cached decoder step + final layer: ``-> (float32 logits (batch, target_vocab_size), new cache)``.
+        See ``Decoder.decode_step``."""
+        h, cache, _ = self.decoder.decode_step(ids_t, step, cache, cross_kv, padding_mask)
+        return tf.cast(self.final_layer(h[:, 0]), tf.float32), cache
 
     # Model.fit support: the loss and metrics see only the logits.
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
