@@ -116,6 +116,7 @@ def beam_search(step_fn, state, max_lengths, max_length, beam_size=4, alpha=0.6,
     done = tf.zeros((batch_size,), tf.bool)
     cap_lp = length_penalty(max_lengths, alpha)
     topk_in_rank = tf.range(2 * k) < k  # (2K,) continuation ranks allowed to finish with [END]
+    loop_vars = (tf.constant(0), alive_seq, alive_logp, fin_seq, fin_score, num_fin, done, state)
 
     def cond(step, alive_seq, alive_logp, fin_seq, fin_score, num_fin, done, state):
         return tf.logical_and(step < max_length, tf.logical_not(tf.reduce_all(done)))
@@ -141,7 +142,7 @@ def beam_search(step_fn, state, max_lengths, max_length, beam_size=4, alpha=0.6,
         new_alive_logp, pos = tf.math.top_k(tf.where(is_end | at_cap, NEG_INF, top_logp), k)
         new_alive_seq = tf.gather(seqs, pos, batch_dims=1)
         rows = tf.reshape(tf.gather(beam_idx, pos, batch_dims=1) + tf.range(batch_size)[:, tf.newaxis] * k, [-1])
-        state = tf.nest.map_structure(lambda s: _keep_shape(tf.gather(s, rows), s), state)
+        state = tf.nest.map_structure(lambda s: tf.gather(s, rows), state)
 
         # Finished set: the K best of the old finished set and the continuations that finished now.
         fin_score, pos = tf.math.top_k(tf.concat([fin_score, cand_score], axis=1), k)
@@ -152,8 +153,8 @@ def beam_search(step_fn, state, max_lengths, max_length, beam_size=4, alpha=0.6,
         cannot_improve = best_alive / cap_lp < fin_score[:, 0]
         done = done | at_cap[:, 0] | (num_fin >= k) | cannot_improve | tf.equal(best_alive, NEG_INF)
         new_alive_logp = tf.where(done[:, tf.newaxis], NEG_INF, new_alive_logp)  # freeze done sentences
-        return step + 1, new_alive_seq, new_alive_logp, fin_seq, fin_score, num_fin, done, state
+        out = (step + 1, new_alive_seq, new_alive_logp, fin_seq, fin_score, num_fin, done, state)
+        return tf.nest.map_structure(_keep_shape, out, loop_vars)  # keep static shapes through gathers
 
-    loop_vars = (tf.constant(0), alive_seq, alive_logp, fin_seq, fin_score, num_fin, done, state)
     step, _, _, fin_seq, fin_score, _, _, _ = tf.while_loop(cond, body, loop_vars, maximum_iterations=max_length)
     return fin_seq[:, 0], fin_score[:, 0], step
