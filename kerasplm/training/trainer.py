@@ -21,6 +21,10 @@ Contract with a model family::
 Data contract for exact resume: `dataset` yields GLOBAL batches, and yields the same sequence every
 time it is iterated (seeded shuffles, no unseeded randomness); it may be finite or `.repeat()`ed.
 The tf.data iterator is not checkpointed; on resume, `fit` skips the `step` batches already consumed.
+Caveat: `shuffle(seed=s, reshuffle_each_iteration=True)` replays its sequence only in a fresh
+process -- re-iterating the SAME Dataset object continues its seed generator. So for resuming (or
+several `fit` calls) within one process, pass a zero-argument callable that builds the dataset;
+`fit`/`evaluate` accept either.
 """
 import os
 import shutil
@@ -47,6 +51,37 @@ def _resolve_jit(jit_compile):
     if not isinstance(jit_compile, bool):
         raise ValueError(f"jit_compile must be True, False or 'auto', got {jit_compile!r}")
     return jit_compile
+
+
+def _write_scalar(name, value, step):
+    """`tf.summary.scalar` without needing the tensorboard package (scalars-plugin metadata)."""
+    from tensorflow.core.framework import summary_pb2
+
+    metadata = summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")
+    )
+    tf.summary.write(name, tf.constant(value, tf.float32), step=step, metadata=metadata)
+
+
+def _as_dataset(dataset):
+    """A tf.data.Dataset, or a zero-argument callable returning one (called for a fresh copy)."""
+    if isinstance(dataset, tf.data.Dataset):
+        return dataset
+    if callable(dataset):
+        dataset = dataset()
+        if isinstance(dataset, tf.data.Dataset):
+            return dataset
+    raise TypeError(f"expected a tf.data.Dataset or a callable returning one, got {dataset!r}")
+
+
+def _scale(grad, factor):
+    """grad * factor for dense tensors and IndexedSlices (embedding gradients); None stays None."""
+    if grad is None:
+        return None
+    if isinstance(grad, tf.IndexedSlices):
+        values = grad.values * tf.cast(factor, grad.values.dtype)
+        return tf.IndexedSlices(values, grad.indices, grad.dense_shape)
+    return grad * tf.cast(factor, grad.dtype)
 
 
 def _is_chief(strategy):
@@ -209,11 +244,12 @@ class Trainer:
         # d(global mean)/dw = sum over replicas of d(local sum)/dw / global weight.
         global_weight = ctx.all_reduce(tf.distribute.ReduceOp.SUM, results["weight"])
         inv = 1.0 / tf.maximum(global_weight, 1.0)
-        grads = [None if g is None else g * tf.cast(inv, g.dtype) for g in grads]
+        grads = [_scale(g, inv) for g in grads]
         if self.clip_norm:
             # The norm is that of the SUMMED gradient: reduce here, clip, then hand each replica's
             # 1/N share to the optimizer (which sums across replicas again).
-            present = [g for g in grads if g is not None]
+            # Dense first: an IndexedSlices with repeated indices has a larger norm than its sum.
+            present = [tf.convert_to_tensor(g) for g in grads if g is not None]
             present = ctx.all_reduce(tf.distribute.ReduceOp.SUM, present)
             if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
                 scale = tf.cast(self.optimizer.dynamic_scale, tf.float32)
@@ -224,7 +260,7 @@ class Trainer:
                 present, _ = tf.clip_by_global_norm(present, self.clip_norm)
             share = 1.0 / ctx.num_replicas_in_sync
             it = iter(present)
-            grads = [None if g is None else next(it) * share for g in grads]
+            grads = [None if g is None else _scale(next(it), share) for g in grads]
         pairs = [(g, v) for g, v in zip(grads, self.model.trainable_variables) if g is not None]
         self.optimizer.apply_gradients(pairs)
         return results
@@ -277,12 +313,13 @@ class Trainer:
         if self._writer is not None:
             with self._writer.as_default(step=step):
                 for key, value in values.items():
-                    tf.summary.scalar(f"{prefix}{key}", value)
+                    _write_scalar(f"{prefix}{key}", value, step)
             self._writer.flush()
 
     # ------------------------------------------------------------------ public loops
     def evaluate(self, dataset):
         """Exact metrics over `dataset` (global batches): {"loss": sum/weight, K: sum_K/weight...}."""
+        dataset = _as_dataset(dataset)
         self._ensure_ready(dataset)
         totals = None
         for batch in self.strategy.experimental_distribute_dataset(dataset):
@@ -303,6 +340,7 @@ class Trainer:
         """
         if eval_every and eval_dataset is None:
             raise ValueError("eval_every needs an eval_dataset")
+        dataset = _as_dataset(dataset)
         self._ensure_ready(dataset)
         start = self.step
         self.stop_reason = None
