@@ -34,7 +34,13 @@ def test_loss_falls_and_history_is_plottable(tmp_path):
     assert history["loss"][-1] < 0.2 * history["loss"][0]
     assert history["accuracy"][-1] > 0.9
     assert history["learning_rate"] == pytest.approx([1e-2] * 3)
-    assert os.listdir(tmp_path / "logs")  # tf.summary event file
+    (event_file,) = os.listdir(tmp_path / "logs")
+    tags = {
+        value.tag
+        for event in tf.compat.v1.train.summary_iterator(str(tmp_path / "logs" / event_file))
+        for value in event.summary.value
+    }
+    assert {"loss", "accuracy", "learning_rate"} <= tags
     # A second fit continues from the current step.
     trainer.fit(toy.make_dataset(), steps=70, log_every=5)
     assert trainer.step == 70 and history["step"][-2:] == [65, 70]
@@ -163,9 +169,7 @@ def test_sigterm_in_process_stops_after_current_step(tmp_path):
     trainer = make_trainer(checkpoint_dir=str(tmp_path))
     previous = signal.getsignal(signal.SIGTERM)
 
-    def preempt_after_three(x, y):
-        return x, y
-
+    # The input pipeline sends SIGTERM to this process while producing batch 3.
     dataset = toy.make_dataset().enumerate().map(
         lambda i, batch: (tf.py_function(
             lambda i: os.kill(os.getpid(), signal.SIGTERM) if int(i) == 3 else None, [i], []
@@ -237,3 +241,10 @@ def test_sigterm_subprocess_resumes_to_the_same_weights(tmp_path):
     ref, got = np.load(tmp_path / "ref.npz"), np.load(tmp_path / "cut.npz")
     for key in ref.files:
         np.testing.assert_allclose(got[key], ref[key], rtol=1e-6, atol=1e-7)
+
+
+def test_compute_loss_without_weight_is_rejected():
+    trainer = Trainer(toy.make_model, adam, lambda model, batch, training: {"loss": 0.0},
+                      verbose=0)
+    with pytest.raises(ValueError, match="'weight'"):
+        trainer.fit(toy.make_dataset(), steps=1)
