@@ -135,6 +135,10 @@ def _add_export_parser(commands):
     et.add_argument("--to", default=DEFAULT_EXPORT_DIR, help=f"model base path (default {DEFAULT_EXPORT_DIR})")
     et.add_argument("--version", type=_positive_int, help="version number (default: next free)")
     et.add_argument("--overwrite", action="store_true", help="replace an existing version")
+    et.add_argument("--max-beam-size", type=_positive_int, default=8,
+                    help="largest beam size the `translate` signature accepts (default 8; one traced branch each)")
+    et.add_argument("--jit-compile", action="store_true",
+                    help="XLA-compile the decoding loop (TF Serving on CPU then needs --xla_cpu_compilation_enabled)")
     et.set_defaults(handler=_export_translator)
 
 
@@ -197,7 +201,8 @@ def _export_translator(args):
     from kerasplm.export import export_translator
     from kerasplm.tasks.translation import load_translator
 
-    path = export_translator(load_translator(args.run), args.to, version=args.version, overwrite=args.overwrite)
+    path = export_translator(load_translator(args.run), args.to, version=args.version, overwrite=args.overwrite,
+                             jit_compile=args.jit_compile, max_beam_size=args.max_beam_size)
     print(path)
     return 0
 
