@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from kerasplm.layers.masks import create_masks, create_padding_mask
 from kerasplm.layers.position import positional_encoding
+from kerasplm.layers.tracking import track_layer_list
 from kerasplm.layers.transformer import DecoderLayer, EncoderLayer
 
 
@@ -111,6 +112,7 @@ class Encoder(_Embedder):
         self.input_vocab_size = input_vocab_size
         self.enc_layers = [EncoderLayer(d_model, num_heads, dff, rate, name=f"encoder_layer{i + 1}")
                            for i in range(num_layers)]
+        track_layer_list(self, self.enc_layers)
 
     def build(self, input_shape=None):
         super().build(input_shape)
@@ -144,6 +146,7 @@ class Decoder(_Embedder):
         self.target_vocab_size = target_vocab_size
         self.dec_layers = [DecoderLayer(d_model, num_heads, dff, rate, name=f"decoder_layer{i + 1}")
                            for i in range(num_layers)]
+        track_layer_list(self, self.dec_layers)
 
     def build(self, input_shape=None):
         super().build(input_shape)

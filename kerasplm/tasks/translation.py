@@ -88,17 +88,21 @@ class Translator:
         self.config = config or {}
         self.step = step
 
+    # Sources are padded to a multiple of this many tokens, so decoding compiles once per bucket.
+    length_bucket = 16
+
     def encode(self, texts):
-        """Tokenized, 0-padded source ids ``(batch, S)``, cut to the model's position limit."""
+        """Tokenized, 0-padded source ids ``(batch, S)``: S rounded up to a multiple of ``length_bucket``
+        (bounding recompiles of the decoder), sentences cut to the model's position limit (keeping [END])."""
         ids = self.src_tokenizer.tokenize(tf.constant(list(texts), tf.string))
         limit = self.model.config.pe_input
-        ids = ids[:, :limit].to_tensor()
+        lengths = ids.row_lengths()
+        longest = int(tf.reduce_max(lengths)) if len(texts) else 1
+        width = min(limit, -(-longest // self.length_bucket) * self.length_bucket)
+        dense = ids[:, :width].to_tensor(shape=[None, width])
         # A cut sentence still ends with [END].
-        if ids.shape[1] == limit:
-            last = ids[:, -1]
-            ids = tf.concat([ids[:, :-1], tf.where(last != 0, tf.constant(self.src_tokenizer.end_id, tf.int64),
-                                                   last)[:, None]], axis=1)
-        return ids
+        cut_end = tf.logical_and(lengths[:, None] > width, tf.range(width, dtype=tf.int64)[None, :] == width - 1)
+        return tf.where(cut_end, tf.constant(self.src_tokenizer.end_id, tf.int64), dense)
 
     def translate_ids(self, src_ids, beam_size=1, **options):
         from kerasplm.generation import beam_search_decode, greedy_decode
@@ -111,12 +115,20 @@ class Translator:
         return ids
 
     def translate(self, texts, beam_size=1, batch_size=64, **options):
-        """Translate a list of source sentences; returns a list of str."""
+        """Translate a list of source sentences; returns a list of str in input order.
+
+        Sentences are decoded in batches of similar length (sorted by character count), which wastes
+        less work on padding; each result is independent of its batch-mates.
+        """
         texts = list(texts)
-        out = []
-        for i in range(0, len(texts), batch_size):
-            ids = self.translate_ids(self.encode(texts[i:i + batch_size]), beam_size=beam_size, **options)
-            out.extend(s.decode("utf-8") for s in self.tgt_tokenizer.detokenize(tf.cast(ids, tf.int64)).numpy())
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = [None] * len(texts)
+        for start in range(0, len(texts), batch_size):
+            chunk = order[start:start + batch_size]
+            ids = self.translate_ids(self.encode([texts[i] for i in chunk]), beam_size=beam_size, **options)
+            decoded = self.tgt_tokenizer.detokenize(tf.cast(ids, tf.int64)).numpy()
+            for i, text in zip(chunk, decoded):
+                out[i] = text.decode("utf-8")
         return out
 
 

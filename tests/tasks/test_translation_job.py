@@ -1,0 +1,124 @@
+"""The translator job and CLI: a short run whose loss falls, resume, translate, BLEU, one-line errors."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from kerasplm import cli
+from kerasplm.tasks.translation import corpus_bleu, load_translator, train_translator
+
+PAIRS = [("I am here.", "Estoy aquí."), ("You are here.", "Estás aquí."), ("He is here.", "Él está aquí."),
+         ("I am tired.", "Estoy cansado."), ("You are tired.", "Estás cansado."), ("He is tired.", "Él está cansado."),
+         ("I am happy.", "Estoy feliz."), ("You are happy.", "Estás feliz."), ("He is happy.", "Él está feliz."),
+         ("I am hungry.", "Tengo hambre."), ("Be brief.", "Sé breve."), ("Go away.", "Vete."),
+         ("I see.", "Ya veo."), ("Come in.", "Pasa."), ("Thanks.", "Gracias."), ("Hello!", "¡Hola!")]
+
+
+@pytest.fixture(scope="module")
+def tiny_tsv(tmp_path_factory):
+    path = tmp_path_factory.mktemp("corpus") / "pairs.tsv"
+    path.write_text("".join(f"{en}\t{es}\n" for en, es in PAIRS * 3), encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, tiny_tsv):
+    out = str(tmp_path_factory.mktemp("run") / "run")
+    summary = train_translator(out, data=tiny_tsv, preset="transformer_tiny", steps=60, batch_size=8, vocab_size=200,
+                               warmup_steps=20, dev_size=2, verbose=0, log=lambda *_: None)
+    return out, summary
+
+
+def test_short_training_run_loss_falls_and_writes_run_dir(tiny_run):
+    out, summary = tiny_run
+    for name in ("config.json", "src_vocab.txt", "tgt_vocab.txt", "history.json", "metrics.json"):
+        assert os.path.isfile(os.path.join(out, name)), name
+    history = json.load(open(os.path.join(out, "history.json")))
+    assert history["loss"][-1] < 0.8 * history["loss"][0]
+    assert summary["step"] == 60 and summary["stop_reason"] == "steps"
+    metrics = json.load(open(os.path.join(out, "metrics.json")))
+    assert 0.0 <= metrics["bleu"] <= 100.0 and metrics["bleu_sentences"] >= 1
+    config = json.load(open(os.path.join(out, "config.json")))
+    assert config["preset"] == "transformer_tiny" and config["model"]["d_model"] == 32
+
+
+def test_reload_translates_like_the_trained_model(tiny_run):
+    out, summary = tiny_run
+    translator = load_translator(out)
+    assert translator.step == 60
+    sentences = ["Estoy aquí.", "¡Hola!", ""]
+    assert translator.translate(sentences) == summary["translator"].translate(sentences)
+    # Results do not depend on batch-mates or on order.
+    assert translator.translate(sentences[::-1]) == translator.translate(sentences)[::-1]
+    assert [translator.translate([s])[0] for s in sentences] == translator.translate(sentences)
+
+
+def test_resume_continues_to_the_requested_total(tiny_run, tiny_tsv, tmp_path):
+    import shutil
+
+    out = str(tmp_path / "resumed")
+    shutil.copytree(tiny_run[0], out)
+    summary = train_translator(out, data=tiny_tsv, preset="transformer_tiny", steps=70, batch_size=8,
+                               vocab_size=200, warmup_steps=20, dev_size=2, verbose=0, log=lambda *_: None)
+    assert summary["step"] == 70
+
+
+def test_corpus_bleu_multi_reference():
+    assert corpus_bleu(["the cat sat on the mat"], [["The cat sat on the mat."]]).score > 50
+    perfect = corpus_bleu(["a b c d e", "x y z w v"], [["q", "a b c d e"], ["x y z w v"]])
+    assert perfect.score == pytest.approx(100.0)
+    with pytest.raises(ValueError, match="2 hypotheses but 1"):
+        corpus_bleu(["a", "b"], [["a"]])
+
+
+def run_cli(*args, stdin=None):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    return subprocess.run([sys.executable, "-m", "kerasplm.cli", *args], capture_output=True, text=True,
+                          input=stdin, env=env, timeout=300)
+
+
+def test_cli_translate(tiny_run):
+    result = run_cli("translate", "--run", tiny_run[0], "Estoy aquí.", "¡Hola!")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == load_translator(tiny_run[0]).translate(["Estoy aquí.", "¡Hola!"])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "translator", "--data", "missing.tsv"], "no such file: missing.tsv"),
+    (["train", "translator", "--steps", "0"], "expected a positive integer, got '0'"),
+    (["train", "translator", "--preset", "transformer_huge"], "invalid choice: 'transformer_huge'"),
+    (["translate", "--run", "no/such/run", "hola"], "no/such/run is not a translator run directory"),
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
+])
+def test_cli_errors_are_one_line(argv, message, capsys):
+    with pytest.raises(SystemExit) if argv[0] != "translate" else _no_raise():
+        code = cli.main(argv)
+        assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+
+
+def test_cli_bad_corpus_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.tsv"
+    bad.write_bytes(b"Hello.\tHola.\nonly one column\n")
+    assert cli.main(["train", "translator", "--data", str(bad), "--steps", "1", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "line 2 has 1 column(s)" in err[0] and str(bad) in err[0]
+
+
+def test_every_subcommand_has_help():
+    for argv in (["--help"], ["train", "translator", "--help"], ["translate", "--help"],
+                 ["export", "translator", "--help"], ["serve", "--help"]):
+        with pytest.raises(SystemExit) as exc:
+            cli.main(argv)
+        assert exc.value.code == 0
+
+
+class _no_raise:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
