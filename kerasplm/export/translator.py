@@ -35,6 +35,16 @@ def _ceil_div_rule(width, ratio, offset):
     return tf.cast(tf.math.ceil(ratio * tf.cast(width, tf.float32) + offset), tf.int32)
 
 
+def _tf_variable(variable):
+    """The ``tf.Variable`` behind a Keras 3 variable (or the variable itself)."""
+    if isinstance(variable, tf.Variable):
+        return variable
+    value = getattr(variable, "_value", None)
+    if isinstance(value, tf.Variable):
+        return value
+    raise TypeError(f"cannot export variable {variable!r}: no tf.Variable behind it")
+
+
 class TranslatorModule(tf.Module):
     """The exported translator: model + tokenizers + decoding, all graph functions.
 
@@ -48,7 +58,13 @@ class TranslatorModule(tf.Module):
         super().__init__(name="translator")
         from kerasplm.generation.seq2seq import DEFAULT_OFFSET, DEFAULT_RATIO
 
-        self.model = translator.model
+        # The Keras model is NOT tracked as a child: a Keras 3 variable exports as a *copy* ("Variable_N") that
+        # the checkpoint restores, while the traced functions read the tf.Variable inside it. TF2's loader
+        # copes, but TF1-style loaders (TF Serving, saved_model_cli run) then leave those tf.Variables
+        # uninitialized ("Could not find variable ..."). So track the underlying tf.Variables directly, as
+        # keras.export.ExportArchive does, and keep the model as an untracked attribute.
+        self.__dict__["model"] = translator.model
+        self.model_variables = [_tf_variable(v) for v in translator.model.variables]
         self.src_tokenizer = translator.src_tokenizer
         self.tgt_tokenizer = translator.tgt_tokenizer
         config = self.model.config
@@ -183,6 +199,9 @@ class TranslatorModule(tf.Module):
         token t (teacher-forced pass over the greedy output), 0 for padding rows/columns.
         """
         src_ids, ids, has_words = self._greedy(inputs)
+        # Every sentence generates >= 1 token, so ids has >= 2 columns, except in an empty batch (no step
+        # runs): pad that one so the teacher-forced pass gets a non-empty target.
+        ids = tf.pad(ids, [[0, 0], [0, tf.maximum(0, 2 - tf.shape(ids)[1])]])
         dec_in, generated = ids[:, :-1], ids[:, 1:]
         _, weights = self.model((src_ids, dec_in), training=False)
         attention = tf.cast(weights[f"decoder_layer{self.model.config.num_layers}_block2"], tf.float32)
@@ -190,9 +209,12 @@ class TranslatorModule(tf.Module):
         valid_s = tf.cast(src_ids != 0, tf.float32)
         attention = attention * valid_t[:, tf.newaxis, :, tf.newaxis] * valid_s[:, tf.newaxis, tf.newaxis, :]
         empty = tf.constant("", tf.string)
-        tokens = self.tgt_tokenizer.lookup(tf.cast(generated, tf.int64)).to_tensor(default_value="")
+        # to_tensor with an explicit shape: an empty batch would otherwise give [0, 0].
+        tokens = self.tgt_tokenizer.lookup(tf.cast(generated, tf.int64)).to_tensor(
+            default_value="", shape=tf.shape(generated, out_type=tf.int64))
         tokens = tf.where(valid_t > 0, tokens, empty)
-        source_tokens = self.src_tokenizer.lookup(tf.cast(src_ids, tf.int64)).to_tensor(default_value="")
+        source_tokens = self.src_tokenizer.lookup(tf.cast(src_ids, tf.int64)).to_tensor(
+            default_value="", shape=tf.shape(src_ids, out_type=tf.int64))
         source_tokens = tf.where(src_ids != 0, source_tokens, empty)
         return {"translation": self._detokenize(ids, has_words), "tokens": tokens, "source_tokens": source_tokens,
                 "attention": attention,
