@@ -12,7 +12,8 @@ without Docker:
 * ``GET  /v1/models/<name>[/versions/<N>]/metadata``   signature definitions;
 * ``POST /v1/models/<name>[/versions/<N>]:predict``    row (``instances``) or columnar (``inputs``)
   requests, ``{"b64": ...}`` for binary strings, outputs named ``*_bytes`` come back as ``{"b64": ...}``;
-* errors are ``{"error": "<message>"}`` with 400/404/405/411/413/500 status codes.
+* errors are ``{"error": "<message>"}`` with 400/404/405/411/413/500 status codes (a model
+  raising INVALID_ARGUMENT gives 400, as in TF Serving; other TensorFlow errors 500).
 
 Only the standard library, ``tensorflow`` and ``tensorflow_text`` are used.  Entry points:
 :func:`serve` (blocking, used by ``kerasplm serve``), :class:`ModelServer` (start/stop in a
@@ -305,6 +306,9 @@ def predict(loaded: LoadedVersion, body: dict) -> dict:
 
     try:
         outputs = loaded.signatures[signature_name](**tensors)
+    except tf.errors.InvalidArgumentError as e:
+        # Like TF Serving: a request the model rejects (e.g. an out-of-range option) is the client's error.
+        raise RequestError(400, e.message) from None
     except tf.errors.OpError as e:
         raise RequestError(500, e.message) from None
     except (TypeError, ValueError) as e:  # e.g. a signature the checks above do not describe

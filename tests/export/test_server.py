@@ -171,9 +171,10 @@ def test_malformed_json(toy_url):
         assert status == 400 and "JSON" in err["error"], raw
 
 
-def test_model_error_is_500(toy_url):
+def test_model_rejecting_its_input_is_400(toy_url):
+    # TF Serving maps INVALID_ARGUMENT (a failed tf.debugging assertion here) to HTTP 400.
     status, err = predict(toy_url, {"signature_name": "repeat", "inputs": {"inputs": ["a"], "times": -1}})
-    assert status == 500
+    assert status == 400
     assert "times must be >= 0" in err["error"]
 
 

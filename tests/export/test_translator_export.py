@@ -342,8 +342,8 @@ def test_serving_end_to_end(exported, reference):
         assert status == 200 and body["outputs"][0] == "" and body["outputs"][2] == reference[1][0]
         status, body = _post(url + ":predict", {"signature_name": "translate",
                                                 "inputs": {"inputs": SENTENCES, "beam_size": 99, "max_length": 0}})
-        # TF Serving answers INVALID_ARGUMENT with 400; kerasplm serve currently answers every op error 500.
-        assert status in (400, 500) and "beam_size must be <= 8" in body["error"]
+        # INVALID_ARGUMENT is the client's error: 400, as TF Serving answers.
+        assert status == 400 and "beam_size must be <= 8" in body["error"]
         with urllib.request.urlopen(url, timeout=30) as response:
             assert json.loads(response.read())["model_version_status"][0]["state"] == "AVAILABLE"
         with urllib.request.urlopen(url + "/metadata", timeout=30) as response:
