@@ -23,34 +23,25 @@ class CLIError(Exception):
     """An error the user can fix; printed as one line."""
 
 
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+def _number(kind, minimum, inclusive):
+    """An argparse type: ``kind`` (int or float) that must be > minimum (>= when ``inclusive``)."""
+    expected = f"{'an integer' if kind is int else 'a number'} {'>=' if inclusive else '>'} {minimum}"
+
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if value < minimum or (value == minimum and not inclusive):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+
+    return parse
 
 
-def _nonnegative_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
-
-
-def _positive_float(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
+_positive_int = _number(int, 0, inclusive=False)
+_nonnegative_int = _number(int, 0, inclusive=True)
+_positive_float = _number(float, 0, inclusive=False)
 
 
 def _existing_file(text):

@@ -87,7 +87,7 @@ def test_cli_translate(tiny_run):
 
 @pytest.mark.parametrize("argv, message", [
     (["train", "translator", "--data", "missing.tsv"], "no such file: missing.tsv"),
-    (["train", "translator", "--steps", "0"], "expected a positive integer, got '0'"),
+    (["train", "translator", "--steps", "0"], "expected an integer > 0, got '0'"),
     (["train", "translator", "--preset", "transformer_huge"], "invalid choice: 'transformer_huge'"),
     (["translate", "--run", "no/such/run", "hola"], "no/such/run is not a translator run directory"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
