@@ -31,6 +31,7 @@ import logging
 import os
 import re
 import socket
+import signal
 import sys
 import threading
 import time
@@ -703,7 +704,8 @@ def serve(
     poll_seconds: float = 2.0,
     quiet: bool = False,
 ):
-    """Serve ``model_base_path`` as ``model_name`` until interrupted (blocking).
+    """Serve ``model_base_path`` as ``model_name`` until Ctrl-C or SIGTERM (blocking); both shut the
+    server down cleanly (in-flight requests finish) and return.
 
     The REST API is TF Serving's: ``POST http://host:port/v1/models/<model_name>:predict``.
     """
@@ -717,12 +719,20 @@ def serve(
         file=sys.stderr,
         flush=True,
     )
+    def on_sigterm(signum, frame):
+        raise KeyboardInterrupt  # a process manager's stop request: same clean path as Ctrl-C
+
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         server.wait()
     except KeyboardInterrupt:
         pass
     finally:
         server.stop()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def add_serve_arguments(parser):

@@ -302,3 +302,34 @@ def test_cli_arguments(tmp_path):
         srv.run_serve_command(args)
     with pytest.raises(ValueError):
         srv.ModelServer(str(tmp_path), "toy", poll_seconds=0)
+
+
+def test_kerasplm_serve_stops_cleanly_on_sigterm(toy_export_dir):
+    """The real CLI in a subprocess: it answers, and SIGTERM (a process manager's stop) exits 0."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "kerasplm.cli", "serve", "--model-base-path", toy_export_dir,
+                             "--model-name", "toy", "--port", str(port), "--quiet"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        status = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                status, _ = http("GET", f"http://127.0.0.1:{port}/v1/models/toy")
+                break
+            except OSError:
+                time.sleep(0.2)
+        assert status == 200
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
