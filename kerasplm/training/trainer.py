@@ -38,10 +38,11 @@ import tensorflow as tf
 
 __all__ = ["Trainer"]
 
-# On CPU, measured on a shared 2-core machine (2-block pre-LN MLP, d=128, ff=512, vocab 1000,
-# batch 16x64, Adam): best-of-3 29.6 ms/step with XLA vs 32.1 ms/step without; the spread between
-# repeats (30-100 ms) was larger than the difference, so "auto" keeps XLA on CPU as on GPU/TPU.
-_CPU_JIT_DEFAULT = True
+# On CPU XLA does not pay for itself: benchmarks/bench_train.py on an idle 2-core machine
+# (transformer_seed, batch 64, length 40) gave 4,970 target tokens/s with XLA and 6,029 without, and
+# every new bucket shape costs an XLA compile. "auto" therefore compiles on GPU/TPU only
+# (benchmarks/RESULTS.md). Decoding is another matter: kerasplm.generation compiles on CPU too.
+_CPU_JIT_DEFAULT = False
 
 
 def _resolve_jit(jit_compile):
@@ -124,7 +125,8 @@ class Trainer:
         replica's partial gradient.
       compute_loss: `fn(model, batch, training) -> dict` of SUMS (see module docstring).
       strategy: a tf.distribute strategy; default: the strategy of the current scope.
-      jit_compile: XLA-compile the per-replica forward/backward: True, False or "auto" (True).
+      jit_compile: XLA-compile the per-replica forward/backward: True, False or "auto" (GPU/TPU
+        only; on CPU it measured slower, see `_CPU_JIT_DEFAULT`).
       clip_norm: clip the global (all-replica) gradient to this global norm.
       checkpoint_dir: where `tf.train.CheckpointManager` keeps model, optimizer, step and RNG state;
         the latest checkpoint there is restored when `fit`/`evaluate` first runs.
