@@ -10,10 +10,8 @@ after a warm-up call (tracing / XLA compilation, reported separately).
     python benchmarks/bench_decode.py --out results.json [--tokens 50] [--seed-tokens 50] [--repeats 5]
 """
 import argparse
-import datetime
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -25,25 +23,12 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from benchmarks.common import machine_info  # noqa: E402
 from kerasplm.generation import make_beam_search_fn, make_greedy_fn  # noqa: E402
 from kerasplm.models import Transformer  # noqa: E402
 from tests import seed_reference as seed  # noqa: E402
 
 START, END, VOCAB = 2, 3, 8000
-
-
-def machine_info():
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"cpu": cpu, "cpu_count": os.cpu_count(),
-            "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-            "gpus": [d.name for d in tf.config.list_physical_devices("GPU")],
-            "tensorflow": tf.__version__, "keras": keras.__version__, "python": platform.python_version(),
-            "date": datetime.datetime.now().isoformat(timespec="seconds")}
 
 
 def timed(fn, repeats):

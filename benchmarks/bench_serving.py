@@ -29,25 +29,11 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from benchmarks.common import machine_info  # noqa: E402
 from kerasplm.export import export_translator  # noqa: E402
 from kerasplm.export.server import ModelServer  # noqa: E402
 
 SENTENCE = "¿Puedo tomar prestado este libro?"
-
-
-def machine_info():
-    import datetime
-    import platform
-
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"cpu": cpu, "cpus_usable": len(os.sched_getaffinity(0)), "tensorflow": tf.__version__,
-            "keras": keras.__version__, "python": platform.python_version(),
-            "date": datetime.datetime.now().isoformat(timespec="seconds")}
 
 
 def build_translator(run):

@@ -7,10 +7,8 @@ both sides, Adam + CustomSchedule, in one process, alternating rounds to share a
     python benchmarks/bench_train.py [--seconds 60] [--rounds 2] [--out results.json]
 """
 import argparse
-import datetime
 import json
 import os
-import platform
 import sys
 import time
 
@@ -25,6 +23,7 @@ import kerasplm  # noqa: E402,F401
 from kerasplm.models import Transformer, get_preset  # noqa: E402
 from kerasplm.tasks.translation import translation_loss  # noqa: E402
 from kerasplm.training import CustomSchedule, Trainer  # noqa: E402
+from benchmarks.common import machine_info  # noqa: E402
 from tests import seed_reference as seed  # noqa: E402
 
 BATCH, LENGTH, VOCAB = 64, 40, 8000
@@ -89,9 +88,8 @@ def main():
         results["seed"].append(time_steps(lambda b: seed_step(*b), seed_batches, args.seconds))
         results["ours"].append(time_steps(lambda b: trainer._train_fn(b), our_batches, args.seconds))
     seed_tps, ours_tps = max(results["seed"]), max(results["ours"])
-    info = {"date": datetime.datetime.now().isoformat(timespec="minutes"), "cpus": os.cpu_count(),
-            "machine": platform.processor() or platform.machine(), "tensorflow": tf.__version__,
-            "keras": keras.__version__, "jit_compile": trainer.jit_compile, "mixed_precision": args.mixed_precision, "batch": BATCH, "length": LENGTH,
+    info = {**machine_info(), "jit_compile": trainer.jit_compile, "mixed_precision": args.mixed_precision,
+            "batch": BATCH, "length": LENGTH,
             "vocab": VOCAB, "seconds_per_round": args.seconds, "rounds": args.rounds,
             "seed_tokens_per_s": seed_tps, "kerasplm_tokens_per_s": ours_tps, "ratio": ours_tps / seed_tps,
             "first_step_seconds": {"seed": seed_compile, "kerasplm": ours_compile}, "all_rounds": results}

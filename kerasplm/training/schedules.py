@@ -2,6 +2,8 @@
 
 All schedules take the optimizer step (int or float tensor) and return a float32 learning rate.
 """
+import math
+
 import keras
 import tensorflow as tf
 
@@ -34,8 +36,47 @@ class CustomSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return {"d_model": self.d_model, "warmup_steps": self.warmup_steps}
 
 
+class _WarmupThenDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warmup 0 -> peak over `warmup_steps`, then `_decay(peak, progress)` with progress going
+    0 -> 1 from `warmup_steps` to `total_steps` (constant afterwards). Subclasses add one parameter."""
+
+    extra_parameter = None  # name of the subclass's own constructor argument
+
+    def __init__(self, peak_learning_rate, warmup_steps, total_steps, extra):
+        super().__init__()
+        if total_steps < warmup_steps:
+            raise ValueError(
+                f"total_steps must be >= warmup_steps, got total_steps={total_steps}, "
+                f"warmup_steps={warmup_steps}"
+            )
+        self.peak_learning_rate = peak_learning_rate
+        self.warmup_steps = warmup_steps
+        self.total_steps = total_steps
+        setattr(self, self.extra_parameter, extra)
+
+    def _decay(self, peak, progress):
+        raise NotImplementedError
+
+    def __call__(self, step):
+        step = tf.cast(step, tf.float32)
+        peak = tf.cast(self.peak_learning_rate, tf.float32)
+        warmup = tf.cast(self.warmup_steps, tf.float32)
+        decay_steps = tf.maximum(tf.cast(self.total_steps - self.warmup_steps, tf.float32), 1.0)
+        warm = peak * step / tf.maximum(warmup, 1.0)
+        progress = tf.clip_by_value((step - warmup) / decay_steps, 0.0, 1.0)
+        return tf.where(step < warmup, warm, self._decay(peak, progress))
+
+    def get_config(self):
+        return {
+            "peak_learning_rate": self.peak_learning_rate,
+            "warmup_steps": self.warmup_steps,
+            "total_steps": self.total_steps,
+            self.extra_parameter: getattr(self, self.extra_parameter),
+        }
+
+
 @keras.saving.register_keras_serializable(package="kerasplm")
-class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
+class WarmupLinearDecay(_WarmupThenDecay):
     """BERT schedule: linear warmup 0 -> peak over `warmup_steps`, then linear decay to
     `end_learning_rate` at `total_steps` (constant afterwards).
 
@@ -43,77 +84,33 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
     step >= W: lr = end + (peak - end) * max(0, 1 - (step - W) / (T - W))
     """
 
+    extra_parameter = "end_learning_rate"
+
     def __init__(self, peak_learning_rate, warmup_steps, total_steps, end_learning_rate=0.0):
-        super().__init__()
-        if total_steps < warmup_steps:
-            raise ValueError(
-                f"total_steps must be >= warmup_steps, got total_steps={total_steps}, "
-                f"warmup_steps={warmup_steps}"
-            )
-        self.peak_learning_rate = peak_learning_rate
-        self.warmup_steps = warmup_steps
-        self.total_steps = total_steps
-        self.end_learning_rate = end_learning_rate
+        super().__init__(peak_learning_rate, warmup_steps, total_steps, end_learning_rate)
 
-    def __call__(self, step):
-        step = tf.cast(step, tf.float32)
-        peak = tf.cast(self.peak_learning_rate, tf.float32)
+    def _decay(self, peak, progress):
         end = tf.cast(self.end_learning_rate, tf.float32)
-        warmup = tf.cast(self.warmup_steps, tf.float32)
-        decay_steps = tf.maximum(tf.cast(self.total_steps - self.warmup_steps, tf.float32), 1.0)
-        warm = peak * step / tf.maximum(warmup, 1.0)
-        frac = tf.clip_by_value((step - warmup) / decay_steps, 0.0, 1.0)
-        decay = end + (peak - end) * (1.0 - frac)
-        return tf.where(step < warmup, warm, decay)
-
-    def get_config(self):
-        return {
-            "peak_learning_rate": self.peak_learning_rate,
-            "warmup_steps": self.warmup_steps,
-            "total_steps": self.total_steps,
-            "end_learning_rate": self.end_learning_rate,
-        }
+        return end + (peak - end) * (1.0 - progress)
 
 
 @keras.saving.register_keras_serializable(package="kerasplm")
-class WarmupCosineDecay(keras.optimizers.schedules.LearningRateSchedule):
+class WarmupCosineDecay(_WarmupThenDecay):
     """GPT schedule: linear warmup 0 -> peak over `warmup_steps`, then cosine decay to
     `alpha * peak` at `total_steps` (constant afterwards).
 
     step >= W: lr = peak * (alpha + (1 - alpha) * 0.5 * (1 + cos(pi * p))),  p = min(1, (step-W)/(T-W))
     """
 
+    extra_parameter = "alpha"
+
     def __init__(self, peak_learning_rate, warmup_steps, total_steps, alpha=0.0):
-        super().__init__()
-        if total_steps < warmup_steps:
-            raise ValueError(
-                f"total_steps must be >= warmup_steps, got total_steps={total_steps}, "
-                f"warmup_steps={warmup_steps}"
-            )
-        self.peak_learning_rate = peak_learning_rate
-        self.warmup_steps = warmup_steps
-        self.total_steps = total_steps
-        self.alpha = alpha
+        super().__init__(peak_learning_rate, warmup_steps, total_steps, alpha)
 
-    def __call__(self, step):
-        step = tf.cast(step, tf.float32)
-        peak = tf.cast(self.peak_learning_rate, tf.float32)
+    def _decay(self, peak, progress):
         alpha = tf.cast(self.alpha, tf.float32)
-        warmup = tf.cast(self.warmup_steps, tf.float32)
-        decay_steps = tf.maximum(tf.cast(self.total_steps - self.warmup_steps, tf.float32), 1.0)
-        warm = peak * step / tf.maximum(warmup, 1.0)
-        progress = tf.clip_by_value((step - warmup) / decay_steps, 0.0, 1.0)
-        cosine = 0.5 * (1.0 + tf.cos(tf.constant(3.141592653589793, tf.float32) * progress))
-        decay = peak * (alpha + (1.0 - alpha) * cosine)
-        return tf.where(step < warmup, warm, decay)
-
-    def get_config(self):
-        return {
-            "peak_learning_rate": self.peak_learning_rate,
-            "warmup_steps": self.warmup_steps,
-            "total_steps": self.total_steps,
-            "alpha": self.alpha,
-        }
+        cosine = 0.5 * (1.0 + tf.cos(tf.constant(math.pi, tf.float32) * progress))
+        return peak * (alpha + (1.0 - alpha) * cosine)
 
 
 def plot_schedule(schedule, steps=40000, ax=None):
