@@ -18,7 +18,6 @@ Example:
 import dataclasses
 import json
 import os
-import sys
 import tempfile
 import time
 
@@ -260,7 +259,3 @@ def train_translator(out, data=None, src_col=1, tgt_col=0, dev_data=None, preset
     trainer.close()
     summary["translator"] = translator
     return summary
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit("use the `kerasplm` command")
