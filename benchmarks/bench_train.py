@@ -1,10 +1,12 @@
 """Training throughput: kerasplm's Trainer vs the seed's ``train_step`` under ``tf.function``.
 
-Both train the ``transformer_seed`` preset (4 layers, d_model 128, 8 heads, dff 512) on the same random
-batches of 64 pairs, source and target length 40 (no padding, so every target token counts), vocab 8000
-both sides, Adam + CustomSchedule, in one process, alternating rounds to share any machine noise.
+Every contender trains the ``transformer_seed`` preset (4 layers, d_model 128, 8 heads, dff 512, dropout
+0.1) on the same random batches of 64 pairs, source and target length 40 (no padding, so every target
+token counts), vocab 8000 on both sides, Adam + CustomSchedule. All contenders live in one process and
+take turns (a few steps each, for several rounds) so that they share any machine noise. Each step is
+timed on its own; tokens/s = 64 * 40 / median step time, which shrugs off the odd slow step.
 
-    python benchmarks/bench_train.py [--seconds 60] [--rounds 2] [--out results.json]
+    python benchmarks/bench_train.py [--rounds 10] [--precisions float32,mixed_bfloat16] [--jit false]
 """
 import argparse
 import json
@@ -27,6 +29,7 @@ from benchmarks.common import machine_info  # noqa: E402
 from tests import seed_reference as seed  # noqa: E402
 
 BATCH, LENGTH, VOCAB = 64, 40, 8000
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 
 
 def make_batches(n, rng):
@@ -39,65 +42,86 @@ def make_batches(n, rng):
     return out
 
 
-def time_steps(run_step, batches, seconds):
-    steps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        run_step(batches[steps % len(batches)])
-        steps += 1
-    return steps * BATCH * LENGTH / (time.perf_counter() - start)
+def kerasplm_step(cfg, batches, precision, jit):
+    """(step function taking a batch index, first-step seconds) for a Trainer under `precision`."""
+    keras.utils.set_random_seed(0)
+    keras.mixed_precision.set_global_policy(precision)
+    try:
+        trainer = Trainer(lambda: Transformer.from_config_object(cfg),
+                          lambda: keras.optimizers.Adam(CustomSchedule(128), beta_1=0.9, beta_2=0.98,
+                                                        epsilon=1e-9),
+                          translation_loss, jit_compile=jit, verbose=0)
+        ds = tf.data.Dataset.from_tensor_slices(([b[0] for b in batches], [b[1] for b in batches]))
+        ds = ds.map(lambda s, t: ((s, t[:, :-1]), t[:, 1:]))
+        trainer._ensure_ready(ds)
+        dist = list(trainer.strategy.experimental_distribute_dataset(ds))
+        start = time.perf_counter()
+        trainer._train_fn(dist[0])
+        first = time.perf_counter() - start
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    return (lambda i: trainer._train_fn(dist[i % len(dist)])), first, trainer.jit_compile
+
+
+def seed_step(cfg, batches):
+    """The seed's own train_step with its input signature, under tf.function (no XLA)."""
+    keras.utils.set_random_seed(0)
+    ref = seed.Transformer(cfg.num_layers, cfg.d_model, cfg.num_heads, cfg.dff, VOCAB, VOCAB, VOCAB, VOCAB,
+                           cfg.rate)
+    opt = keras.optimizers.Adam(seed.CustomSchedule(128), beta_1=0.9, beta_2=0.98, epsilon=1e-9)
+    step = seed.make_train_step(ref, opt, keras.metrics.Mean(), keras.metrics.SparseCategoricalAccuracy())
+    tensors = [(tf.constant(s), tf.constant(t)) for s, t in batches]
+    start = time.perf_counter()
+    step(*tensors[0])
+    return (lambda i: step(*tensors[i % len(tensors)])), time.perf_counter() - start
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=60.0, help="timed seconds per round per contender")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=10, help="turns per contender")
+    parser.add_argument("--steps-per-turn", type=int, default=4)
+    parser.add_argument("--precisions", default="float32,mixed_bfloat16",
+                        help=f"comma-separated kerasplm contenders, from {', '.join(PRECISIONS)}")
     parser.add_argument("--jit", choices=["auto", "true", "false"], default="auto")
-    parser.add_argument("--mixed-precision", choices=["mixed_bfloat16"], help="policy for kerasplm's model")
-    parser.add_argument("--out")
+    parser.add_argument("--out", help="also write the results as JSON here")
     args = parser.parse_args()
-    rng = np.random.default_rng(0)
-    batches = make_batches(8, rng)
+    precisions = args.precisions.split(",")
+    unknown = sorted(set(precisions) - set(PRECISIONS))
+    if unknown:
+        parser.error(f"unknown precision(s) {unknown}; choose from {PRECISIONS}")
+    jit = {"auto": "auto", "true": True, "false": False}[args.jit]
+    batches = make_batches(8, np.random.default_rng(0))
     cfg = get_preset("transformer_seed", input_vocab_size=VOCAB, target_vocab_size=VOCAB)
 
-    # kerasplm: Trainer step (strategy.run + XLA-compiled forward/backward), masked loss.
-    keras.utils.set_random_seed(0)
-    if args.mixed_precision:
-        keras.mixed_precision.set_global_policy(args.mixed_precision)
-    jit = {"auto": "auto", "true": True, "false": False}[args.jit]
-    trainer = Trainer(lambda: Transformer.from_config_object(cfg),
-                      lambda: keras.optimizers.Adam(CustomSchedule(128), beta_1=0.9, beta_2=0.98, epsilon=1e-9),
-                      translation_loss, jit_compile=jit, verbose=0)
-    ds = tf.data.Dataset.from_tensor_slices(([b[0] for b in batches], [b[1] for b in batches]))
-    ds = ds.map(lambda s, t: ((s, t[:, :-1]), t[:, 1:]))
-    trainer._ensure_ready(ds)
-    dist = list(trainer.strategy.experimental_distribute_dataset(ds))
+    steps, first_step, jit_used = {}, {}, None
+    steps["seed"], first_step["seed"] = seed_step(cfg, batches)
+    for precision in precisions:
+        steps[precision], first_step[precision], jit_used = kerasplm_step(cfg, batches, precision, jit)
+    for step in steps.values():  # one more untimed step each: allocator and thread pools warm
+        step(1)
 
-    our_batches = dist
-    keras.mixed_precision.set_global_policy("float32")
-    # Seed: its own train_step with its input signature, under tf.function (no XLA).
-    keras.utils.set_random_seed(0)
-    ref = seed.Transformer(cfg.num_layers, cfg.d_model, cfg.num_heads, cfg.dff, VOCAB, VOCAB, VOCAB, VOCAB, cfg.rate)
-    opt = keras.optimizers.Adam(seed.CustomSchedule(128), beta_1=0.9, beta_2=0.98, epsilon=1e-9)
-    seed_step = seed.make_train_step(ref, opt, keras.metrics.Mean(), keras.metrics.SparseCategoricalAccuracy())
-    seed_batches = [(tf.constant(s), tf.constant(t)) for s, t in batches]
-
-    t0 = time.perf_counter(); trainer._train_fn(our_batches[0]); ours_compile = time.perf_counter() - t0
-    t0 = time.perf_counter(); seed_step(*seed_batches[0]); seed_compile = time.perf_counter() - t0
-    results = {"ours": [], "seed": []}
+    times = {name: [] for name in steps}
     for _ in range(args.rounds):
-        results["seed"].append(time_steps(lambda b: seed_step(*b), seed_batches, args.seconds))
-        results["ours"].append(time_steps(lambda b: trainer._train_fn(b), our_batches, args.seconds))
-    seed_tps, ours_tps = max(results["seed"]), max(results["ours"])
-    info = {**machine_info(), "jit_compile": trainer.jit_compile, "mixed_precision": args.mixed_precision,
-            "batch": BATCH, "length": LENGTH,
-            "vocab": VOCAB, "seconds_per_round": args.seconds, "rounds": args.rounds,
-            "seed_tokens_per_s": seed_tps, "kerasplm_tokens_per_s": ours_tps, "ratio": ours_tps / seed_tps,
-            "first_step_seconds": {"seed": seed_compile, "kerasplm": ours_compile}, "all_rounds": results}
-    print("| contender | target tokens/s | × seed | first step (s) |\n|---|---:|---:|---:|")
-    print(f"| seed train_step, tf.function | {seed_tps:,.0f} | 1.00 | {seed_compile:.1f} |")
-    print(f"| kerasplm Trainer (jit_compile={trainer.jit_compile}, {args.mixed_precision or 'float32'}) | {ours_tps:,.0f} | {ours_tps / seed_tps:.2f} | "
-          f"{ours_compile:.1f} |")
-    print(json.dumps({k: v for k, v in info.items() if k != "all_rounds"}))
+        for name, step in steps.items():
+            for i in range(args.steps_per_turn):
+                start = time.perf_counter()
+                step(i)
+                times[name].append(time.perf_counter() - start)
+    tokens_per_s = {name: BATCH * LENGTH / float(np.median(t)) for name, t in times.items()}
+    ratio = {name: tokens_per_s[name] / tokens_per_s["seed"] for name in steps}
+
+    print("| contender | target tokens/s | × seed | median step (ms) | first step (s) |")
+    print("|---|---:|---:|---:|---:|")
+    for name in steps:
+        label = "seed train_step, tf.function" if name == "seed" else (
+            f"kerasplm Trainer, {name}, jit_compile={jit_used}")
+        print(f"| {label} | {tokens_per_s[name]:,.0f} | {ratio[name]:.2f} | "
+              f"{1000 * np.median(times[name]):.0f} | {first_step[name]:.1f} |")
+    info = {**machine_info(), "batch": BATCH, "length": LENGTH, "vocab": VOCAB, "rounds": args.rounds,
+            "steps_per_turn": args.steps_per_turn, "jit_compile": jit_used, "tokens_per_s": tokens_per_s,
+            "ratio_to_seed": ratio, "first_step_seconds": first_step,
+            "step_seconds": {k: [round(x, 5) for x in v] for k, v in times.items()}}
+    print(json.dumps({k: v for k, v in info.items() if k != "step_seconds"}))
     if args.out:
         with open(args.out, "w") as f:
             json.dump(info, f, indent=2)

@@ -7,6 +7,7 @@ Each sub-layer is wrapped as LayerNorm(x + Dropout(Sublayer(x))).
 import keras
 import tensorflow as tf
 
+from kerasplm.layers.dropout import Dropout
 from kerasplm.layers.attention import MultiHeadAttention
 
 
@@ -52,8 +53,8 @@ class EncoderLayer(keras.layers.Layer):
         self.ffn = point_wise_feed_forward_network(d_model, dff, name="ffn")
         self.layernorm1 = keras.layers.LayerNormalization(epsilon=1e-6, name="layernorm1")
         self.layernorm2 = keras.layers.LayerNormalization(epsilon=1e-6, name="layernorm2")
-        self.dropout1 = keras.layers.Dropout(rate)
-        self.dropout2 = keras.layers.Dropout(rate)
+        self.dropout1 = Dropout(rate)
+        self.dropout2 = Dropout(rate)
 
     def build(self, input_shape=None):
         shape = (None, None, self.d_model)
@@ -95,9 +96,9 @@ class DecoderLayer(keras.layers.Layer):
         self.layernorm1 = keras.layers.LayerNormalization(epsilon=1e-6, name="layernorm1")
         self.layernorm2 = keras.layers.LayerNormalization(epsilon=1e-6, name="layernorm2")
         self.layernorm3 = keras.layers.LayerNormalization(epsilon=1e-6, name="layernorm3")
-        self.dropout1 = keras.layers.Dropout(rate)
-        self.dropout2 = keras.layers.Dropout(rate)
-        self.dropout3 = keras.layers.Dropout(rate)
+        self.dropout1 = Dropout(rate)
+        self.dropout2 = Dropout(rate)
+        self.dropout3 = Dropout(rate)
 
     def build(self, input_shape=None):
         shape = (None, None, self.d_model)

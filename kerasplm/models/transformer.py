@@ -17,6 +17,7 @@ import math
 import keras
 import tensorflow as tf
 
+from kerasplm.layers.dropout import Dropout
 from kerasplm.layers.masks import create_masks, create_padding_mask
 from kerasplm.layers.position import positional_encoding
 from kerasplm.layers.tracking import track_layer_list
@@ -75,7 +76,7 @@ class _Embedder(keras.layers.Layer):
         self.maximum_position_encoding = maximum_position_encoding
         self.embedding = keras.layers.Embedding(vocab_size, d_model, name="embedding")
         self.pos_encoding = positional_encoding(maximum_position_encoding, d_model)
-        self.dropout = keras.layers.Dropout(rate)
+        self.dropout = Dropout(rate)
 
     def build(self, input_shape=None):
         self.embedding.build((None, None))

@@ -31,7 +31,7 @@ from kerasplm.data import (group_references, make_translation_dataset, read_para
                            train_dev_split)
 from kerasplm.models.transformer import Transformer, TransformerConfig, get_preset
 from kerasplm.text import WordPieceTokenizer, build_wordpiece_vocab, write_vocab
-from kerasplm.training import CustomSchedule, Trainer, masked_accuracy_counts, masked_sparse_cross_entropy
+from kerasplm.training import CustomSchedule, Trainer, fused_masked_cross_entropy
 
 DEFAULT_PRESET = "transformer_seed"
 SEED_SENTENCES = ["¿Puedo tomar prestado este libro?", "Hace mucho frío aquí.", "Esta es mi vida.",
@@ -45,8 +45,8 @@ def translation_loss(model, batch, training, label_smoothing=0.0):
     """
     (src, tgt_in), tgt_out = batch
     logits, _ = model((src, tgt_in), training=training)
-    loss_sum, num_tokens = masked_sparse_cross_entropy(tgt_out, logits, label_smoothing=label_smoothing)
-    correct, _ = masked_accuracy_counts(tgt_out, logits)
+    loss_sum, num_tokens, correct = fused_masked_cross_entropy(tgt_out, logits,
+                                                               label_smoothing=label_smoothing)
     return {"loss": loss_sum, "weight": num_tokens, "accuracy": correct}
 
 

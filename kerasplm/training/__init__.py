@@ -8,6 +8,7 @@ from kerasplm.training.losses import (
     masked_accuracy,
     masked_accuracy_counts,
     masked_sparse_cross_entropy,
+    fused_masked_cross_entropy,
 )
 from kerasplm.training.schedules import (
     CustomSchedule,
@@ -23,6 +24,7 @@ __all__ = [
     "WarmupCosineDecay",
     "plot_schedule",
     "masked_sparse_cross_entropy",
+    "fused_masked_cross_entropy",
     "loss_function",
     "masked_accuracy",
     "masked_accuracy_counts",

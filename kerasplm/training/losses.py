@@ -8,6 +8,7 @@ import tensorflow as tf
 
 __all__ = [
     "masked_sparse_cross_entropy",
+    "fused_masked_cross_entropy",
     "loss_function",
     "masked_accuracy_counts",
     "masked_accuracy",
@@ -50,6 +51,70 @@ def masked_sparse_cross_entropy(labels, logits, pad_id=0, label_smoothing=0.0):
     else:
         per_token = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=safe_labels, logits=logits)
     return tf.reduce_sum(per_token * mask), tf.reduce_sum(mask)
+
+
+@tf.function(jit_compile=True)
+def _fused_cross_entropy_forward(labels, logits, pad_id, label_smoothing):
+    """One XLA pass over the logits: loss sum, token count, correct count and d(loss sum)/d(logits)."""
+    mask = tf.cast(tf.not_equal(labels, tf.cast(pad_id, labels.dtype)), tf.float32)
+    safe_labels = tf.where(mask > 0, labels, tf.zeros_like(labels))
+    x = tf.cast(logits, tf.float32)
+    num_classes = x.shape[-1]
+    max_logit = tf.reduce_max(x, axis=-1, keepdims=True)
+    shifted = x - max_logit
+    exp = tf.exp(shifted)
+    sum_exp = tf.reduce_sum(exp, axis=-1, keepdims=True)
+    log_probs = shifted - tf.math.log(sum_exp)                           # [..., V]
+    onehot = tf.one_hot(safe_labels, num_classes, dtype=tf.float32)
+    target = (1.0 - label_smoothing) * onehot + label_smoothing / num_classes   # q
+    per_token = -tf.reduce_sum(target * log_probs, axis=-1)               # -sum_v q_v log p_v
+    d_logits = (exp / sum_exp - target) * mask[..., None]                 # d ce / d logits = p - q
+    # Correct when the label's logit is the largest: argmax == label except on exact ties, and it
+    # reuses the max already taken (a separate argmax sweep cost as much as the softmax).
+    label_logit = tf.reduce_sum(onehot * x, axis=-1)
+    correct = tf.cast(label_logit >= tf.squeeze(max_logit, -1), tf.float32) * mask
+    return (tf.reduce_sum(per_token * mask), tf.reduce_sum(mask), tf.reduce_sum(correct),
+            tf.cast(d_logits, logits.dtype))
+
+
+def fused_masked_cross_entropy(labels, logits, pad_id=0, label_smoothing=0.0):
+    """``masked_sparse_cross_entropy`` and ``masked_accuracy_counts`` in one XLA-compiled pass.
+
+    Same math (including label smoothing) and same results, except that a token whose label ties
+    for the largest logit counts as correct (argmax would pick the first of the tied classes).
+    Only the loss sum has a gradient, which the forward pass already computes as
+    mask * (softmax(logits) - q). Why: on CPU, TensorFlow's unfused softmax cross entropy plus argmax
+    over a [B, T, V] logits tensor took ~60 ms of a ~450 ms Transformer train step (vocab 8000); XLA
+    fuses them into one sweep.
+
+    Args:
+      labels: int tensor [..., T]; pad_id marks positions that count nowhere.
+      logits: float tensor [..., T, V], static V (float16/bfloat16 computed in float32).
+    Returns:
+      (loss_sum, num_tokens, num_correct): float32 scalars.
+    """
+    labels = tf.convert_to_tensor(labels)
+    if labels.dtype.is_floating:
+        labels = tf.cast(labels, tf.int32)
+    logits = tf.convert_to_tensor(logits)
+    if logits.shape.rank is None or logits.shape[-1] is None:
+        raise ValueError(f"fused_masked_cross_entropy needs a static vocabulary size; logits have shape "
+                         f"{logits.shape}")
+
+    @tf.custom_gradient
+    def loss_and_counts(logits):
+        loss_sum, num_tokens, correct, d_logits = _fused_cross_entropy_forward(
+            labels, logits, tf.constant(pad_id, labels.dtype), tf.constant(label_smoothing, tf.float32))
+
+        def grad(d_loss_sum, d_num_tokens, d_correct):
+            del d_num_tokens, d_correct  # counts are not differentiable
+            # The upstream gradient is usually exactly 1 (unscaled loss sum): skip a logits-sized pass.
+            return tf.cond(tf.equal(d_loss_sum, 1.0), lambda: d_logits,
+                           lambda: d_logits * tf.cast(d_loss_sum, d_logits.dtype))
+
+        return (loss_sum, num_tokens, correct), grad
+
+    return loss_and_counts(logits)
 
 
 def loss_function(real, pred):

@@ -6,6 +6,7 @@ import tensorflow as tf
 from kerasplm.training import (
     MaskedAccuracy,
     MaskedSparseCategoricalCrossentropy,
+    fused_masked_cross_entropy,
     loss_function,
     masked_accuracy,
     masked_accuracy_counts,
@@ -143,3 +144,79 @@ def test_compile_fit_smoke(tmp_path):
     model.save(path)
     loaded = keras.models.load_model(path)
     assert isinstance(loaded.loss, MaskedSparseCategoricalCrossentropy)
+
+
+# ---------------------------------------------------------------- fused (XLA) loss + accuracy
+def _np_ce_grad(labels, logits, pad_id=0, eps=0.0):
+    """d(masked CE sum)/d(logits) = mask * (softmax(logits) - q), q the smoothed one-hot target."""
+    p = np.exp(np_log_softmax(logits.astype(np.float64)))
+    vocab = logits.shape[-1]
+    target = np.eye(vocab)[np.where(labels == pad_id, 0, labels)] * (1 - eps) + eps / vocab
+    return (p - target) * (labels != pad_id)[..., None]
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_fused_loss_counts_and_gradient_match_numpy(batch, eps):
+    labels, logits = batch
+    logits_var = tf.Variable(logits)
+    with tf.GradientTape() as tape:
+        loss_sum, num_tokens, correct = fused_masked_cross_entropy(labels, logits_var, label_smoothing=eps)
+    grad = tape.gradient(loss_sum, logits_var)
+    expected_sum, expected_count = np_masked_ce(labels, logits, eps=eps)
+    np.testing.assert_allclose(float(loss_sum), expected_sum, rtol=1e-5)
+    assert float(num_tokens) == expected_count
+    assert float(correct) == float(masked_accuracy_counts(labels, logits)[0])
+    np.testing.assert_allclose(grad.numpy(), _np_ce_grad(labels, logits, eps=eps), atol=1e-6)
+
+
+def test_fused_loss_scales_upstream_gradient_and_other_pad_id(batch):
+    labels, logits = batch
+    labels = np.where(labels == 0, -100, labels)
+    logits_var = tf.Variable(logits)
+    with tf.GradientTape() as tape:
+        loss_sum, num_tokens, _ = fused_masked_cross_entropy(labels, logits_var, pad_id=-100)
+        scaled = 2.5 * loss_sum  # e.g. a loss-scale factor: the chain rule must apply it
+    grad = tape.gradient(scaled, logits_var)
+    expected_sum, expected_count = np_masked_ce(labels.clip(0), logits)
+    np.testing.assert_allclose(float(loss_sum), expected_sum, rtol=1e-5)
+    assert float(num_tokens) == expected_count
+    np.testing.assert_allclose(grad.numpy(), 2.5 * _np_ce_grad(labels, logits, pad_id=-100), atol=1e-5)
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_fused_loss_inside_a_compiled_step_equals_the_unfused_one(batch, jit_compile):
+    labels, logits = batch
+    logits_var = tf.Variable(logits)
+
+    @tf.function(jit_compile=jit_compile)
+    def both():
+        with tf.GradientTape(persistent=True) as tape:
+            fused_sum, _, fused_correct = fused_masked_cross_entropy(labels, logits_var, label_smoothing=0.2)
+            plain_sum, _ = masked_sparse_cross_entropy(labels, logits_var, label_smoothing=0.2)
+        return (fused_sum, plain_sum, fused_correct, masked_accuracy_counts(labels, logits_var)[0],
+                tape.gradient(fused_sum, logits_var), tape.gradient(plain_sum, logits_var))
+
+    fused_sum, plain_sum, fused_correct, plain_correct, fused_grad, plain_grad = both()
+    np.testing.assert_allclose(float(fused_sum), float(plain_sum), rtol=1e-6)
+    assert float(fused_correct) == float(plain_correct)
+    np.testing.assert_allclose(fused_grad.numpy(), plain_grad.numpy(), atol=1e-6)
+
+
+def test_fused_loss_low_precision_logits(batch):
+    labels, logits = batch
+    low = tf.Variable(tf.cast(logits, tf.bfloat16))
+    with tf.GradientTape() as tape:
+        loss_sum, _, _ = fused_masked_cross_entropy(labels, low)
+    grad = tape.gradient(loss_sum, low)
+    assert loss_sum.dtype == tf.float32 and grad.dtype == tf.bfloat16
+    expected_sum, _ = np_masked_ce(labels, tf.cast(low, tf.float32).numpy())
+    np.testing.assert_allclose(float(loss_sum), expected_sum, rtol=1e-5)
+
+
+def test_fused_accuracy_counts_a_tie_with_the_label_as_correct():
+    labels = np.array([[2, 1, 0]])
+    logits = np.zeros((1, 3, 4), np.float32)  # every class ties; argmax would say class 0
+    logits[0, 1, 3] = 1.0                      # position 1: a strict winner that is not the label
+    _, num_tokens, correct = fused_masked_cross_entropy(labels, logits)
+    assert float(num_tokens) == 2.0 and float(correct) == 1.0
+    assert float(masked_accuracy_counts(labels, logits)[0]) == 0.0  # argmax semantics differ on ties
