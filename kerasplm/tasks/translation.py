@@ -184,8 +184,20 @@ def train_translator(out, data=None, src_col=1, tgt_col=0, dev_data=None, preset
     """
     if steps is None and time_budget is None:
         raise ValueError("give steps or time_budget (or both)")
+    previous_policy = keras.mixed_precision.global_policy()
     if mixed_precision:
         keras.mixed_precision.set_global_policy(mixed_precision)
+    try:
+        return _train_translator(out, data, src_col, tgt_col, dev_data, preset, steps, time_budget, batch_size,
+                                 vocab_size, max_length, warmup_steps, label_smoothing, dev_size, max_pairs,
+                                 eval_every, bleu_beam_size, bleu_max_sentences, jit_compile, seed, verbose, log)
+    finally:  # the trained model keeps its layers' policies; the caller's global policy comes back
+        keras.mixed_precision.set_global_policy(previous_policy)
+
+
+def _train_translator(out, data, src_col, tgt_col, dev_data, preset, steps, time_budget, batch_size, vocab_size,
+                      max_length, warmup_steps, label_smoothing, dev_size, max_pairs, eval_every, bleu_beam_size,
+                      bleu_max_sentences, jit_compile, seed, verbose, log):
     os.makedirs(out, exist_ok=True)
     t0 = time.time()
     (train_src, train_tgt), (dev_src, dev_tgt), (dev_sources, dev_refs) = _prepare_data(

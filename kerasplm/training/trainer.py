@@ -119,8 +119,8 @@ class Trainer:
     Args:
       model: a `keras.Model` created under `strategy.scope()`, or a zero-argument callable that
         builds it (the Trainer calls it under the scope, after seeding).
-      optimizer: a Keras optimizer created under the scope, or a zero-argument callable. Under a
-        `mixed_float16` global policy it is wrapped in `keras.optimizers.LossScaleOptimizer`.
+      optimizer: a Keras optimizer created under the scope, or a zero-argument callable. When the
+        model's dtype policy is `mixed_float16` it is wrapped in `keras.optimizers.LossScaleOptimizer`.
         Use `clip_norm` here rather than the optimizer's `global_clipnorm`, which would clip each
         replica's partial gradient.
       compute_loss: `fn(model, batch, training) -> dict` of SUMS (see module docstring).
@@ -162,7 +162,8 @@ class Trainer:
             self.model = model if isinstance(model, keras.Model) else model()
             if not isinstance(optimizer, keras.optimizers.Optimizer):
                 optimizer = optimizer()
-            policy = keras.mixed_precision.global_policy()
+            # The model's own policy decides (it may have been built under a global policy since reset).
+            policy = getattr(self.model, "dtype_policy", None) or keras.mixed_precision.global_policy()
             if policy.name == "mixed_float16" and not isinstance(
                 optimizer, keras.optimizers.LossScaleOptimizer
             ):

@@ -65,6 +65,22 @@ def test_resume_continues_to_the_requested_total(tiny_run, tiny_tsv, tmp_path):
     assert summary["step"] == 70
 
 
+def test_mixed_precision_run_leaves_the_global_policy_alone(tiny_run, tiny_tsv, tmp_path):
+    import shutil
+
+    import keras
+
+    out = str(tmp_path / "bf16")
+    shutil.copytree(tiny_run[0], out)
+    summary = train_translator(out, data=tiny_tsv, preset="transformer_tiny", steps=63, batch_size=8,
+                               vocab_size=200, warmup_steps=20, dev_size=2, mixed_precision="mixed_bfloat16",
+                               verbose=0, log=lambda *_: None)
+    assert summary["step"] == 63
+    assert summary["translator"].model.compute_dtype == "bfloat16"
+    assert keras.mixed_precision.global_policy().name == "float32"
+    assert len(summary["translator"].translate(["Estoy aquí."])) == 1
+
+
 def test_corpus_bleu_multi_reference():
     assert corpus_bleu(["the cat sat on the mat"], [["The cat sat on the mat."]]).score > 50
     perfect = corpus_bleu(["a b c d e", "x y z w v"], [["q", "a b c d e"], ["x y z w v"]])
