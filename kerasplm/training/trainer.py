@@ -139,7 +139,8 @@ class Trainer:
 
     Attributes: `step` (int, global step), `history` (dict of lists: "step", "loss", other train
     metrics, "learning_rate", and "eval_step", "eval_loss", ... for evaluations), `trace_count`
-    (traces of the train step: one per distinct batch shape), `stop_reason` after `fit`.
+    (traces of the train step: one per distinct batch shape), `eval_trace_count` (evaluation relaxes
+    to shape-generic after its first trace), `stop_reason` after `fit`.
     """
 
     def __init__(self, model, optimizer, compute_loss, strategy=None, jit_compile="auto",
@@ -181,7 +182,9 @@ class Trainer:
         self._manager = None
         self._writer = None
         self._train_fn = tf.function(self._train_step_cross_replica)
-        self._eval_fn = tf.function(self._eval_step_cross_replica)
+        # Evaluation walks every bucket shape in a row; relaxing shapes keeps it to ~2 traces (and quiets
+        # TensorFlow's "frequent retracing" warning) at no cost that matters outside the train step.
+        self._eval_fn = tf.function(self._eval_step_cross_replica, reduce_retracing=True)
         self._forward_backward = tf.function(self._replica_forward_backward,
                                              jit_compile=self.jit_compile)
         self._forward = tf.function(self._replica_forward, jit_compile=self.jit_compile)
