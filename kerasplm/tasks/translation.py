@@ -16,6 +16,7 @@ Example:
 >>> translator.translate(["¿Puedo tomar prestado este libro?"])
 """
 import dataclasses
+import functools
 import json
 import os
 import tempfile
@@ -170,6 +171,19 @@ def _prepare_data(data, src_col, tgt_col, dev_data, dev_size, max_pairs, seed):
     return (train_src, train_tgt), (dev_src, dev_tgt), (dev_sources, dev_refs)
 
 
+def _restores_global_policy(fn):
+    """Run ``fn`` and put the caller's global dtype policy back afterwards (models keep their own)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        previous = keras.mixed_precision.global_policy()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            keras.mixed_precision.set_global_policy(previous)
+    return wrapper
+
+
+@_restores_global_policy
 def train_translator(out, data=None, src_col=1, tgt_col=0, dev_data=None, preset=DEFAULT_PRESET, steps=None,
                      time_budget=None, batch_size=64, vocab_size=8000, max_length=40, warmup_steps=4000,
                      label_smoothing=0.1, dev_size=1000, max_pairs=None, eval_every=None, bleu_beam_size=1,
@@ -184,20 +198,8 @@ def train_translator(out, data=None, src_col=1, tgt_col=0, dev_data=None, preset
     """
     if steps is None and time_budget is None:
         raise ValueError("give steps or time_budget (or both)")
-    previous_policy = keras.mixed_precision.global_policy()
     if mixed_precision:
         keras.mixed_precision.set_global_policy(mixed_precision)
-    try:
-        return _train_translator(out, data, src_col, tgt_col, dev_data, preset, steps, time_budget, batch_size,
-                                 vocab_size, max_length, warmup_steps, label_smoothing, dev_size, max_pairs,
-                                 eval_every, bleu_beam_size, bleu_max_sentences, jit_compile, seed, verbose, log)
-    finally:  # the trained model keeps its layers' policies; the caller's global policy comes back
-        keras.mixed_precision.set_global_policy(previous_policy)
-
-
-def _train_translator(out, data, src_col, tgt_col, dev_data, preset, steps, time_budget, batch_size, vocab_size,
-                      max_length, warmup_steps, label_smoothing, dev_size, max_pairs, eval_every, bleu_beam_size,
-                      bleu_max_sentences, jit_compile, seed, verbose, log):
     os.makedirs(out, exist_ok=True)
     t0 = time.time()
     (train_src, train_tgt), (dev_src, dev_tgt), (dev_sources, dev_refs) = _prepare_data(
