@@ -1,13 +1,18 @@
-"""Building blocks shared by several model families."""
-from kerasplm.layers.attention import MultiHeadAttention, scaled_dot_product_attention
+"""Building blocks shared by several model families (see each module's docstring)."""
+from kerasplm.layers.attention import (MultiHeadAttention, cache_causal_mask, scaled_dot_product_attention,
+                                       write_cache)
 from kerasplm.layers.dropout import Dropout
+from kerasplm.layers.embedding import EmbeddingMixin, TransformerEmbedding
 from kerasplm.layers.masks import create_look_ahead_mask, create_masks, create_padding_mask
 from kerasplm.layers.position import get_angles, positional_encoding
-from kerasplm.layers.tracking import track_layer_list
-from kerasplm.layers.transformer import DecoderLayer, EncoderLayer, point_wise_feed_forward_network
+from kerasplm.layers.tracking import TracksLayerLists, track_layer_list
+from kerasplm.layers.transformer import (ACTIVATIONS, DecoderLayer, EncoderLayer, gelu, gelu_tanh, get_activation,
+                                         point_wise_feed_forward_network, residual, write_cache_step)
 
 __all__ = [
-    "Dropout", "MultiHeadAttention", "scaled_dot_product_attention", "create_look_ahead_mask", "create_masks",
-    "create_padding_mask", "get_angles", "positional_encoding", "DecoderLayer", "EncoderLayer",
-    "point_wise_feed_forward_network", "track_layer_list",
+    "ACTIVATIONS", "DecoderLayer", "Dropout", "EmbeddingMixin", "EncoderLayer", "MultiHeadAttention",
+    "TracksLayerLists", "TransformerEmbedding", "cache_causal_mask", "create_look_ahead_mask", "create_masks",
+    "create_padding_mask", "gelu", "gelu_tanh", "get_activation", "get_angles", "point_wise_feed_forward_network",
+    "positional_encoding", "residual", "scaled_dot_product_attention", "track_layer_list", "write_cache",
+    "write_cache_step",
 ]

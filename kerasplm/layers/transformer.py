@@ -1,58 +1,137 @@
-"""Transformer blocks ("Attention is all you need", section 3.1), post-LN as in the paper and the seed.
+"""Transformer blocks ("Attention is all you need", section 3.1), configurable for the model families.
 
-Each sub-layer is wrapped as LayerNorm(x + Dropout(Sublayer(x))).
-``DecoderLayer.decode_step`` is the incremental (one target position at a time, key/value cached) form of
-``DecoderLayer.call`` used by :mod:`kerasplm.generation`.
+``EncoderLayer`` (self-attention + feed-forward) and ``DecoderLayer`` (masked self-attention, optional
+cross-attention, feed-forward) keep the seed's names, call signatures and weight layout; their
+defaults are the seed's configuration: post-LN, ReLU, layer-norm epsilon 1e-6, no attention dropout,
+Glorot-uniform kernels. The options cover the other families:
+
+==================  ==========================  ===================================================
+option              seed (Transformer)          others
+==================  ==========================  ===================================================
+normalize_first     False: post-LN              True: pre-LN (GPT-2), then a final LayerNorm
+                    LN(x + Drop(F(x)))          in the backbone: x + Drop(F(LN(x)))
+activation          "relu"                      "gelu" (exact erf: BERT), "gelu_tanh" (GPT-2)
+layer_norm_epsilon  1e-6                        1e-12 (BERT), 1e-5 (GPT-2)
+attention_dropout   0.0                         0.1 (BERT, GPT): dropout on attention probabilities
+kernel_initializer  "glorot_uniform"            TruncatedNormal(stddev=0.02) (BERT, GPT)
+cross_attention     True (DecoderLayer)         False: decoder-only blocks (GPT)
+==================  ==========================  ===================================================
+
+Incremental decoding uses ``DecoderLayer.call_with_cache`` (several new positions at once against a
+fixed-size key/value cache, :meth:`MultiHeadAttention.call_with_cache`); ``decode_step`` is the seed
+translator's one-position form of it.
 """
 import keras
 import tensorflow as tf
 
+from kerasplm.layers.attention import MultiHeadAttention, write_cache
 from kerasplm.layers.dropout import Dropout
-from kerasplm.layers.attention import MultiHeadAttention
 
 
 def write_cache_step(cache, new, step):
-    """Writes one position of a fixed-size key/value cache; shapes stay static (XLA-friendly).
-
-    Args:
-      cache: ``(batch, num_heads, max_len, depth)``.
-      new: ``(batch, num_heads, 1, depth)``: keys or values of the current position.
-      step: int32 scalar, 0 <= step < max_len.
-    Returns:
-      ``cache`` with ``cache[:, :, step] = new[:, :, 0]``, as a one-hot blend
-      ``cache · (1 - e_step) + new · e_step`` (e_step: one-hot over max_len). The blend is elementwise
-      and fuses under XLA: greedy decoding of transformer_seed on CPU with XLA ran at 4.0k tokens/s
-      (batch 1) vs 2.9k with ``tf.tensor_scatter_nd_update`` and 1.6k with XLA's dynamic_update_slice;
-      without XLA the scatter was ~20% faster (and both far slower than with XLA).
-    """
-    onehot = tf.one_hot(step, tf.shape(cache)[2], dtype=cache.dtype)[:, tf.newaxis]  # (max_len, 1)
-    return cache * (1 - onehot) + new * onehot
+    """Writes one position of a fixed-size key/value cache (``write_cache`` with n = 1; see there for
+    why it is a one-hot blend). ``cache (batch, heads, max_len, depth)``, ``new (batch, heads, 1, depth)``."""
+    return write_cache(cache, new, step)
 
 
-def point_wise_feed_forward_network(d_model, dff, name=None):
-    """FFN(x) = max(0, x W1 + b1) W2 + b2  (paper eq. 2): ``(..., d_model) -> (..., d_model)``."""
+@keras.saving.register_keras_serializable(package="kerasplm")
+def gelu_tanh(x):
+    """GELU, tanh approximation (GPT-2): 0.5 x (1 + tanh(sqrt(2/π) (x + 0.044715 x³)))."""
+    return keras.activations.gelu(x, approximate=True)
+
+
+@keras.saving.register_keras_serializable(package="kerasplm")
+def gelu(x):
+    """GELU, exact (BERT): x Φ(x) = 0.5 x (1 + erf(x / sqrt(2)))."""
+    return keras.activations.gelu(x, approximate=False)
+
+
+ACTIVATIONS = {"relu": "relu", "gelu": gelu, "gelu_tanh": gelu_tanh}
+
+
+def get_activation(name):
+    """The feed-forward activation called ``name``: one of ``ACTIVATIONS`` ("relu", "gelu", "gelu_tanh")."""
+    if name not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {name!r}; expected one of {sorted(ACTIVATIONS)}")
+    return ACTIVATIONS[name]
+
+
+def point_wise_feed_forward_network(d_model, dff, name=None, activation="relu", kernel_initializer="glorot_uniform"):
+    """FFN(x) = act(x W1 + b1) W2 + b2  (paper eq. 2, act = ReLU): ``(..., d_model) -> (..., d_model)``."""
+    init = keras.initializers.get(kernel_initializer)
     return keras.Sequential(
-        [keras.layers.Dense(dff, activation="relu", name="dense_1"), keras.layers.Dense(d_model, name="dense_2")],
+        [keras.layers.Dense(dff, activation=get_activation(activation), kernel_initializer=init, name="dense_1"),
+         keras.layers.Dense(d_model, kernel_initializer=init, name="dense_2")],
         name=name,
     )
 
 
-@keras.saving.register_keras_serializable(package="kerasplm")
-class EncoderLayer(keras.layers.Layer):
-    """Self-attention + feed-forward, each with residual, dropout and post-LayerNorm.
+def residual(x, sublayer, norm, dropout, normalize_first, training):
+    """One residual sub-layer: post-LN ``LN(x + Drop(F(x)))`` or pre-LN ``x + Drop(F(LN(x)))``.
 
-    Call: ``x (batch, seq_len, d_model), training, padding_mask (batch, 1, 1, seq_len)``
-    -> ``(batch, seq_len, d_model)``. (The seed calls the mask ``mask``; Keras reserves that name for its
-    implicit masking, hence ``padding_mask``; Keras 3 also wants ``training`` and masks as keywords.)
+    ``sublayer(h) -> (F(h), extra)`` (extra: e.g. attention weights, passed through).
+    Returns ``(output, extra)``.
+    """
+    y, extra = sublayer(norm(x) if normalize_first else x)
+    y = dropout(y, training=training)
+    return (x + y if normalize_first else norm(x + y)), extra
+
+
+class _BlockOptions:
+    """Constructor options shared by both blocks (stored, validated, serialized in one place)."""
+
+    def _set_options(self, d_model, num_heads, dff, rate, normalize_first, activation, layer_norm_epsilon,
+                     attention_dropout, kernel_initializer):
+        get_activation(activation)  # validates the name
+        if not 0.0 <= rate < 1.0:
+            raise ValueError(f"dropout rate must be in [0, 1), got {rate}")
+        self.d_model, self.num_heads, self.dff, self.rate = d_model, num_heads, dff, rate
+        self.normalize_first, self.activation = bool(normalize_first), activation
+        self.layer_norm_epsilon, self.attention_dropout = layer_norm_epsilon, attention_dropout
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+
+    def _attention(self, name):
+        return MultiHeadAttention(self.d_model, self.num_heads, dropout=self.attention_dropout,
+                                  kernel_initializer=self.kernel_initializer, name=name)
+
+    def _ffn(self):
+        return point_wise_feed_forward_network(self.d_model, self.dff, name="ffn", activation=self.activation,
+                                               kernel_initializer=self.kernel_initializer)
+
+    def _norm(self, name):
+        return keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name=name)
+
+    def _residual(self, x, sublayer, norm, dropout, training):
+        return residual(x, sublayer, norm, dropout, self.normalize_first, training)
+
+    def _options_config(self):
+        return {"d_model": self.d_model, "num_heads": self.num_heads, "dff": self.dff, "rate": self.rate,
+                "normalize_first": self.normalize_first, "activation": self.activation,
+                "layer_norm_epsilon": self.layer_norm_epsilon, "attention_dropout": self.attention_dropout,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer)}
+
+
+@keras.saving.register_keras_serializable(package="kerasplm")
+class EncoderLayer(_BlockOptions, keras.layers.Layer):
+    """Self-attention + feed-forward, each a residual sub-layer with dropout and LayerNorm.
+
+    Call: ``x (batch, seq_len, d_model), training, padding_mask`` (any mask broadcastable to
+    ``(batch, heads, seq_len, seq_len)``, e.g. ``(batch, 1, 1, seq_len)``) -> ``(batch, seq_len, d_model)``.
+    (The seed calls the mask ``mask``; Keras reserves that name for its implicit masking, hence
+    ``padding_mask``; Keras 3 also wants ``training`` and masks as keywords.)
+
+    Args: ``d_model, num_heads, dff, rate`` as in the seed, then the options of the module docstring.
     """
 
-    def __init__(self, d_model, num_heads, dff, rate=0.1, **kwargs):
+    def __init__(self, d_model, num_heads, dff, rate=0.1, *, normalize_first=False, activation="relu",
+                 layer_norm_epsilon=1e-6, attention_dropout=0.0, kernel_initializer="glorot_uniform", **kwargs):
         super().__init__(**kwargs)
-        self.d_model, self.num_heads, self.dff, self.rate = d_model, num_heads, dff, rate
-        self.mha = MultiHeadAttention(d_model, num_heads, name="mha")
-        self.ffn = point_wise_feed_forward_network(d_model, dff, name="ffn")
-        self.layernorm1 = keras.layers.LayerNormalization(epsilon=1e-6, name="layernorm1")
-        self.layernorm2 = keras.layers.LayerNormalization(epsilon=1e-6, name="layernorm2")
+        self._set_options(d_model, num_heads, dff, rate, normalize_first, activation, layer_norm_epsilon,
+                          attention_dropout, kernel_initializer)
+        self.mha = self._attention("mha")
+        self.ffn = self._ffn()
+        self.layernorm1 = self._norm("layernorm1")
+        self.layernorm2 = self._norm("layernorm2")
         self.dropout1 = Dropout(rate)
         self.dropout2 = Dropout(rate)
 
@@ -65,37 +144,46 @@ class EncoderLayer(keras.layers.Layer):
         self.built = True
 
     def call(self, x, training=None, padding_mask=None):
-        attn_output, _ = self.mha(x, x, x, padding_mask)
-        attn_output = self.dropout1(attn_output, training=training)
-        out1 = self.layernorm1(x + attn_output)
-        ffn_output = self.ffn(out1)
-        ffn_output = self.dropout2(ffn_output, training=training)
-        return self.layernorm2(out1 + ffn_output)
+        def attend(h):
+            return self.mha(h, h, h, padding_mask, training=training)
+
+        x, _ = self._residual(x, attend, self.layernorm1, self.dropout1, training)
+        x, _ = self._residual(x, lambda h: (self.ffn(h), None), self.layernorm2, self.dropout2, training)
+        return x
 
     def get_config(self):
-        return {**super().get_config(), "d_model": self.d_model, "num_heads": self.num_heads,
-                "dff": self.dff, "rate": self.rate}
+        return {**super().get_config(), **self._options_config()}
 
 
 @keras.saving.register_keras_serializable(package="kerasplm")
-class DecoderLayer(keras.layers.Layer):
-    """Masked self-attention, cross-attention over the encoder output, feed-forward; post-LN.
+class DecoderLayer(_BlockOptions, keras.layers.Layer):
+    """Masked self-attention, cross-attention over the encoder output (optional), feed-forward.
 
     Call: ``x (batch, tar_len, d_model), enc_output (batch, inp_len, d_model), training,
     look_ahead_mask (batch, 1, tar_len, tar_len), padding_mask (batch, 1, 1, inp_len)``
     -> ``(out (batch, tar_len, d_model), self-attention weights (batch, heads, tar_len, tar_len),
     cross-attention weights (batch, heads, tar_len, inp_len))``.
+
+    With ``cross_attention=False`` (decoder-only models) there is no ``mha2``/``layernorm2``;
+    ``enc_output`` must be None and the cross-attention weights returned are None.
+    Args: ``d_model, num_heads, dff, rate`` as in the seed, then the options of the module docstring.
     """
 
-    def __init__(self, d_model, num_heads, dff, rate=0.1, **kwargs):
+    def __init__(self, d_model, num_heads, dff, rate=0.1, *, cross_attention=True, normalize_first=False,
+                 activation="relu", layer_norm_epsilon=1e-6, attention_dropout=0.0,
+                 kernel_initializer="glorot_uniform", **kwargs):
         super().__init__(**kwargs)
-        self.d_model, self.num_heads, self.dff, self.rate = d_model, num_heads, dff, rate
-        self.mha1 = MultiHeadAttention(d_model, num_heads, name="mha1")
-        self.mha2 = MultiHeadAttention(d_model, num_heads, name="mha2")
-        self.ffn = point_wise_feed_forward_network(d_model, dff, name="ffn")
-        self.layernorm1 = keras.layers.LayerNormalization(epsilon=1e-6, name="layernorm1")
-        self.layernorm2 = keras.layers.LayerNormalization(epsilon=1e-6, name="layernorm2")
-        self.layernorm3 = keras.layers.LayerNormalization(epsilon=1e-6, name="layernorm3")
+        self._set_options(d_model, num_heads, dff, rate, normalize_first, activation, layer_norm_epsilon,
+                          attention_dropout, kernel_initializer)
+        self.cross_attention = bool(cross_attention)
+        self.mha1 = self._attention("mha1")
+        if self.cross_attention:
+            self.mha2 = self._attention("mha2")
+        self.ffn = self._ffn()
+        self.layernorm1 = self._norm("layernorm1")
+        if self.cross_attention:
+            self.layernorm2 = self._norm("layernorm2")
+        self.layernorm3 = self._norm("layernorm3")
         self.dropout1 = Dropout(rate)
         self.dropout2 = Dropout(rate)
         self.dropout3 = Dropout(rate)
@@ -103,52 +191,79 @@ class DecoderLayer(keras.layers.Layer):
     def build(self, input_shape=None):
         shape = (None, None, self.d_model)
         self.mha1.build(shape)
-        self.mha2.build(shape)
+        norms = [self.layernorm1, self.layernorm3]
+        if self.cross_attention:
+            self.mha2.build(shape)
+            norms.insert(1, self.layernorm2)
         self.ffn.build(shape)
-        for norm in (self.layernorm1, self.layernorm2, self.layernorm3):
+        for norm in norms:
             norm.build(shape)
         self.built = True
 
-    def call(self, x, enc_output, training=None, look_ahead_mask=None, padding_mask=None):
-        attn1, attn_weights_block1 = self.mha1(x, x, x, look_ahead_mask)
-        attn1 = self.dropout1(attn1, training=training)
-        out1 = self.layernorm1(attn1 + x)
-        attn2, attn_weights_block2 = self.mha2(enc_output, enc_output, out1, padding_mask)
-        attn2 = self.dropout2(attn2, training=training)
-        out2 = self.layernorm2(attn2 + out1)
-        ffn_output = self.ffn(out2)
-        ffn_output = self.dropout3(ffn_output, training=training)
-        out3 = self.layernorm3(ffn_output + out2)
-        return out3, attn_weights_block1, attn_weights_block2
+    def _sublayers(self, x, self_attend, cross_attend, training):
+        """The block given its self- and cross-attention functions (full-sequence or cached)."""
+        x, self_weights = self._residual(x, self_attend, self.layernorm1, self.dropout1, training)
+        cross_weights = None
+        if self.cross_attention:
+            x, cross_weights = self._residual(x, cross_attend, self.layernorm2, self.dropout2, training)
+        x, _ = self._residual(x, lambda h: (self.ffn(h), None), self.layernorm3, self.dropout3, training)
+        return x, self_weights, cross_weights
 
-    def decode_step(self, x_t, cache_k, cache_v, step, cross_k, cross_v, padding_mask=None):
-        """``call`` for the single target position ``step``, with cached keys/values (inference: no dropout).
+    def _check_encoder_output(self, enc_output):
+        if self.cross_attention and enc_output is None:
+            raise ValueError("this DecoderLayer has cross-attention: pass the encoder output")
+        if not self.cross_attention and enc_output is not None:
+            raise ValueError("this DecoderLayer was built with cross_attention=False: enc_output must be None")
+
+    def call(self, x, enc_output=None, training=None, look_ahead_mask=None, padding_mask=None):
+        self._check_encoder_output(enc_output)
+
+        def self_attend(h):
+            return self.mha1(h, h, h, look_ahead_mask, training=training)
+
+        def cross_attend(h):
+            return self.mha2(enc_output, enc_output, h, padding_mask, training=training)
+
+        return self._sublayers(x, self_attend, cross_attend, training)
+
+    def call_with_cache(self, x, cache, cache_index, cross_kv=None, padding_mask=None, self_attention_mask=None):
+        """``call`` for the new positions ``cache_index .. cache_index + n - 1``, keys/values cached
+        (inference: no dropout).
 
         Args:
-          x_t: ``(batch, 1, d_model)``: the decoder input at position ``step``.
-          cache_k, cache_v: ``(batch, num_heads, max_len, depth)`` self-attention keys/values of positions
-            0..step-1 (later positions are ignored).
-          step: int32 scalar position.
-          cross_k, cross_v: ``(batch, num_heads, inp_len, depth)``: ``mha2.project_kv(enc_output, enc_output)``,
-            computed once per source.
-          padding_mask: ``(batch, 1, 1, inp_len)``, 1.0 at padded source tokens.
+          x: ``(batch, n, d_model)``.
+          cache: self-attention ``(k, v)``, each ``(batch, num_heads, max_len, depth)``.
+          cache_index: int32 scalar or ``(batch,)`` (see :func:`kerasplm.layers.attention.write_cache`).
+          cross_kv: ``mha2.project_kv(enc_output, enc_output)``, computed once per source; None without
+            cross-attention.
+          padding_mask: cross-attention mask ``(batch, 1, 1, inp_len)``, 1.0 at padded source tokens.
+          self_attention_mask: optional extra mask over cache slots (the causal mask is always applied).
         Returns:
-          ``(out_t (batch, 1, d_model), new_cache_k, new_cache_v,
-          cross-attention weights (batch, num_heads, 1, inp_len))``; the new caches hold position ``step``.
+          ``(out (batch, n, d_model), new cache, cross-attention weights (batch, heads, n, inp_len) or None)``.
         """
-        q = self.mha1.project_q(x_t)
-        k_t, v_t = self.mha1.project_kv(x_t, x_t)
-        cache_k = write_cache_step(cache_k, k_t, step)
-        cache_v = write_cache_step(cache_v, v_t, step)
-        # Self-attention may see positions 0..step only: mask (1.0) every cache slot j > step.
-        future = tf.cast(tf.range(tf.shape(cache_k)[2]) > step, tf.float32)[tf.newaxis, tf.newaxis, tf.newaxis]
-        attn1, _ = self.mha1.attend(q, cache_k, cache_v, future)
-        out1 = self.layernorm1(attn1 + x_t)
-        attn2, cross_weights = self.mha2.attend(self.mha2.project_q(out1), cross_k, cross_v, padding_mask)
-        out2 = self.layernorm2(attn2 + out1)
-        out3 = self.layernorm3(self.ffn(out2) + out2)
-        return out3, cache_k, cache_v, cross_weights
+        self._check_encoder_output(None if cross_kv is None else cross_kv[0])
+        new_cache = []
+
+        def self_attend(h):
+            out, weights, updated = self.mha1.call_with_cache(h, cache, cache_index, self_attention_mask)
+            new_cache.append(updated)
+            return out, weights
+
+        def cross_attend(h):
+            return self.mha2.attend(self.mha2.project_q(h), cross_kv[0], cross_kv[1], padding_mask)
+
+        out, _, cross_weights = self._sublayers(x, self_attend, cross_attend, False)
+        return out, new_cache[0], cross_weights
+
+    def decode_step(self, x_t, cache_k, cache_v, step, cross_k, cross_v, padding_mask=None):
+        """The seed translator's single-position form of ``call_with_cache``.
+
+        ``x_t (batch, 1, d_model)`` at position ``step`` -> ``(out_t (batch, 1, d_model), new_cache_k,
+        new_cache_v, cross-attention weights (batch, num_heads, 1, inp_len))``.
+        """
+        out, (cache_k, cache_v), weights = self.call_with_cache(x_t, (cache_k, cache_v), step, (cross_k, cross_v),
+                                                                padding_mask)
+        return out, cache_k, cache_v, weights
 
     def get_config(self):
-        return {**super().get_config(), "d_model": self.d_model, "num_heads": self.num_heads,
-                "dff": self.dff, "rate": self.rate}
+        return {**super().get_config(), **self._options_config(), "cross_attention": self.cross_attention}

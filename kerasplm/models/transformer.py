@@ -12,16 +12,16 @@ Example:
 (TensorShape([1, 3, 120]), TensorShape([1, 4, 3, 5]))
 """
 import dataclasses
-import math
 
 import keras
 import tensorflow as tf
 
-from kerasplm.layers.dropout import Dropout
+from kerasplm.layers.embedding import EmbeddingMixin
 from kerasplm.layers.masks import create_masks, create_padding_mask
-from kerasplm.layers.position import positional_encoding
-from kerasplm.layers.tracking import track_layer_list
+from kerasplm.layers.tracking import TracksLayerLists
 from kerasplm.layers.transformer import DecoderLayer, EncoderLayer
+from kerasplm.models.base import ConfigMixin
+from kerasplm.models.presets import register_presets
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,41 +61,35 @@ PRESETS = {
 
 
 def get_preset(name, **overrides):
-    """The ``TransformerConfig`` of a named preset with fields replaced by ``overrides``."""
+    """The ``TransformerConfig`` of a named translator preset with fields replaced by ``overrides``
+    (the translator's own lookup; :func:`kerasplm.models.get_preset` searches every family)."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; expected one of {sorted(PRESETS)}")
     return dataclasses.replace(PRESETS[name], **overrides)
 
 
-class _Embedder(keras.layers.Layer):
-    """Token embedding · sqrt(d_model) + sinusoidal position encoding, then dropout."""
+def num_parameters(config):
+    """Exact weight count of a ``Transformer`` of ``config`` (separate embeddings, untied output layer)."""
+    d, f, n = config.d_model, config.dff, config.num_layers
+    attention = 4 * (d * d + d)
+    ffn = d * f + f + f * d + d
+    encoder = config.input_vocab_size * d + n * (attention + ffn + 2 * 2 * d)
+    decoder = config.target_vocab_size * d + n * (2 * attention + ffn + 3 * 2 * d)
+    return encoder + decoder + d * config.target_vocab_size + config.target_vocab_size
+
+
+class _Embedder(TracksLayerLists, EmbeddingMixin, keras.layers.Layer):
+    """The seed's embedding: token embedding · sqrt(d_model) + sinusoidal position encoding, then dropout
+    (:class:`kerasplm.layers.EmbeddingMixin` in its seed configuration; the token table stays the
+    attribute ``embedding``, so checkpoints keep their variable paths)."""
 
     def __init__(self, vocab_size, d_model, maximum_position_encoding, rate, **kwargs):
         super().__init__(**kwargs)
-        self.d_model = d_model
-        self.maximum_position_encoding = maximum_position_encoding
-        self.embedding = keras.layers.Embedding(vocab_size, d_model, name="embedding")
-        self.pos_encoding = positional_encoding(maximum_position_encoding, d_model)
-        self.dropout = Dropout(rate)
+        self._init_embedding(vocab_size, d_model, maximum_position_encoding, rate)
 
     def build(self, input_shape=None):
-        self.embedding.build((None, None))
+        self._build_embedding()
         self.built = True
-
-    def embed(self, x, positions=None, training=None):
-        """``x (batch, seq_len)`` ids -> ``(batch, seq_len, d_model)``; ``positions`` default 0..seq_len-1."""
-        if x.shape.rank == 2 and x.shape[1] is not None and x.shape[1] > self.maximum_position_encoding:
-            raise ValueError(f"sequence length {x.shape[1]} exceeds maximum_position_encoding="
-                             f"{self.maximum_position_encoding}")
-        seq_len = tf.shape(x)[1]
-        h = self.embedding(x)
-        h *= tf.cast(math.sqrt(self.d_model), h.dtype)
-        if positions is None:
-            pe = self.pos_encoding[:, :seq_len, :]
-        else:
-            pe = tf.gather(self.pos_encoding[0], positions)[tf.newaxis]
-        h += tf.cast(pe, h.dtype)
-        return self.dropout(h, training=training)
 
 
 @keras.saving.register_keras_serializable(package="kerasplm")
@@ -113,7 +107,6 @@ class Encoder(_Embedder):
         self.input_vocab_size = input_vocab_size
         self.enc_layers = [EncoderLayer(d_model, num_heads, dff, rate, name=f"encoder_layer{i + 1}")
                            for i in range(num_layers)]
-        track_layer_list(self, self.enc_layers)
 
     def build(self, input_shape=None):
         super().build(input_shape)
@@ -147,7 +140,6 @@ class Decoder(_Embedder):
         self.target_vocab_size = target_vocab_size
         self.dec_layers = [DecoderLayer(d_model, num_heads, dff, rate, name=f"decoder_layer{i + 1}")
                            for i in range(num_layers)]
-        track_layer_list(self, self.dec_layers)
 
     def build(self, input_shape=None):
         super().build(input_shape)
@@ -167,26 +159,34 @@ class Decoder(_Embedder):
     # ---- incremental decoding (kerasplm.generation) ----
     def init_cache(self, batch_size, max_length):
         """Empty self-attention cache: per layer ``(k, v)``, each ``(batch, num_heads, max_length, depth)``."""
-        shape = (batch_size, self.num_heads, max_length, self.d_model // self.num_heads)
-        return [(tf.zeros(shape, self.compute_dtype), tf.zeros(shape, self.compute_dtype))
-                for _ in self.dec_layers]
+        return [layer.mha1.init_cache(batch_size, max_length) for layer in self.dec_layers]
 
     def cross_attention_kv(self, enc_output):
         """Cross-attention keys/values of every layer, computed once per source:
         per layer ``(k, v)``, each ``(batch, num_heads, inp_len, depth)``."""
         return [layer.mha2.project_kv(enc_output, enc_output) for layer in self.dec_layers]
 
+    def call_with_cache(self, ids, cache, cache_index, cross_kv, padding_mask=None):
+        """The decoder at ``n`` new positions ``cache_index .. cache_index + n - 1`` (int32 scalar, or
+        ``(batch,)`` per row): ``ids (batch, n)`` -> ``(out (batch, n, d_model), new cache,
+        [cross-attention weights (batch, heads, n, inp_len) per layer])``. Equal to ``call`` on the whole
+        prefix, restricted to the new positions."""
+        cache_index = tf.convert_to_tensor(cache_index, tf.int32)
+        offsets = tf.range(tf.shape(ids)[1])
+        positions = cache_index[:, tf.newaxis] + offsets if cache_index.shape.rank == 1 else cache_index + offsets
+        x = self.embed(ids, positions=positions, training=False)
+        new_cache, cross_weights = [], []
+        for layer, layer_cache, layer_cross_kv in zip(self.dec_layers, cache, cross_kv):
+            x, layer_cache, w = layer.call_with_cache(x, layer_cache, cache_index, layer_cross_kv, padding_mask)
+            new_cache.append(layer_cache)
+            cross_weights.append(w)
+        return x, new_cache, cross_weights
+
     def decode_step(self, ids_t, step, cache, cross_kv, padding_mask=None):
         """The decoder at one position: ``ids_t (batch, 1)`` token at position ``step`` (int32 scalar)
         -> ``(out (batch, 1, d_model), new cache, [cross-attention weights (batch, heads, 1, inp_len)
-        per layer])``. Equal to ``call`` on the whole prefix, restricted to its last position."""
-        x = self.embed(ids_t, positions=tf.reshape(step, [1]), training=False)
-        new_cache, cross_weights = [], []
-        for layer, (k, v), (ck, cv) in zip(self.dec_layers, cache, cross_kv):
-            x, k, v, w = layer.decode_step(x, k, v, step, ck, cv, padding_mask)
-            new_cache.append((k, v))
-            cross_weights.append(w)
-        return x, new_cache, cross_weights
+        per layer])`` (``call_with_cache`` with n = 1)."""
+        return self.call_with_cache(ids_t, cache, step, cross_kv, padding_mask)
 
     def get_config(self):
         return {**super().get_config(), "num_layers": self.num_layers, "d_model": self.d_model,
@@ -195,7 +195,7 @@ class Decoder(_Embedder):
 
 
 @keras.saving.register_keras_serializable(package="kerasplm")
-class Transformer(keras.Model):
+class Transformer(ConfigMixin, keras.Model):
     """Encoder-decoder Transformer: ``((inp, tar)) -> (logits, attention_weights)``.
 
     Args follow the seed: ``num_layers, d_model, num_heads, dff, input_vocab_size, target_vocab_size,
@@ -212,7 +212,13 @@ class Transformer(keras.Model):
 
     ``model.compile(loss=MaskedSparseCategoricalCrossentropy())`` + ``model.fit`` works on a dataset of
     ``((inp, tar_inp), tar_real)``: the attention dict is dropped before the loss and metrics.
+
+    In the family scheme (:mod:`kerasplm.models.base`) this is the translator *task* model (its encoder
+    and decoder are the seed's, so it keeps the seed's call); ``compute_loss_sums`` is its
+    Trainer loss (``kerasplm.tasks.translation.translation_loss``).
     """
+
+    preset_family = "transformer"
 
     def __init__(self, num_layers, d_model, num_heads, dff, input_vocab_size, target_vocab_size, pe_input,
                  pe_target, rate=0.1, **kwargs):
@@ -227,15 +233,15 @@ class Transformer(keras.Model):
         self.build()
 
     @classmethod
-    def from_config_object(cls, config, **kwargs):
-        return cls(**dataclasses.asdict(config), **kwargs)
-
-    @classmethod
     def from_preset(cls, preset, input_vocab_size, target_vocab_size, **overrides):
         """A model of a named preset (see ``PRESETS``) for the given vocabulary sizes."""
         config = get_preset(preset, input_vocab_size=input_vocab_size, target_vocab_size=target_vocab_size,
                             **overrides)
         return cls.from_config_object(config, name=preset)
+
+    @staticmethod
+    def num_parameters(config):
+        return num_parameters(config)
 
     def build(self, input_shape=None):
         self.encoder.build()
@@ -270,6 +276,13 @@ class Transformer(keras.Model):
         h, cache, _ = self.decoder.decode_step(ids_t, step, cache, cross_kv, padding_mask)
         return tf.cast(self.final_layer(h[:, 0]), tf.float32), cache
 
+    def compute_loss_sums(self, batch, training, label_smoothing=0.0):
+        """The Trainer loss: ``batch = ((src, tgt_in), tgt_out)`` -> masked cross-entropy and accuracy sums
+        (delegates to ``kerasplm.tasks.translation.translation_loss``)."""
+        from kerasplm.tasks.translation import translation_loss  # noqa: PLC0415 (tasks import models)
+
+        return translation_loss(self, batch, training, label_smoothing=label_smoothing)
+
     # Model.fit support: the loss and metrics see only the logits.
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         if isinstance(y_pred, (tuple, list)):
@@ -281,5 +294,8 @@ class Transformer(keras.Model):
             y_pred = y_pred[0]
         return super().compute_metrics(x, y, y_pred, sample_weight)
 
-    def get_config(self):
-        return {**dataclasses.asdict(self.config), "name": self.name, "trainable": self.trainable}
+
+
+register_presets("transformer", Transformer, PRESETS, num_parameters=num_parameters,
+                 listing_overrides={"input_vocab_size": 8000, "target_vocab_size": 8000},
+                 description="the seed's Transformer translator (Vaswani et al., 2017)")
