@@ -1,15 +1,23 @@
-"""Decoding over token ids: cached greedy and beam search in one XLA-compilable ``tf.while_loop``.
+"""Decoding over token ids: greedy, seeded sampling (temperature / top-k / top-p) and beam search, with a
+fixed-size key/value cache, in one XLA-compilable ``tf.while_loop``.
 
-``search`` holds the model-agnostic loops (driven by a ``step_fn`` callback); ``seq2seq`` wires them to
-the encoder-decoder ``Transformer`` (key/value cache, cross-attention keys/values computed once).
+``engine`` is the entry point (``generate`` for decoder-only models, ``run_search`` for any step
+function) and documents the model protocol; ``search`` holds the model-agnostic loops, ``sampling`` the
+token choosers, ``seq2seq`` the encoder-decoder (translator) client of the engine.
 """
-from kerasplm.generation.search import beam_search, greedy_search, length_penalty
+from kerasplm.generation.engine import (GenerationOutput, causal_lm_search, generate, generate_uncached,
+                                        join_prompt_and_tokens, make_generate_fn, run_search)
+from kerasplm.generation.sampling import filter_logits, make_sampler
+from kerasplm.generation.search import beam_search, greedy_search, is_stop, length_penalty
 from kerasplm.generation.seq2seq import (attention_for, beam_search_decode, cache_length, greedy_decode,
                                          greedy_decode_uncached, make_beam_search_fn, make_greedy_fn,
-                                         sequence_log_probs, source_max_lengths, transformer_step_fn)
+                                         make_translate_fn, seq2seq_search, sequence_log_probs,
+                                         source_max_lengths, transformer_step_fn)
 
 __all__ = [
-    "attention_for", "beam_search", "beam_search_decode", "cache_length", "greedy_decode",
-    "greedy_decode_uncached", "greedy_search", "length_penalty", "make_beam_search_fn", "make_greedy_fn",
-    "sequence_log_probs", "source_max_lengths", "transformer_step_fn",
+    "GenerationOutput", "attention_for", "beam_search", "beam_search_decode", "cache_length", "causal_lm_search",
+    "filter_logits", "generate", "generate_uncached", "greedy_decode", "greedy_decode_uncached", "greedy_search",
+    "is_stop", "join_prompt_and_tokens", "length_penalty", "make_beam_search_fn", "make_generate_fn",
+    "make_greedy_fn", "make_sampler", "make_translate_fn", "run_search", "seq2seq_search", "sequence_log_probs",
+    "source_max_lengths", "transformer_step_fn",
 ]

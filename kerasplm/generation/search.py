@@ -1,12 +1,18 @@
-"""Model-agnostic greedy and beam search over a ``step_fn`` callback; one ``tf.while_loop`` each.
+"""Model-agnostic token search over a ``step_fn`` callback: greedy / sampling (one loop, a pluggable
+token chooser, :mod:`kerasplm.generation.sampling`) and beam search; one ``tf.while_loop`` each.
 
 A step function scores the next token of ``n`` hypotheses at once::
 
     step_fn(ids, step, state) -> (logits, new_state)
-      ids:    int32 (n,)   the token at position ``step`` of every hypothesis
-      step:   int32 scalar position (0 = the [START] token)
+      ids:    int32 (n,)   the last token of every hypothesis (at step 0: the start token, i.e. the
+              last prompt token; the model places it at its own position, e.g. prompt_len - 1 + step)
+      step:   int32 scalar loop step (0 = the start token)
       state:  nested structure of tensors whose leading dimension is n (e.g. a key/value cache)
-      logits: float (n, vocab_size), unnormalised scores of the token at position step + 1
+      logits: float (n, vocab_size), unnormalised scores of the next token
+
+``start_id`` may be one id for every row or an int32 ``(batch,)`` tensor (one per row/sentence).
+``end_id`` is one stop id or a sequence of them (a row finishes when it emits any; an id that never
+occurs, e.g. -1 or an empty sequence, means "never stop before the length cap").
 
 Beam search reorders ``state`` along its first axis when hypotheses are re-ranked, so everything per
 hypothesis must live in ``state``; per-sentence constants (encoder keys/values tiled over the beams)
@@ -32,44 +38,70 @@ def _write_column(buffer, values, index):
     return buffer + values[..., tf.newaxis] * onehot
 
 
+def _start_ids(start_id, batch_size):
+    return tf.broadcast_to(tf.cast(start_id, tf.int32), [batch_size])
+
+
+def is_stop(token, end_id):
+    """bool, shape of ``token``: whether each token is one of the stop ids ``end_id`` (int or sequence)."""
+    stop_ids = tf.reshape(tf.constant(end_id, tf.int32), [-1])
+    if stop_ids.shape[0] == 0:
+        return tf.zeros_like(token, tf.bool)
+    return tf.reduce_any(tf.equal(token[..., tf.newaxis], stop_ids), axis=-1)
+
+
+def argmax_token(logits, step):
+    """The greedy token chooser: ``argmax`` over the vocabulary (``step`` unused)."""
+    return tf.argmax(logits, axis=-1, output_type=tf.int32)
+
+
 def _keep_shape(x, like):
     x.set_shape(like.shape)
     return x
 
 
-def _log_probs(logits, pad_id):
-    """log softmax over the vocabulary with the padding id excluded."""
+def _mask_pad(logits, pad_id):
+    """float32 logits with the padding id's set to -inf (it is never generated)."""
     logits = tf.cast(logits, tf.float32)
     is_pad = tf.one_hot(pad_id, tf.shape(logits)[-1], on_value=True, off_value=False)
-    return tf.nn.log_softmax(tf.where(is_pad, NEG_INF, logits), axis=-1)
+    return tf.where(is_pad, NEG_INF, logits)
 
 
-def greedy_search(step_fn, state, max_lengths, max_length, start_id=2, end_id=3, pad_id=0):
-    """Greedy decoding: y_{t+1} = argmax_y P(y | y_0..y_t) until [END] or the length cap.
+def _log_probs(logits, pad_id):
+    """log softmax over the vocabulary with the padding id excluded."""
+    return tf.nn.log_softmax(_mask_pad(logits, pad_id), axis=-1)
+
+
+def greedy_search(step_fn, state, max_lengths, max_length, start_id=2, end_id=3, pad_id=0, choose=argmax_token):
+    """Greedy decoding y_{t+1} = argmax_y P(y | y_0..y_t), or sampling with another ``choose``, until a
+    stop id or the length cap.
 
     Args:
       step_fn, state: see the module docstring; ``state`` has leading dimension ``batch``.
       max_lengths: int32 ``(batch,)`` per-sentence caps on generated tokens (<= max_length).
       max_length: static Python int, the buffer size (positions 1..max_length).
+      start_id, end_id: see the module docstring.
+      choose: ``fn(logits float32 (batch, vocab), step) -> token int32 (batch,)``, the token chooser
+        (:func:`argmax_token`, or a sampler of :mod:`kerasplm.generation.sampling`); the padding id's
+        logit is -inf.
     Returns:
-      ``(ids int32 (batch, max_length + 1), num_steps int32 scalar)``: columns past ``num_steps`` are 0.
+      ``(ids int32 (batch, max_length + 1), num_steps int32 scalar)``: column 0 holds the start ids,
+      columns past ``num_steps`` are 0.
     """
     batch_size = tf.shape(max_lengths)[0]
-    ids = _write_column(tf.zeros((batch_size, max_length + 1), tf.int32),
-                        tf.fill([batch_size], tf.constant(start_id, tf.int32)), 0)
+    last = _start_ids(start_id, batch_size)
+    ids = _write_column(tf.zeros((batch_size, max_length + 1), tf.int32), last, 0)
     finished = tf.zeros((batch_size,), tf.bool)
-    last = tf.fill([batch_size], tf.constant(start_id, tf.int32))
 
     def cond(step, ids, last, finished, state):
         return tf.logical_and(step < max_length, tf.logical_not(tf.reduce_all(finished)))
 
     def body(step, ids, last, finished, state):
         logits, state = step_fn(last, step, state)
-        is_pad = tf.one_hot(pad_id, tf.shape(logits)[-1], on_value=True, off_value=False)
-        token = tf.argmax(tf.where(is_pad, NEG_INF, tf.cast(logits, tf.float32)), axis=-1, output_type=tf.int32)
+        token = choose(_mask_pad(logits, pad_id), step)
         token = tf.where(finished, tf.constant(pad_id, tf.int32), token)
         ids = _write_column(ids, token, step + 1)
-        finished = finished | tf.equal(token, end_id) | (step + 1 >= max_lengths)
+        finished = finished | is_stop(token, end_id) | (step + 1 >= max_lengths)
         return step + 1, ids, token, finished, state
 
     step, ids, _, _, _ = tf.while_loop(cond, body, (tf.constant(0), ids, last, finished, state),
@@ -97,6 +129,7 @@ def beam_search(step_fn, state, max_lengths, max_length, beam_size=4, alpha=0.6,
       max_length: static Python int, the buffer size.
       beam_size: K; the vocabulary must have at least 2K tokens.
       alpha: length-penalty exponent, >= 0 (0 = plain log-probability).
+      start_id, end_id: see the module docstring (``start_id`` per sentence, shared by its beams).
     Returns:
       ``(ids int32 (batch, max_length + 1), scores float32 (batch,), num_steps int32 scalar)``: the best
       finished hypothesis of each sentence and its score log P / lp.
@@ -106,8 +139,8 @@ def beam_search(step_fn, state, max_lengths, max_length, beam_size=4, alpha=0.6,
     k = beam_size
     batch_size = tf.shape(max_lengths)[0]
     width = max_length + 1
-    alive_seq = _write_column(tf.zeros((batch_size, k, width), tf.int32),
-                              tf.fill([batch_size, k], tf.constant(start_id, tf.int32)), 0)
+    starts = tf.tile(_start_ids(start_id, batch_size)[:, tf.newaxis], [1, k])
+    alive_seq = _write_column(tf.zeros((batch_size, k, width), tf.int32), starts, 0)
     # Only beam 0 is alive at first, so the first expansion yields K distinct hypotheses.
     alive_logp = tf.tile(tf.constant([[0.0] + [NEG_INF] * (k - 1)]), [batch_size, 1])
     fin_seq = tf.zeros((batch_size, k, width), tf.int32)
@@ -133,7 +166,7 @@ def beam_search(step_fn, state, max_lengths, max_length, beam_size=4, alpha=0.6,
         seqs = _write_column(tf.gather(alive_seq, beam_idx, batch_dims=1), token, step + 1)
 
         live = top_logp > NEG_INF
-        is_end = tf.equal(token, end_id)
+        is_end = is_stop(token, end_id)
         at_cap = (step + 1 >= max_lengths)[:, tf.newaxis]
         finishing = live & ((is_end & topk_in_rank) | at_cap)
         cand_score = tf.where(finishing, top_logp / length_penalty(step + 1, alpha), NEG_INF)

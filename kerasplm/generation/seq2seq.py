@@ -1,4 +1,8 @@
-"""Decoding for the encoder-decoder ``Transformer`` over token ids (tokenize / detokenize outside).
+"""Decoding for encoder-decoder models (the ``Transformer`` translator) over token ids (tokenize /
+detokenize outside): the engine of :mod:`kerasplm.generation.engine` with the start token as a
+one-token prompt and the encoder's cross-attention keys/values computed once. The model implements
+the encoder-decoder protocol described there (``encode``, ``cross_attention_kv``, ``init_cache``,
+``call_with_cache``, ``max_target_length``, ``vocab_size``).
 
 Every function takes source ids ``src_ids (batch, inp_len)`` exactly as the model was trained on them
 (with [START]/[END] if the tokenizer adds them), padded with ``pad_id`` (0), and returns target ids
@@ -10,8 +14,8 @@ Length rule. Sentence i may generate at most
     max_len_i = min(T, floor(max_length_ratio · src_len_i + max_length_offset))
 tokens (its [END] included), src_len_i = its number of non-pad source tokens. T is static (it sizes the
 key/value cache and the output buffer): ``max_length`` when given, else
-min(pe_target, ceil(max_length_ratio · inp_len + max_length_offset)) for the padded source width inp_len;
-always <= pe_target (the decoder has no position encodings beyond). Defaults ratio 1.5, offset 10:
+min(P, ceil(max_length_ratio · inp_len + max_length_offset)) for the padded source width inp_len;
+always <= P = ``model.max_target_length`` (pe_target: the decoder has no position encodings beyond). Defaults ratio 1.5, offset 10:
 translations are rarely 1.5× longer than their source, and +10 leaves room for very short inputs.
 
 Compilation. ``make_greedy_fn`` / ``make_beam_search_fn`` return a function backed by one
@@ -21,11 +25,11 @@ bound compiles. Source ids are cast to int32 first, so int32 and int64 inputs sh
 ``greedy_decode`` / ``beam_search_decode`` reuse one such function per model and options.
 """
 import math
-import weakref
 
 import tensorflow as tf
 
-from kerasplm.generation.search import _log_probs, beam_search, greedy_search
+from kerasplm.generation.engine import as_seed, cached_fn, run_search, validate_options
+from kerasplm.generation.search import _log_probs
 
 DEFAULT_RATIO = 1.5
 DEFAULT_OFFSET = 10
@@ -34,7 +38,7 @@ DEFAULT_OFFSET = 10
 def cache_length(model, inp_len, max_length=None, max_length_ratio=DEFAULT_RATIO,
                  max_length_offset=DEFAULT_OFFSET):
     """The static cap T on generated tokens (see the module docstring); ``inp_len`` may be None."""
-    pe_target = model.config.pe_target
+    pe_target = model.max_target_length
     if max_length is not None:
         if not 0 < max_length <= pe_target:
             raise ValueError(f"max_length must be in [1, pe_target={pe_target}], got {max_length}")
@@ -60,16 +64,30 @@ def transformer_step_fn(model, src_ids, max_length, beam_size=1, pad_id=0):
     ``step_fn(ids (n,), step, cache) -> (logits (n, target_vocab_size), cache)``.
     """
     enc_output, padding_mask = model.encode(src_ids, pad_id)
-    cross_kv = model.decoder.cross_attention_kv(enc_output)
+    cross_kv = model.cross_attention_kv(enc_output)
     if beam_size > 1:
         cross_kv = [(tf.repeat(k, beam_size, axis=0), tf.repeat(v, beam_size, axis=0)) for k, v in cross_kv]
         padding_mask = tf.repeat(padding_mask, beam_size, axis=0)
-    cache = model.decoder.init_cache(tf.shape(src_ids)[0] * beam_size, max_length)
+    cache = model.init_cache(tf.shape(src_ids)[0] * beam_size, max_length)
 
     def step_fn(ids, step, cache):
-        return model.decode_step(ids[:, tf.newaxis], step, cache, cross_kv, padding_mask)
+        logits, _, cache = model.call_with_cache(ids[:, tf.newaxis], cache, step, cross_kv, padding_mask)
+        return logits[:, 0], cache
 
     return step_fn, cache
+
+
+def seq2seq_search(model, src_ids, *, max_length=None, max_length_ratio=DEFAULT_RATIO,
+                   max_length_offset=DEFAULT_OFFSET, start_id=2, end_id=3, pad_id=0, strategy="greedy",
+                   beam_size=4, **options):
+    """Encode + search, traceable (XLA-compilable): ``src_ids int32 (batch, inp_len)`` ->
+    ``(ids (batch, T + 1), scores or None, num_steps)`` (see :func:`kerasplm.generation.engine.run_search`;
+    ``options``: seed, temperature, top_k, top_p, alpha)."""
+    cap = cache_length(model, src_ids.shape[1], max_length, max_length_ratio, max_length_offset)
+    step_fn, cache = transformer_step_fn(model, src_ids, cap, beam_size if strategy == "beam" else 1, pad_id)
+    max_lengths = source_max_lengths(src_ids, cap, max_length_ratio, max_length_offset, pad_id)
+    return run_search(step_fn, cache, start_id, max_lengths, cap, strategy=strategy, beam_size=beam_size,
+                      end_id=end_id, pad_id=pad_id, **options)
 
 
 def _as_source(src_ids):
@@ -80,6 +98,32 @@ def _as_source(src_ids):
     return tf.cast(src_ids, tf.int32)
 
 
+def make_translate_fn(model, *, strategy="greedy", beam_size=4, alpha=0.6, temperature=1.0, top_k=None, top_p=None,
+                      max_length=None, max_length_ratio=DEFAULT_RATIO, max_length_offset=DEFAULT_OFFSET, start_id=2,
+                      end_id=3, pad_id=0, jit_compile=True):
+    """A reusable compiled decoder with any strategy ("greedy", "sample", "beam"):
+    ``fn(src_ids (batch, inp_len), seed=0) -> (ids int32 (batch, <= T + 1), scores (batch,) or None)``.
+
+    ``fn.core(src_ids int32, seed int32 (2,))`` is the ``tf.function``; one trace per source shape.
+    """
+    validate_options(strategy, temperature, top_k, top_p, beam_size, alpha, model.vocab_size)
+    length = dict(max_length=max_length, max_length_ratio=max_length_ratio, max_length_offset=max_length_offset)
+    options = dict(strategy=strategy, beam_size=beam_size, alpha=alpha, temperature=temperature, top_k=top_k,
+                   top_p=top_p, start_id=start_id, end_id=end_id, pad_id=pad_id, **length)
+
+    @tf.function(jit_compile=jit_compile)
+    def core(src_ids, seed):
+        ids, scores, steps = seq2seq_search(model, src_ids, seed=seed, **options)
+        return ids, (tf.zeros([tf.shape(src_ids)[0]]) if scores is None else scores), steps
+
+    def decode(src_ids, seed=0):
+        ids, scores, steps = core(_as_source(src_ids), as_seed(seed))
+        return ids[:, :steps + 1], (scores if strategy == "beam" else None)
+
+    decode.core = core
+    return decode
+
+
 def make_greedy_fn(model, *, max_length=None, max_length_ratio=DEFAULT_RATIO, max_length_offset=DEFAULT_OFFSET,
                    start_id=2, end_id=3, pad_id=0, jit_compile=True):
     """A reusable compiled greedy decoder: ``fn(src_ids (batch, inp_len)) -> ids int32 (batch, <= T + 1)``.
@@ -87,12 +131,13 @@ def make_greedy_fn(model, *, max_length=None, max_length_ratio=DEFAULT_RATIO, ma
     ``fn.core(src_ids int32)`` is the underlying ``tf.function``; it returns the full buffer
     ``(batch, T + 1)`` and the number of steps run (static shapes, as XLA needs).
     """
+    options = dict(max_length=max_length, max_length_ratio=max_length_ratio, max_length_offset=max_length_offset,
+                   start_id=start_id, end_id=end_id, pad_id=pad_id)
+
     @tf.function(jit_compile=jit_compile)
     def core(src_ids):
-        cap = cache_length(model, src_ids.shape[1], max_length, max_length_ratio, max_length_offset)
-        step_fn, cache = transformer_step_fn(model, src_ids, cap, 1, pad_id)
-        max_lengths = source_max_lengths(src_ids, cap, max_length_ratio, max_length_offset, pad_id)
-        return greedy_search(step_fn, cache, max_lengths, cap, start_id, end_id, pad_id)
+        ids, _, steps = seq2seq_search(model, src_ids, strategy="greedy", **options)
+        return ids, steps
 
     def decode(src_ids):
         ids, steps = core(_as_source(src_ids))
@@ -108,17 +153,13 @@ def make_beam_search_fn(model, *, beam_size=4, alpha=0.6, max_length=None, max_l
 
     ``scores`` are log P(Y | X) / lp(Y) of the returned hypotheses (see ``search.beam_search``).
     """
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
-    if 2 * beam_size > model.config.target_vocab_size:
-        raise ValueError(f"beam_size={beam_size} needs target_vocab_size >= {2 * beam_size}")
+    validate_options("beam", beam_size=beam_size, alpha=alpha, vocab_size=model.vocab_size)
+    options = dict(beam_size=beam_size, alpha=alpha, max_length=max_length, max_length_ratio=max_length_ratio,
+                   max_length_offset=max_length_offset, start_id=start_id, end_id=end_id, pad_id=pad_id)
 
     @tf.function(jit_compile=jit_compile)
     def core(src_ids):
-        cap = cache_length(model, src_ids.shape[1], max_length, max_length_ratio, max_length_offset)
-        step_fn, cache = transformer_step_fn(model, src_ids, cap, beam_size, pad_id)
-        max_lengths = source_max_lengths(src_ids, cap, max_length_ratio, max_length_offset, pad_id)
-        return beam_search(step_fn, cache, max_lengths, cap, beam_size, alpha, start_id, end_id, pad_id)
+        return seq2seq_search(model, src_ids, strategy="beam", **options)
 
     def decode(src_ids):
         ids, scores, steps = core(_as_source(src_ids))
@@ -128,24 +169,13 @@ def make_beam_search_fn(model, *, beam_size=4, alpha=0.6, max_length=None, max_l
     return decode
 
 
-_FNS = weakref.WeakKeyDictionary()  # model -> {(kind, options): decode function}
-
-
-def _cached_fn(model, kind, maker, **options):
-    fns = _FNS.setdefault(model, {})
-    key = (kind, tuple(sorted(options.items())))
-    if key not in fns:
-        fns[key] = maker(model, **options)
-    return fns[key]
-
-
 def greedy_decode(model, src_ids, max_length=None, max_length_ratio=DEFAULT_RATIO,
                   max_length_offset=DEFAULT_OFFSET, start_id=2, end_id=3, pad_id=0, jit_compile=True):
     """Cached greedy decoding: ``src_ids (batch, inp_len) -> ids int32 (batch, <= T + 1)``.
 
     Reuses one ``make_greedy_fn`` function per model and options (no retrace for a seen shape).
     """
-    return _cached_fn(model, "greedy", make_greedy_fn, max_length=max_length, max_length_ratio=max_length_ratio,
+    return cached_fn(model, "greedy", make_greedy_fn, max_length=max_length, max_length_ratio=max_length_ratio,
                       max_length_offset=max_length_offset, start_id=start_id, end_id=end_id, pad_id=pad_id,
                       jit_compile=jit_compile)(src_ids)
 
@@ -154,7 +184,7 @@ def beam_search_decode(model, src_ids, beam_size=4, alpha=0.6, max_length=None, 
                        max_length_offset=DEFAULT_OFFSET, start_id=2, end_id=3, pad_id=0, jit_compile=True):
     """Cached beam search: ``src_ids (batch, inp_len) -> (best ids int32 (batch, <= T + 1), scores (batch,))``,
     scores = log P(Y | X) / ((5 + |Y|) / 6)^alpha. ``beam_size=1`` gives exactly the greedy tokens."""
-    return _cached_fn(model, "beam", make_beam_search_fn, beam_size=beam_size, alpha=alpha, max_length=max_length,
+    return cached_fn(model, "beam", make_beam_search_fn, beam_size=beam_size, alpha=alpha, max_length=max_length,
                       max_length_ratio=max_length_ratio, max_length_offset=max_length_offset, start_id=start_id,
                       end_id=end_id, pad_id=pad_id, jit_compile=jit_compile)(src_ids)
 

@@ -270,11 +270,36 @@ class Transformer(ConfigMixin, keras.Model):
         padding_mask = create_padding_mask(inp, pad_id)
         return self.encoder(inp, training=False, padding_mask=padding_mask), padding_mask
 
+    @property
+    def max_target_length(self):
+        """Longest decodable target (the decoder's position limit, ``pe_target``)."""
+        return self.config.pe_target
+
+    @property
+    def vocab_size(self):
+        """Target vocabulary size (the decoder's output width)."""
+        return self.config.target_vocab_size
+
+    def init_cache(self, batch_size, max_length):
+        """Empty decoder self-attention cache (see ``Decoder.init_cache``)."""
+        return self.decoder.init_cache(batch_size, max_length)
+
+    def cross_attention_kv(self, enc_output):
+        """Every decoder layer's cross-attention keys/values (see ``Decoder.cross_attention_kv``)."""
+        return self.decoder.cross_attention_kv(enc_output)
+
+    def call_with_cache(self, ids, cache, cache_index, cross_kv, padding_mask=None):
+        """Cached decoder + final layer at ``n`` new positions (see ``Decoder.call_with_cache``):
+        ``ids (batch, n)`` -> ``(float32 logits (batch, n, target_vocab_size), hidden (batch, n, d_model),
+        new cache)``."""
+        hidden, cache, _ = self.decoder.call_with_cache(ids, cache, cache_index, cross_kv, padding_mask)
+        return tf.cast(self.final_layer(hidden), tf.float32), hidden, cache
+
     def decode_step(self, ids_t, step, cache, cross_kv, padding_mask=None):
         """Cached decoder step + final layer: ``-> (float32 logits (batch, target_vocab_size), new cache)``.
         See ``Decoder.decode_step``."""
-        h, cache, _ = self.decoder.decode_step(ids_t, step, cache, cross_kv, padding_mask)
-        return tf.cast(self.final_layer(h[:, 0]), tf.float32), cache
+        logits, _, cache = self.call_with_cache(ids_t, cache, step, cross_kv, padding_mask)
+        return logits[:, 0], cache
 
     def compute_loss_sums(self, batch, training, label_smoothing=0.0):
         """The Trainer loss: ``batch = ((src, tgt_in), tgt_out)`` -> masked cross-entropy and accuracy sums
