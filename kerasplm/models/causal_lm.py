@@ -167,8 +167,12 @@ class CausalLM(Task):
 
     backbone_class = DecoderOnlyBackbone
 
+    def __init__(self, backbone, preprocessor=None, **kwargs):
+        super().__init__(backbone, preprocessor, **kwargs)
+        self.build()
+
     def build(self, input_shape=None):
-        self.built = True
+        self.built = True  # the backbone is built; the head reuses its token embedding
 
     def _logits(self, hidden):
         table = self.backbone.embeddings.embedding.embeddings

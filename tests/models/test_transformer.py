@@ -6,6 +6,7 @@ import keras
 
 from kerasplm.models import TRANSFORMER_PRESETS, Transformer, get_preset
 from tests import seed_reference as seed
+from tests.harness import check_model
 
 
 def tiny(**kw):
@@ -71,16 +72,12 @@ def test_too_long_input_names_the_limit():
         model((tf.ones((1, 9), tf.int64), tf.ones((1, 3), tf.int64)))
 
 
-def test_get_config_and_keras_file_round_trip(tmp_path):
-    model = tiny(rate=0.2)
-    config = model.get_config()
-    clone = Transformer.from_config(config)
-    assert clone.get_config() == config
-    path = tmp_path / "model.keras"
-    model.save(path)
-    loaded = keras.models.load_model(path)
-    np.testing.assert_allclose(loaded(batch(), training=False)[0].numpy(),
-                               model(batch(), training=False)[0].numpy(), atol=1e-6)
+def test_harness_config_keras_file_checkpoint_bfloat16_xla(tmp_path):
+    # Replaces the former round-trip and checkpoint tests (the harness runs both, and more).
+    model = check_model(lambda: tiny(rate=0.2), batch(), tmp_path=tmp_path,
+                        expected_shapes=((2, 4, 60), {f"decoder_layer{i}_block{j}": (2, 4, 4, 4 if j == 1 else 6)
+                                                      for i in (1, 2) for j in (1, 2)}))
+    assert model.get_config()["rate"] == 0.2
 
 
 def _seed_model_with_our_weights(model, cfg):
@@ -124,19 +121,6 @@ def test_model_fit_works_with_masked_loss():
     history = model.fit(ds, epochs=30, verbose=0)
     assert history.history["loss"][-1] < 0.5 * history.history["loss"][0]
     assert "masked_accuracy" in history.history
-
-
-def test_tf_checkpoint_holds_every_weight(tmp_path):
-    # tf.train.Checkpoint (used by Trainer, resume and reload) must see every block, not just the
-    # attributes Keras exposes directly.
-    model = tiny()
-    path = tf.train.Checkpoint(model=model).save(str(tmp_path / "ckpt"))
-    saved = [n for n, _ in tf.train.list_variables(path) if n.startswith("model/")]
-    assert len(saved) == len(model.weights)
-    clone = tiny()
-    tf.train.Checkpoint(model=clone).restore(path).assert_existing_objects_matched()
-    for a, b in zip(model.weights, clone.weights):
-        np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
 def test_training_gradients_match_the_seed_code():

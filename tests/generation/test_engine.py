@@ -1,0 +1,148 @@
+"""The decoding engine on a tiny decoder-only model and on synthetic distributions."""
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from kerasplm.generation import (filter_logits, generate, generate_uncached, greedy_search, make_generate_fn,
+                                 make_sampler, make_translate_fn, sequence_log_probs)
+from kerasplm.models import CausalLM, Transformer
+
+# Right-padded prompts of lengths 3, 1 and 5.
+PROMPTS = tf.constant([[5, 6, 7, 0, 0], [9, 0, 0, 0, 0], [4, 8, 12, 16, 20]])
+LENGTHS = [3, 1, 5]
+
+
+@pytest.fixture(scope="module")
+def model():
+    keras.utils.set_random_seed(3)
+    return CausalLM.from_preset("causal_lm_tiny")
+
+
+def test_prefill_and_steps_equal_the_full_model(model):
+    full = model(PROMPTS, training=False).numpy()
+    cache = model.init_cache(3, 8)
+    logits, _, cache = model.call_with_cache(PROMPTS[:, :2], cache, 0)
+    np.testing.assert_allclose(logits.numpy(), full[:, :2], atol=1e-5)
+    for t in range(2, 5):
+        logits, _, cache = model.call_with_cache(PROMPTS[:, t:t + 1], cache, t)
+        np.testing.assert_allclose(logits.numpy()[:, 0], full[:, t], atol=1e-5)
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_cached_greedy_equals_uncached_token_for_token(model, jit_compile):
+    reference = generate_uncached(model, PROMPTS, max_new_tokens=6).numpy()
+    out = generate(model, PROMPTS, max_new_tokens=6, jit_compile=jit_compile)
+    np.testing.assert_array_equal(out.tokens.numpy(), reference)
+    assert out.lengths.numpy().tolist() == [6, 6, 6] and out.scores is None
+    # Generated tokens follow each row's own prompt.
+    seq = out.sequences.numpy()
+    for row, n in enumerate(LENGTHS):
+        assert seq[row, :n].tolist() == PROMPTS.numpy()[row, :n].tolist()
+        assert seq[row, n:n + 6].tolist() == reference[row].tolist()
+        assert not seq[row, n + 6:].any()
+
+
+def test_stop_ids_end_rows_and_the_loop(model):
+    reference = generate_uncached(model, PROMPTS, max_new_tokens=6).numpy()
+    stop = int(reference[0, 1])  # row 0's second token becomes a stop token
+    expected = generate_uncached(model, PROMPTS, max_new_tokens=6, stop_ids=(stop,)).numpy()
+    out = generate(model, PROMPTS, max_new_tokens=6, stop_ids=(stop,), jit_compile=False)
+    np.testing.assert_array_equal(out.tokens.numpy(), expected)
+    first = reference[0].tolist().index(stop)  # row 0 ends at the first occurrence, stop id kept
+    assert out.lengths.numpy()[0] == first + 1 and out.tokens.numpy()[0, first] == stop
+    assert not out.tokens.numpy()[0, first + 1:].any()
+
+
+def test_top_k_one_equals_greedy_and_seeds_are_reproducible(model):
+    greedy = generate(model, PROMPTS, max_new_tokens=5, jit_compile=False).tokens.numpy()
+    top1 = generate(model, PROMPTS, max_new_tokens=5, strategy="sample", top_k=1, seed=7, jit_compile=False)
+    np.testing.assert_array_equal(top1.tokens.numpy(), greedy)
+    fn = make_generate_fn(model, max_new_tokens=8, strategy="sample", temperature=2.0, jit_compile=True)
+    first, again = fn(PROMPTS, seed=11).tokens.numpy(), fn(PROMPTS, seed=11).tokens.numpy()
+    np.testing.assert_array_equal(first, again)
+    others = [fn(PROMPTS, seed=s).tokens.numpy() for s in (12, 13)]
+    assert any(not np.array_equal(first, o) for o in others)
+    assert fn.core.experimental_get_tracing_count() == 1  # new seeds reuse the compiled loop
+
+
+def test_beam_search_on_prompts(model):
+    greedy = generate(model, PROMPTS, max_new_tokens=4, jit_compile=False).tokens.numpy()
+    beam1 = generate(model, PROMPTS, max_new_tokens=4, strategy="beam", beam_size=1, alpha=0.6, jit_compile=False)
+    np.testing.assert_array_equal(beam1.tokens.numpy(), greedy)
+    beam = generate(model, PROMPTS, max_new_tokens=4, strategy="beam", beam_size=3, alpha=0.0, jit_compile=True)
+
+    def log_prob(tokens):
+        out = []
+        for row, n in enumerate(LENGTHS):
+            seq = PROMPTS.numpy()[row, :n].tolist() + tokens[row].tolist()
+            logits = model(tf.constant([seq]), training=False).numpy()[0]
+            logits[:, 0] = -np.inf  # the pad id is excluded, as in decoding
+            logp = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) \
+                - logits.max(-1, keepdims=True)
+            out.append(sum(logp[n - 1 + t, tok] for t, tok in enumerate(tokens[row])))
+        return np.array(out)
+
+    np.testing.assert_allclose(beam.scores.numpy(), log_prob(beam.tokens.numpy()), atol=1e-4)
+    assert (log_prob(beam.tokens.numpy()) >= log_prob(greedy) - 1e-4).all()
+
+
+def test_bad_arguments_are_named(model):
+    with pytest.raises(ValueError, match="between 1 and 5 tokens"):
+        generate(model, PROMPTS, prompt_lengths=[3, 0, 5], max_new_tokens=2)
+    with pytest.raises(ValueError, match="max_positions=64"):
+        generate(model, PROMPTS, max_new_tokens=61, jit_compile=False)
+    with pytest.raises(ValueError, match="top_p"):
+        generate(model, PROMPTS, max_new_tokens=2, strategy="sample", top_p=1.5)
+    with pytest.raises(ValueError, match="unknown strategy"):
+        generate(model, PROMPTS, max_new_tokens=2, strategy="nucleus")
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        generate(model, PROMPTS, max_new_tokens=0)
+
+
+# A synthetic "model": next-token probabilities depend on the last token only.
+PROBS = np.array([0.0, 0.30, 0.25, 0.15, 0.12, 0.08, 0.06, 0.04], np.float32)
+
+
+def nucleus(p, top_p):
+    """Token ids of the smallest set of most probable tokens with total probability >= top_p."""
+    order = np.argsort(-p, kind="stable")
+    before = np.concatenate([[0.0], np.cumsum(p[order])[:-1]])
+    return set(order[before < top_p].tolist())
+
+
+@pytest.mark.parametrize("top_k,top_p", [(None, 0.6), (None, 0.85), (4, 0.8), (3, None)])
+def test_samples_never_leave_the_nucleus_or_top_k(top_k, top_p):
+    log_table = tf.math.log(tf.constant(np.tile(PROBS, (8, 1)) + 1e-12))
+
+    def step_fn(ids, step, state):
+        return tf.gather(log_table, ids), state
+
+    sampler = make_sampler(tf.constant([0, 5]), temperature=1.0, top_k=top_k, top_p=top_p)
+    ids, _ = tf.function(lambda: greedy_search(step_fn, (), tf.fill([256], 6), 6, start_id=1, end_id=(),
+                                               choose=sampler), jit_compile=True)()
+    sampled = set(ids.numpy()[:, 1:].ravel().tolist())
+    allowed = set(range(1, 8))
+    if top_k:
+        allowed &= set(np.argsort(-PROBS, kind="stable")[:top_k].tolist())
+    if top_p:
+        p = PROBS.copy()
+        if top_k:
+            p[[i for i in range(8) if i not in allowed]] = 0
+            p /= p.sum()
+        allowed &= nucleus(p, top_p)
+    assert sampled <= allowed
+    assert len(sampled) == len(allowed)  # 1536 draws reach every allowed token
+    values, token_ids = filter_logits(tf.math.log(tf.constant(PROBS[None] + 1e-12)), top_k, top_p)
+    assert set(token_ids.numpy()[0][np.isfinite(values.numpy()[0])].tolist()) == allowed
+
+
+def test_translator_sampling_with_top_k_one_is_greedy():
+    keras.utils.set_random_seed(1)
+    translator = Transformer.from_preset("transformer_tiny", input_vocab_size=30, target_vocab_size=30)
+    src = tf.constant([[2, 5, 6, 7, 3], [2, 9, 3, 0, 0]])
+    greedy, _ = make_translate_fn(translator, max_length=6, jit_compile=False)(src)
+    sampled, _ = make_translate_fn(translator, strategy="sample", top_k=1, max_length=6, jit_compile=False)(src, 3)
+    np.testing.assert_array_equal(sampled.numpy(), greedy.numpy())
+    hot, _ = make_translate_fn(translator, strategy="sample", temperature=5.0, max_length=6, jit_compile=True)(src, 3)
+    assert np.isfinite(sequence_log_probs(translator, src, hot).numpy()).all()
