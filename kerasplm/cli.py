@@ -107,6 +107,7 @@ def build_parser():
 
     _add_export_parser(commands)
     _add_serve_parser(commands)
+    _add_presets_parser(commands)
     return parser
 
 
@@ -141,6 +142,22 @@ def _add_serve_parser(commands):
                                          "for machines without TensorFlow Serving.")
     add_serve_arguments(sv)
     sv.set_defaults(handler=_serve)
+
+
+def _add_presets_parser(commands):
+    pr = commands.add_parser("presets", help="list every model family's presets with parameter counts",
+                             description="List the registered presets of every model family (or one) with "
+                                         "their exact parameter counts, computed from the config (no model is "
+                                         "built).")
+    pr.add_argument("--family", help="only this family (e.g. transformer)")
+    pr.set_defaults(handler=_presets)
+
+
+def _presets(args):
+    from kerasplm.models.presets import format_presets, list_presets
+
+    print(format_presets(list_presets(args.family)))
+    return 0
 
 
 def _train_translator(args):

@@ -114,3 +114,14 @@ def test_preprocessor_pads_and_truncates_keeping_the_last_id():
     assert pre.special_token_ids == {"pad": 0}
     with pytest.raises(ValueError, match="sequence_length"):
         Preprocessor(sequence_length=0)
+
+
+def test_presets_command_lists_families_and_counts(capsys):
+    from kerasplm import cli
+
+    assert cli.main(["presets"]) == 0
+    out = capsys.readouterr().out
+    for row in list_presets():
+        assert row.name in out and f"{row.num_parameters:,}" in out
+    assert cli.main(["presets", "--family", "nope"]) == 2
+    assert "unknown model family 'nope'" in capsys.readouterr().err
