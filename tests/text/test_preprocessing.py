@@ -5,10 +5,10 @@ import itertools
 import numpy as np
 import pytest
 import tensorflow as tf
-import tensorflow_text as tf_text
 
 from kerasplm.text import (TranslatorPreprocessor, WordPieceTokenizer, build_wordpiece_vocab, pack_segments,
-                           pad_packed, sanitize_utf8)
+                           pad_packed)
+from tests.text.legacy_ids import old_translator_ids
 
 CORPUS = ["¿Puedo tomar prestado este libro?", "Él está aquí, ¡qué bien!", "I don't know it.",
           "Where is the book? It is here."] * 3
@@ -66,31 +66,13 @@ def test_pad_packed_gives_fixed_width_inputs_and_mask():
     assert pad_packed(ids, segments, sequence_length=3)["token_ids"].shape == (2, 3)
 
 
-def _old_translator_ids(vocab, texts, max_length):
-    """The translator's ids before preprocessors existed (frozen copy of the old behaviour): the tokenizer
-    wrapped every sentence in [START] ... [END]; a sentence longer than max_length kept its first
-    max_length tokens with the last one replaced by [END]."""
-    bert = tf_text.BertTokenizer(tf.lookup.StaticVocabularyTable(
-        tf.lookup.KeyValueTensorInitializer(vocab, tf.range(len(vocab), dtype=tf.int64)), 1),
-        lower_case=True, token_out_type=tf.int64, unknown_token="[UNK]")
-    rows = bert.tokenize(sanitize_utf8(tf.constant(texts))).merge_dims(-2, -1).to_list()
-    start, end = vocab.index("[START]"), vocab.index("[END]")
-    out = []
-    for row in rows:
-        row = [start] + row + [end]
-        if max_length is not None and len(row) > max_length:
-            row = row[:max_length - 1] + [end]
-        out.append(row)
-    return out
-
-
 def test_translator_ids_equal_the_old_behaviour(tok):
     texts = tf.constant(SENTENCES)
     for max_source_length, max_target_length in ((None, 3), (6, 12)):
         pre = TranslatorPreprocessor(tok, tok, max_source_length=max_source_length,
                                      max_target_length=max_target_length)
-        assert pre.source_ids(texts).to_list() == _old_translator_ids(tok.vocab, SENTENCES, max_source_length)
-        expected = _old_translator_ids(tok.vocab, SENTENCES, max_target_length)
+        assert pre.source_ids(texts).to_list() == old_translator_ids(tok.vocab, SENTENCES, max_source_length)
+        expected = old_translator_ids(tok.vocab, SENTENCES, max_target_length)
         assert pre.target_ids(texts).to_list() == expected
         assert any(len(r) == max_target_length and r[-1] == 3 for r in expected)   # some row was cut
 
@@ -130,5 +112,5 @@ def test_usable_in_tf_data(tok):
     pre = TranslatorPreprocessor(tok, tok, max_source_length=5)
     ds = tf.data.Dataset.from_tensor_slices(SENTENCES[:4]).batch(2).map(pre.source_ids)
     rows = [r for batch in ds for r in batch.to_list()]
-    assert rows == _old_translator_ids(tok.vocab, SENTENCES[:4], 5)
+    assert rows == old_translator_ids(tok.vocab, SENTENCES[:4], 5)
     assert np.all([len(r) <= 5 for r in rows])
