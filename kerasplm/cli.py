@@ -181,10 +181,8 @@ def _train_translator(args):
 
 
 def _export_and_show(translator, export_dir):
-    try:
-        from kerasplm.export import export_translator, load_and_translate
-    except ImportError:  # export arrives with the export issue
-        return
+    from kerasplm.export import export_translator, load_and_translate
+
     path = export_translator(translator, export_dir)
     print(f"exported SavedModel to {path}")
     from kerasplm.tasks.translation import SEED_SENTENCES

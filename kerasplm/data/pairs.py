@@ -10,6 +10,8 @@ from typing import NamedTuple
 import numpy as np
 import tensorflow as tf
 
+from kerasplm.text.preprocessing import TranslatorPreprocessor
+
 DEFAULT_BUCKET_LENGTHS = (8, 16, 24, 32, 40)
 
 
@@ -112,25 +114,15 @@ def train_dev_split(src, tgt, dev_fraction=0.05, dev_size=None, seed=0):
     return split
 
 
-def _tokenize_all(tokenizer, texts, chunk_size):
-    """Tokenizes a list of str in chunks; returns one int64 RaggedTensor [n, (tokens)]."""
+def _encode_all(encode, texts, chunk_size):
+    """Runs a preprocessor's ``encode`` (strings -> ragged ids) over a list of str in chunks;
+    returns one int64 RaggedTensor [n, (tokens)]."""
     values, lengths = [], []
     for i in range(0, len(texts), chunk_size):
-        ids = tokenizer.tokenize(tf.constant(texts[i:i + chunk_size], tf.string))
+        ids = encode(tf.constant(texts[i:i + chunk_size], tf.string))
         values.append(ids.flat_values.numpy())
         lengths.append(ids.row_lengths().numpy())
     return tf.RaggedTensor.from_row_lengths(np.concatenate(values), np.concatenate(lengths))
-
-
-def _trim(ids, max_length, end_id):
-    """Cuts rows to `max_length` tokens; a cut row still ends with [END]."""
-    too_long = ids.row_lengths() > max_length
-    head = ids[:, :max_length - 1]
-    tail = ids[:, max_length - 1:max_length]              # 0 or 1 token per row
-    tail_long = tf.gather(too_long, tail.value_rowids())
-    tail = tail.with_flat_values(
-        tf.where(tail_long, tf.constant(end_id, tf.int64), tail.flat_values))
-    return tf.concat([head, tail], axis=1)
 
 
 def make_translation_dataset(src_texts, tgt_texts, src_tokenizer, tgt_tokenizer, batch_size=64,
@@ -139,10 +131,11 @@ def make_translation_dataset(src_texts, tgt_texts, src_tokenizer, tgt_tokenizer,
                              chunk_size=4096):
     """Bucketed, padded translation batches: `((src_ids, tgt_in), tgt_out)`, all int64.
 
-    Both sides are tokenized once up front (with [START]/[END]) and kept in memory. A pair with more
-    than `max_length` tokens on either side is dropped (`drop_long=True`) or cut to `max_length`
-    tokens ending in [END] (`drop_long=False`). Each pair goes to the smallest bucket length L in
-    `bucket_lengths` that holds both sides; src and tgt are zero-padded to L, so
+    Both sides are tokenized once up front by a :class:`kerasplm.text.TranslatorPreprocessor`
+    ([START] pieces [END]) and kept in memory. A pair with more than `max_length` tokens on either
+    side is dropped (`drop_long=True`) or cut to `max_length` tokens ending in [END]
+    (`drop_long=False`: the preprocessor's truncation). Each pair goes to the smallest bucket length
+    L in `bucket_lengths` that holds both sides; src and tgt are zero-padded to L, so
     src_ids is [B, L] and tgt_in = tgt[:, :-1], tgt_out = tgt[:, 1:] are [B, L - 1].
 
     Distinct shapes: at most len(bucket_lengths) sequence lengths; the batch dimension is
@@ -170,14 +163,14 @@ def make_translation_dataset(src_texts, tgt_texts, src_tokenizer, tgt_tokenizer,
                          f"got {bucket_lengths!r}")
     bucket_lengths = [b for b in bucket_lengths if b < max_length] + [max_length]
 
-    src = _tokenize_all(src_tokenizer, list(src_texts), chunk_size)
-    tgt = _tokenize_all(tgt_tokenizer, list(tgt_texts), chunk_size)
+    preprocessor = TranslatorPreprocessor(src_tokenizer, tgt_tokenizer,
+                                          max_source_length=None if drop_long else max_length,
+                                          max_target_length=None if drop_long else max_length)
+    src = _encode_all(preprocessor.source_ids, list(src_texts), chunk_size)
+    tgt = _encode_all(preprocessor.target_ids, list(tgt_texts), chunk_size)
     if drop_long:
         keep = (src.row_lengths() <= max_length) & (tgt.row_lengths() <= max_length)
         src, tgt = tf.ragged.boolean_mask(src, keep), tf.ragged.boolean_mask(tgt, keep)
-    else:
-        src = _trim(src, max_length, src_tokenizer.end_id)
-        tgt = _trim(tgt, max_length, tgt_tokenizer.end_id)
     n = int(src.nrows())
     if n == 0:
         raise ValueError(f"every pair is longer than max_length={max_length} tokens")

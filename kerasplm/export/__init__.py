@@ -3,9 +3,13 @@
 >>> path = export_translator(translator, "export/translator")   # -> ".../export/translator/1"
 >>> load_and_translate(path, ["Hace mucho frío aquí."])
 
-Serving: ``kerasplm serve`` (:mod:`kerasplm.export.server`) or TensorFlow Serving (export/README.md).
+:mod:`kerasplm.export.base` is what every family shares (:class:`ExportModule`: variable tracking for TF1-style
+loaders; :func:`save_version`: metadata signature, ``assets.extra/kerasplm.json``, atomic versions and the
+overwrite rule); each family's module (:mod:`kerasplm.export.translator`, ...) holds only its signatures.
+Serving: ``kerasplm serve`` or TensorFlow Serving (export/README.md).
 """
-from kerasplm.export.translator import (TranslatorModule, export_translator, load_and_translate,
-                                        read_metadata)
+from kerasplm.export.base import ExportModule, read_metadata, save_version
+from kerasplm.export.translator import TranslatorModule, export_translator, load_and_translate
 
-__all__ = ["TranslatorModule", "export_translator", "load_and_translate", "read_metadata"]
+__all__ = ["ExportModule", "save_version", "read_metadata", "TranslatorModule", "export_translator",
+           "load_and_translate"]

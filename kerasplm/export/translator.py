@@ -1,7 +1,8 @@
 """Export a :class:`kerasplm.tasks.translation.Translator` as a TF Serving SavedModel (strings in, strings out).
 
-The SavedModel is a :class:`TranslatorModule` (a ``tf.Module``) holding the Keras model, both WordPiece
-tokenizers (vocabularies as ``tf.saved_model.Asset``) and the decoding functions. Signatures (every
+The SavedModel is a :class:`TranslatorModule` (an :class:`kerasplm.export.base.ExportModule`) holding the Keras
+model, the preprocessor with both WordPiece tokenizers (vocabularies as ``tf.saved_model.Asset``) and the
+decoding functions. Signatures (every
 ``inputs`` is ``tf.string [None]``, one sentence per row):
 
 ``serving_default``           inputs -> translation string [batch]                 (greedy)
@@ -10,22 +11,23 @@ tokenizers (vocabularies as ``tf.saved_model.Asset``) and the decoding functions
 ``translate_with_attention``  inputs -> translation, tokens string [batch, T], source_tokens string
                               [batch, S], attention float32 [batch, heads, T, S], target_length int32,
                               source_length int32
-``metadata``                  (no inputs) -> metadata string [] (the JSON of assets.extra/kerasplm.json)
+``metadata``                  (no inputs) -> metadata string [] (the JSON of assets.extra/kerasplm.json;
+                              added by :func:`kerasplm.export.base.save_version`)
 
+Variable tracking, metadata and the atomic versioned save are :mod:`kerasplm.export.base`'s; this module holds
+only the translator's signatures and decoding glue. [START]/[END] and the source cut are the
+:class:`kerasplm.text.TranslatorPreprocessor`'s, the same as in training and ``Translator.translate``.
 Tokenize/detokenize (tensorflow-text ops) run in the plain signature functions; the decoding loop is
 an inner ``tf.function`` that is XLA-compiled only with ``jit_compile=True``. See export/README.md.
 """
-import datetime
-import json
 import os
-import shutil
 
 import tensorflow as tf
 
-from kerasplm.export import atomic
+from kerasplm.export.base import ExportModule, save_version
+from kerasplm.text.preprocessing import TranslatorPreprocessor
 
 FAMILY = "transformer_translator"
-METADATA_FILE = "kerasplm.json"
 MAX_BEAM_SIZE = 8
 DEFAULT_ALPHA = 0.6
 
@@ -35,38 +37,21 @@ def _ceil_div_rule(width, ratio, offset):
     return tf.cast(tf.math.ceil(ratio * tf.cast(width, tf.float32) + offset), tf.int32)
 
 
-def _tf_variable(variable):
-    """The ``tf.Variable`` behind a Keras 3 variable (or the variable itself)."""
-    if isinstance(variable, tf.Variable):
-        return variable
-    value = getattr(variable, "_value", None)
-    if isinstance(value, tf.Variable):
-        return value
-    raise TypeError(f"cannot export variable {variable!r}: no tf.Variable behind it")
-
-
-class TranslatorModule(tf.Module):
-    """The exported translator: model + tokenizers + decoding, all graph functions.
+class TranslatorModule(ExportModule):
+    """The exported translator: model + preprocessor (both tokenizers) + decoding, all graph functions.
 
     Decoding is the cached search of :mod:`kerasplm.generation` (same length rule, stopping and beam
     scoring as ``Translator.translate``), driven with a buffer size computed in graph from the padded
     source width, so one trace serves every batch shape.
     """
 
+    family = FAMILY
+
     def __init__(self, translator, max_source_length=None, max_decode_length=None, alpha=DEFAULT_ALPHA,
-                 max_beam_size=MAX_BEAM_SIZE, jit_compile=False, metadata=None):
-        super().__init__(name="translator")
+                 max_beam_size=MAX_BEAM_SIZE, jit_compile=False):
+        super().__init__(translator.model, family=(translator.config or {}).get("family", FAMILY), name="translator")
         from kerasplm.generation.seq2seq import DEFAULT_OFFSET, DEFAULT_RATIO
 
-        # The Keras model is NOT tracked as a child: a Keras 3 variable exports as a *copy* ("Variable_N") that
-        # the checkpoint restores, while the traced functions read the tf.Variable inside it. TF2's loader
-        # copes, but TF1-style loaders (TF Serving, saved_model_cli run) then leave those tf.Variables
-        # uninitialized ("Could not find variable ..."). So track the underlying tf.Variables directly, as
-        # keras.export.ExportArchive does, and keep the model as an untracked attribute.
-        self.__dict__["model"] = translator.model
-        self.model_variables = [_tf_variable(v) for v in translator.model.variables]
-        self.src_tokenizer = translator.src_tokenizer
-        self.tgt_tokenizer = translator.tgt_tokenizer
         config = self.model.config
         self.max_source_length = int(max_source_length or config.pe_input)
         self.max_decode_length = int(max_decode_length or config.pe_target)
@@ -81,9 +66,9 @@ class TranslatorModule(tf.Module):
         if self.max_beam_size < 1:
             raise ValueError(f"target vocabulary of {config.target_vocab_size} tokens is too small for beam search")
         self.jit_compile = bool(jit_compile)
-        self._start, self._end = self.tgt_tokenizer.start_id, self.tgt_tokenizer.end_id
-        self._src_end = self.src_tokenizer.end_id
-        self._metadata_json = json.dumps(metadata or {}, ensure_ascii=False, sort_keys=True)
+        self.preprocessor = TranslatorPreprocessor(translator.src_tokenizer, translator.tgt_tokenizer,
+                                                   max_source_length=self.max_source_length)
+        self._start, self._end = self.preprocessor.start_id, self.preprocessor.end_id
         self._greedy_core = tf.function(self._greedy_impl, jit_compile=self.jit_compile)
         self._beam_cores = [tf.function(self._beam_impl(k), jit_compile=self.jit_compile)
                             for k in range(1, self.max_beam_size + 1)]
@@ -117,19 +102,14 @@ class TranslatorModule(tf.Module):
 
     # ---- graph helpers ----
     def _encode(self, inputs):
-        """Strings [B] -> (src_ids int32 [B, S] capped at max_source_length with [END] kept,
-        has_words bool [B]: False for empty / whitespace-only / punctuation-free-of-tokens inputs)."""
-        ids = self.src_tokenizer.tokenize(inputs)                   # ragged int64, [START] ... [END]
-        lengths = ids.row_lengths()
-        limit = self.max_source_length
-        dense = ids[:, :limit].to_tensor(default_value=0)
+        """Strings [B] -> (src_ids int32 [B, S]: [START] pieces [END] capped at max_source_length with [END]
+        kept, has_words bool [B]: False for empty / whitespace-only / punctuation-free-of-tokens inputs)."""
+        ids = self.preprocessor.source_ids(inputs)
+        dense = ids.to_tensor(default_value=0)
         # Every sentence has [START] and [END], so width >= 2, except in an empty batch ([0, 0]): pad that
         # one to [0, 2] so the model's reshapes stay well-defined.
         dense = tf.pad(dense, [[0, 0], [0, tf.maximum(0, 2 - tf.shape(dense)[1])]])
-        width = tf.shape(dense)[1]
-        cut = (lengths > limit)[:, tf.newaxis] & (tf.range(width)[tf.newaxis, :] == limit - 1)
-        dense = tf.where(cut, tf.constant(self._src_end, tf.int64), dense)
-        return tf.cast(dense, tf.int32), lengths > 2
+        return tf.cast(dense, tf.int32), ids.row_lengths() > 2
 
     def _buffer(self, src_ids, max_length):
         """int32 (T + 1,) zeros; T = min(max_length or ceil(ratio * S + offset), max_decode_length)."""
@@ -139,7 +119,7 @@ class TranslatorModule(tf.Module):
         return tf.zeros(tf.reshape(cap + 1, [1]), tf.int32)
 
     def _detokenize(self, ids, has_words):
-        text = self.tgt_tokenizer.detokenize(tf.cast(ids, tf.int64))
+        text = self.preprocessor.detokenize_target(ids)
         return tf.where(has_words, text, tf.constant("", tf.string))
 
     def _greedy(self, inputs):
@@ -210,10 +190,10 @@ class TranslatorModule(tf.Module):
         attention = attention * valid_t[:, tf.newaxis, :, tf.newaxis] * valid_s[:, tf.newaxis, tf.newaxis, :]
         empty = tf.constant("", tf.string)
         # to_tensor with an explicit shape: an empty batch would otherwise give [0, 0].
-        tokens = self.tgt_tokenizer.lookup(tf.cast(generated, tf.int64)).to_tensor(
+        tokens = self.preprocessor.tgt_tokenizer.lookup(tf.cast(generated, tf.int64)).to_tensor(
             default_value="", shape=tf.shape(generated, out_type=tf.int64))
         tokens = tf.where(valid_t > 0, tokens, empty)
-        source_tokens = self.src_tokenizer.lookup(tf.cast(src_ids, tf.int64)).to_tensor(
+        source_tokens = self.preprocessor.src_tokenizer.lookup(tf.cast(src_ids, tf.int64)).to_tensor(
             default_value="", shape=tf.shape(src_ids, out_type=tf.int64))
         source_tokens = tf.where(src_ids != 0, source_tokens, empty)
         return {"translation": self._detokenize(ids, has_words), "tokens": tokens, "source_tokens": source_tokens,
@@ -221,42 +201,27 @@ class TranslatorModule(tf.Module):
                 "target_length": tf.reduce_sum(tf.cast(valid_t, tf.int32), axis=1),
                 "source_length": tf.reduce_sum(tf.cast(valid_s, tf.int32), axis=1)}
 
-    @tf.function(input_signature=[])
-    def metadata(self):
-        """``{"metadata": string []}``: the export metadata as JSON (same as assets.extra/kerasplm.json)."""
-        return {"metadata": tf.constant(self._metadata_json)}
-
     def signatures(self):
         return {"serving_default": self.serving_default, "translate": self.translate,
-                "translate_with_attention": self.translate_with_attention, "metadata": self.metadata}
+                "translate_with_attention": self.translate_with_attention}
 
 
-def _metadata(translator, module, version, jit_compile):
-    import tensorflow_text
-
-    import kerasplm
-
+def _metadata(translator, module):
+    """The translator's own metadata fields (save_version adds the common ones)."""
     model_config = translator.model.config
     config = translator.config or {}
     return {
-        "family": config.get("family", FAMILY),
         "preset": config.get("preset", translator.model.name),
         "model": {k: getattr(model_config, k) for k in model_config.__dataclass_fields__},
         "source_vocab_size": translator.src_tokenizer.vocab_size,
         "target_vocab_size": translator.tgt_tokenizer.vocab_size,
         "training_step": translator.step,
-        "version": version,
-        "kerasplm_version": kerasplm.__version__,
-        "tensorflow_version": tf.__version__,
-        "tensorflow_text_version": tensorflow_text.__version__,
-        "export_time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "decoding": {
             "default": "greedy", "beam_sizes": [1, module.max_beam_size], "length_penalty_alpha": module.alpha,
             "max_length_ratio": module.ratio, "max_length_offset": module.offset,
             "max_source_length": module.max_source_length, "max_decode_length": module.max_decode_length,
-            "options_zero_means_default": True, "jit_compile": bool(jit_compile),
+            "options_zero_means_default": True, "jit_compile": module.jit_compile,
         },
-        "signatures": ["serving_default", "translate", "translate_with_attention", "metadata"],
     }
 
 
@@ -266,53 +231,20 @@ def export_translator(translator, model_base_path, version=None, overwrite=False
 
     Args:
       translator: a :class:`kerasplm.tasks.translation.Translator`.
-      model_base_path: TF Serving's model base path (created if missing).
-      version: positive int; default the next free one (1 + the largest, 1 if none).
-      overwrite: replace an existing ``version`` (atomically swapped in); else ``FileExistsError``.
+      model_base_path, version, overwrite: as :func:`kerasplm.export.base.save_version` (next free version by
+        default; an existing one is refused unless ``overwrite=True``).
       jit_compile: XLA-compile the decoding loop (TF Serving then needs ``--xla_cpu_compilation_enabled``
         on CPU; see export/README.md). Tokenization always stays outside XLA.
       max_source_length: source tokens kept ([START]/[END] included; longer inputs are cut, [END] kept);
         default the model's ``pe_input``.
       max_decode_length: cap on generated tokens; default the model's ``pe_target``.
+      max_beam_size: largest beam size the ``translate`` signature accepts (one traced branch each).
     Returns the version directory's path (str).
     """
-    if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 1):
-        raise ValueError(f"version must be a positive integer, got {version!r}")
-    base = os.path.abspath(os.fspath(model_base_path))
-    if os.path.exists(base) and not os.path.isdir(base):
-        raise NotADirectoryError(f"model base path {base} is not a directory")
-    os.makedirs(base, exist_ok=True)
-    atomic.clean_stale_tmp_dirs(base)
-    auto = version is None
-    version = atomic.next_version(base) if auto else version
-    final = os.path.join(base, str(version))
-    if os.path.exists(final) and not overwrite:
-        raise FileExistsError(f"{final}: version {version} exists; pass overwrite=True / --overwrite")
-
     module = TranslatorModule(translator, max_source_length=max_source_length, max_decode_length=max_decode_length,
                               max_beam_size=max_beam_size, jit_compile=jit_compile)
-    metadata = _metadata(translator, module, version, jit_compile)
-    module._metadata_json = json.dumps(metadata, ensure_ascii=False, sort_keys=True)
-
-    tmp = atomic.make_tmp_dir(base, version)
-    try:
-        tf.saved_model.save(module, tmp, signatures=module.signatures(),
-                            options=tf.saved_model.SaveOptions(experimental_custom_gradients=False))
-        extra = os.path.join(tmp, "assets.extra")
-        os.makedirs(extra, exist_ok=True)
-        with open(os.path.join(extra, METADATA_FILE), "w", encoding="utf-8") as f:
-            json.dump(metadata, f, indent=2, ensure_ascii=False, sort_keys=True)
-        atomic.fsync_tree(tmp)
-        return atomic.publish(tmp, base, version, overwrite=overwrite, auto_version=auto)
-    finally:
-        if os.path.exists(tmp):
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
-def read_metadata(path):
-    """The ``assets.extra/kerasplm.json`` of a version directory, as a dict."""
-    with open(os.path.join(path, "assets.extra", METADATA_FILE), encoding="utf-8") as f:
-        return json.load(f)
+    return save_version(module, model_base_path, version=version, overwrite=overwrite,
+                        metadata=_metadata(translator, module))
 
 
 def load_and_translate(path, sentences, signature="serving_default", **options):

@@ -31,7 +31,7 @@ import kerasplm
 from kerasplm.data import (group_references, make_translation_dataset, read_parallel_tsv, sample_path,
                            train_dev_split)
 from kerasplm.models.transformer import Transformer, TransformerConfig, get_preset
-from kerasplm.text import WordPieceTokenizer, build_wordpiece_vocab, write_vocab
+from kerasplm.text import TranslatorPreprocessor, WordPieceTokenizer, build_wordpiece_vocab, write_vocab
 from kerasplm.training import CustomSchedule, Trainer, fused_masked_cross_entropy
 
 DEFAULT_PRESET = "transformer_seed"
@@ -77,14 +77,18 @@ def _atomic_write_json(path, payload):
 class Translator:
     """A trained translator: tokenizers + model + decoding, all in TensorFlow.
 
-    ``translate(texts, beam_size=1)`` returns one string per input. Decoding is the cached,
-    XLA-compiled search of :mod:`kerasplm.generation`.
+    ``translate(texts, beam_size=1)`` returns one string per input. The
+    :class:`kerasplm.text.TranslatorPreprocessor` (``self.preprocessor``) owns [START]/[END] and the source
+    cut at the model's position limit; decoding is the cached, XLA-compiled search of
+    :mod:`kerasplm.generation`.
     """
 
     def __init__(self, model, src_tokenizer, tgt_tokenizer, config=None, step=None):
         self.model = model
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
+        self.preprocessor = TranslatorPreprocessor(src_tokenizer, tgt_tokenizer,
+                                                   max_source_length=model.config.pe_input)
         self.config = config or {}
         self.step = step
 
@@ -92,26 +96,20 @@ class Translator:
     length_bucket = 16
 
     def encode(self, texts):
-        """Tokenized, 0-padded source ids ``(batch, S)``: S rounded up to a multiple of ``length_bucket``
-        (bounding recompiles of the decoder), sentences cut to the model's position limit (keeping [END])."""
-        ids = self.src_tokenizer.tokenize(tf.constant(list(texts), tf.string))
-        limit = self.model.config.pe_input
-        lengths = ids.row_lengths()
-        longest = int(tf.reduce_max(lengths)) if len(texts) else 1
-        width = min(limit, -(-longest // self.length_bucket) * self.length_bucket)
-        dense = ids[:, :width].to_tensor(shape=[None, width])
-        # A cut sentence still ends with [END].
-        cut_end = tf.logical_and(lengths[:, None] > width, tf.range(width, dtype=tf.int64)[None, :] == width - 1)
-        return tf.where(cut_end, tf.constant(self.src_tokenizer.end_id, tf.int64), dense)
+        """Source ids ``(batch, S)`` int64, 0-padded: ``[START] pieces [END]`` cut to the model's position limit
+        (keeping [END]), S rounded up to a multiple of ``length_bucket`` (bounding recompiles of the decoder)."""
+        ids = self.preprocessor.source_ids(tf.constant(list(texts), tf.string))
+        longest = int(tf.reduce_max(ids.row_lengths())) if len(texts) else 1
+        width = min(self.model.config.pe_input, -(-longest // self.length_bucket) * self.length_bucket)
+        return ids.to_tensor(shape=[None, width])
 
     def translate_ids(self, src_ids, beam_size=1, **options):
         from kerasplm.generation import beam_search_decode, greedy_decode
 
+        special = dict(start_id=self.preprocessor.start_id, end_id=self.preprocessor.end_id)
         if beam_size <= 1:
-            return greedy_decode(self.model, src_ids, start_id=self.tgt_tokenizer.start_id,
-                                 end_id=self.tgt_tokenizer.end_id, **options)
-        ids, _ = beam_search_decode(self.model, src_ids, beam_size=beam_size, start_id=self.tgt_tokenizer.start_id,
-                                    end_id=self.tgt_tokenizer.end_id, **options)
+            return greedy_decode(self.model, src_ids, **special, **options)
+        ids, _ = beam_search_decode(self.model, src_ids, beam_size=beam_size, **special, **options)
         return ids
 
     def translate(self, texts, beam_size=1, batch_size=64, **options):
@@ -126,7 +124,7 @@ class Translator:
         for start in range(0, len(texts), batch_size):
             chunk = order[start:start + batch_size]
             ids = self.translate_ids(self.encode([texts[i] for i in chunk]), beam_size=beam_size, **options)
-            decoded = self.tgt_tokenizer.detokenize(tf.cast(ids, tf.int64)).numpy()
+            decoded = self.preprocessor.detokenize_target(ids).numpy()
             for i, text in zip(chunk, decoded):
                 out[i] = text.decode("utf-8")
         return out
@@ -215,7 +213,8 @@ def train_translator(out, data=None, src_col=1, tgt_col=0, dev_data=None, preset
         log(f"resuming run in {out} (preset {config['preset']})")
     else:
         for texts, path in ((train_src, src_vocab_path), (train_tgt, tgt_vocab_path)):
-            write_vocab(build_wordpiece_vocab(texts, vocab_size=vocab_size), path)
+            write_vocab(build_wordpiece_vocab(texts, vocab_size=vocab_size,
+                                              reserved_tokens=TranslatorPreprocessor.special_tokens), path)
         config = None
     src_tok, tgt_tok = WordPieceTokenizer(src_vocab_path), WordPieceTokenizer(tgt_vocab_path)
     if config is None:

@@ -1,4 +1,9 @@
-"""Tokenizers as `tf.Module`s: in-graph tokenization that exports with the model."""
+"""Tokenizers and preprocessors as `tf.Module`s: in-graph text processing that exports with the model.
+
+Tokenizers (:mod:`kerasplm.text.wordpiece`) know normalization and vocabulary only; preprocessors
+(:mod:`kerasplm.text.preprocessing`) own the special tokens, packing, truncation and padding.
+"""
+from kerasplm.text.preprocessing import TranslatorPreprocessor, pack_segments, pad_packed
 from kerasplm.text.wordpiece import (
     WordPieceTokenizer,
     build_wordpiece_vocab,
@@ -7,5 +12,5 @@ from kerasplm.text.wordpiece import (
     write_vocab,
 )
 
-__all__ = ["WordPieceTokenizer", "build_wordpiece_vocab", "read_vocab", "write_vocab",
-           "sanitize_utf8"]
+__all__ = ["WordPieceTokenizer", "build_wordpiece_vocab", "read_vocab", "write_vocab", "sanitize_utf8",
+           "TranslatorPreprocessor", "pack_segments", "pad_packed"]

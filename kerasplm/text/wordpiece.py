@@ -1,8 +1,20 @@
 """WordPiece tokenizer as a `tf.Module` (tensorflow-text, fully in graph, SavedModel-exportable).
 
-Normalization matches the seed translator's `preprocess_sentence` in spirit: Unicode NFD, accents
-(\\p{Mn}) stripped, lower case, and every punctuation character (including ¿ and ¡) split into its
-own token. `tensorflow_text.BertTokenizer(lower_case=True)` does all of that in graph.
+A tokenizer knows only **normalization and its vocabulary**: text in, word-piece ids out, and back.
+It adds no special tokens; which of them wrap a sentence ([START]/[END] for the translator,
+[CLS]/[SEP] for BERT), and the truncation and padding around them, belong to a *preprocessor*
+(:mod:`kerasplm.text.preprocessing`).
+
+Normalization is tensorflow-text's `BertTokenizer` (BERT's basic + WordPiece tokenizer):
+
+* ``lower_case=True`` (uncased): Unicode NFD, accents (\\p{Mn}) stripped, case folded, every
+  punctuation character (including ¿ and ¡) its own token, CJK ideographs split;
+* ``lower_case=False`` (cased): text kept as is, accents included, as BERT's cased tokenizer does
+  (``normalization_form="NFC"`` etc. optionally normalizes first).
+
+Any ``vocab.txt`` loads: ours ([PAD]=0 [UNK] [START] [END] ...) and Google's BERT vocabularies
+([PAD]=0, [unused*], [UNK], [CLS], [SEP], [MASK] ...). Bracketed upper-case tokens are *special
+tokens*, exposed by name (``tokenizer.special_tokens``, ``tokenizer.token_to_id("[CLS]")``).
 
 Typical use::
 
@@ -21,11 +33,14 @@ import tensorflow_text as tf_text
 from tensorflow_text.tools.wordpiece_vocab.bert_vocab_from_dataset import bert_vocab_from_dataset
 
 PAD, UNK, START, END = "[PAD]", "[UNK]", "[START]", "[END]"
+# The translator's special tokens, in id order ([PAD]=0, [UNK]=1, [START]=2, [END]=3): the vocabulary
+# builder's default (kerasplm.text.preprocessing.TranslatorPreprocessor.special_tokens is this tuple).
 DEFAULT_RESERVED_TOKENS = (PAD, UNK, START, END)
 
-# A reserved token looks like "[NAME]" (the learned vocabulary never holds such a token, because
-# BERT splitting makes "[" and "]" tokens of their own).
-_RESERVED_RE = re.compile(r"\[[A-Z_]+\]")
+# A special token looks like "[NAME]" in upper case: [PAD], [UNK], [CLS], [SEP], [MASK], [START], [END].
+# BERT's "[unused0]" ... are ordinary (never produced) tokens. A learned vocabulary never holds such a
+# token, because BERT splitting makes "[" and "]" tokens of their own.
+SPECIAL_TOKEN_RE = re.compile(r"\[[A-Z][A-Z0-9_]*\]")
 
 
 def sanitize_utf8(strings):
@@ -40,11 +55,12 @@ def build_wordpiece_vocab(texts, vocab_size=8000, reserved_tokens=DEFAULT_RESERV
     """Learns a WordPiece vocabulary (a list of str) from `texts`.
 
     `texts` is a list of str or a `tf.data.Dataset` of scalar (or batched) strings. The result starts
-    with `reserved_tokens` in order ([PAD]=0, [UNK]=1, [START]=2, [END]=3 by default) followed by the
-    learned tokens. The learner (tensorflow-text's `bert_vocab_from_dataset`) is deterministic, so
-    the same input always gives the same vocabulary; there is no seed. `learn_params` is passed on to
-    the learner (e.g. `dict(lower_thresh=5)` to keep rarer words on a small corpus). `vocab_size` is
-    an upper bound: on a small corpus the learner stops when no word occurs often enough.
+    with `reserved_tokens` in order (the translator's [PAD]=0, [UNK]=1, [START]=2, [END]=3 by default;
+    pass a preprocessor's ``special_tokens`` for another model) followed by the learned tokens. The
+    learner (tensorflow-text's `bert_vocab_from_dataset`) is deterministic, so the same input always
+    gives the same vocabulary; there is no seed. `learn_params` is passed on to the learner (e.g.
+    `dict(lower_thresh=5)` to keep rarer words on a small corpus). `vocab_size` is an upper bound: on
+    a small corpus the learner stops when no word occurs often enough.
     """
     if isinstance(texts, tf.data.Dataset):
         dataset = texts
@@ -72,16 +88,68 @@ def build_wordpiece_vocab(texts, vocab_size=8000, reserved_tokens=DEFAULT_RESERV
 
 
 def write_vocab(vocab, path):
-    """Writes a vocabulary, one token per line (UTF-8)."""
+    """Writes a vocabulary, one token per line (UTF-8); line i (0-based) is token id i."""
     with open(path, "w", encoding="utf-8") as f:
         for token in vocab:
             f.write(token + "\n")
 
 
 def read_vocab(path):
-    """Reads a vocabulary written by `write_vocab` (one token per line, UTF-8)."""
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n").rstrip("\r") for line in f if line.strip()]
+    """Reads a vocabulary file (one token per line, UTF-8, ``\\n`` or ``\\r\\n``); id = 0-based line number.
+
+    Raises ValueError naming the file and line for invalid UTF-8, an empty line or a repeated token
+    (each would shift or break the ids), FileNotFoundError for a missing file.
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"vocabulary file not found: {path}")
+    with open(path, "rb") as f:
+        raw = f.read()
+    lines = raw.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()                                          # the final newline ends the last token
+    vocab, seen = [], {}
+    for lineno, line in enumerate(lines, start=1):
+        try:
+            token = line.decode("utf-8").rstrip("\r")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{path}: line {lineno} is not valid UTF-8 (byte {e.start})") from None
+        if not token.strip():
+            raise ValueError(f"{path}: line {lineno} is empty (every line is one token; ids are line numbers)")
+        if token in seen:
+            raise ValueError(f"{path}: token {token!r} on line {lineno} repeats line {seen[token]}")
+        seen[token] = lineno
+        vocab.append(token)
+    if not vocab:
+        raise ValueError(f"vocabulary file {path} is empty")
+    return vocab
+
+
+def _vocab_file(vocab_path_or_list):
+    """(vocab list, path of a canonical vocab file: one token per line, "\\n" endings)."""
+    if isinstance(vocab_path_or_list, (str, os.PathLike)):
+        path = os.fspath(vocab_path_or_list)
+        vocab = read_vocab(path)
+        with open(path, "rb") as f:
+            canonical = f.read() == "".join(t + "\n" for t in vocab).encode("utf-8")
+        if canonical:
+            return vocab, path
+    else:
+        vocab = [str(t) for t in vocab_path_or_list]
+        if not vocab:
+            raise ValueError("empty vocabulary")
+        bad = [t for t in vocab if not t.strip() or "\n" in t or "\r" in t]
+        if bad:
+            raise ValueError(f"vocabulary tokens must be non-blank single lines, got {bad[0]!r}")
+        if len(set(vocab)) != len(vocab):
+            seen = set()
+            repeated = next(t for t in vocab if t in seen or seen.add(t))
+            raise ValueError(f"vocabulary token {repeated!r} repeats")
+    # The lookup table and the SavedModel asset both read a file: write a canonical copy (a CRLF file
+    # would otherwise give the table keys ending in "\r").
+    path = os.path.join(tempfile.mkdtemp(prefix="kerasplm_vocab_"), "vocab.txt")
+    write_vocab(vocab, path)
+    return vocab, path
 
 
 # Regex clean-up applied by detokenize (RE2 syntax, run in graph).
@@ -96,41 +164,52 @@ _CLEANUP_RULES = (
 
 
 class WordPieceTokenizer(tf.Module):
-    """Lower-casing, accent-folding WordPiece tokenizer; every method is a graph function.
+    """WordPiece tokenizer over any ``vocab.txt``; every method is a graph function.
 
-    Token ids are int64. `tokenize` wraps each sentence in [START] ... [END]; `detokenize` drops
-    [PAD]/[START]/[END] (and everything after the first [END]) and returns readable text. The
-    vocabulary file is a `tf.saved_model.Asset`, so `tf.saved_model.save(tokenizer, dir)` copies
-    it into `dir/assets/` and the reloaded module needs only tensorflow and tensorflow_text.
+    Token ids are int64. ``tokenize`` returns the word pieces only (no special tokens added);
+    ``detokenize`` drops every special token except ``unk_token`` and returns readable text. The
+    vocabulary file is a ``tf.saved_model.Asset``, so ``tf.saved_model.save(tokenizer, dir)`` copies
+    it into ``dir/assets/`` and the reloaded module needs only tensorflow and tensorflow_text.
+
+    Args:
+      vocab_path_or_list: a ``vocab.txt`` path (line i = id i) or a list of tokens.
+      lower_case: uncased normalization (NFD, accents stripped, case folded); False keeps case and
+        accents (BERT cased).
+      unk_token: the token unknown words map to; must be in the vocabulary.
+      max_bytes_per_word: longer words become ``unk_token`` (tensorflow-text's rule, in UTF-8 bytes).
+      max_chars_per_token, normalization_form, preserve_unused_token, split_unknown_characters:
+        passed to ``tensorflow_text.BertTokenizer`` (see its documentation); the defaults are BERT's.
     """
 
-    def __init__(self, vocab_path_or_list, lower_case=True, name=None):
+    def __init__(self, vocab_path_or_list, lower_case=True, unk_token=UNK, max_bytes_per_word=100,
+                 max_chars_per_token=None, normalization_form=None, preserve_unused_token=False,
+                 split_unknown_characters=False, name=None):
         super().__init__(name=name)
-        if isinstance(vocab_path_or_list, (str, os.PathLike)):
-            vocab_path = os.fspath(vocab_path_or_list)
-            if not os.path.exists(vocab_path):
-                raise FileNotFoundError(f"vocabulary file not found: {vocab_path}")
-            vocab = read_vocab(vocab_path)
-        else:
-            vocab = list(vocab_path_or_list)
-            # The lookup table and the SavedModel asset both need a file.
-            vocab_path = os.path.join(tempfile.mkdtemp(prefix="kerasplm_vocab_"), "vocab.txt")
-            write_vocab(vocab, vocab_path)
-        for token in DEFAULT_RESERVED_TOKENS:
-            if token not in vocab:
-                raise ValueError(f"vocabulary {vocab_path} lacks the reserved token {token!r}")
-        if vocab[0] != PAD:
-            raise ValueError(f"vocabulary {vocab_path}: id 0 must be {PAD!r}, found {vocab[0]!r}")
-
+        vocab, vocab_path = _vocab_file(vocab_path_or_list)
+        self._ids = {token: i for i, token in enumerate(vocab)}
+        if unk_token not in self._ids:
+            raise ValueError(f"vocabulary {vocab_path} lacks the unknown token {unk_token!r} "
+                             f"(pass unk_token= to name another)")
         self._vocab_list = vocab
-        self._reserved_list = [t for t in vocab if _RESERVED_RE.fullmatch(t)]
-        self.lower_case = lower_case
+        self.unk_token = unk_token
+        self.lower_case = bool(lower_case)
+        self.options = dict(lower_case=self.lower_case, unk_token=unk_token, max_bytes_per_word=max_bytes_per_word,
+                            max_chars_per_token=max_chars_per_token, normalization_form=normalization_form,
+                            preserve_unused_token=preserve_unused_token,
+                            split_unknown_characters=split_unknown_characters)
+        self._special = {t: i for t, i in self._ids.items() if SPECIAL_TOKEN_RE.fullmatch(t)}
         self._vocab_path = tf.saved_model.Asset(vocab_path)
         self._tokenizer = tf_text.BertTokenizer(
-            vocab_path, lower_case=lower_case, token_out_type=tf.int64, unknown_token=UNK)
+            vocab_path, lower_case=self.lower_case, token_out_type=tf.int64, unknown_token=unk_token,
+            max_bytes_per_word=max_bytes_per_word, max_chars_per_token=max_chars_per_token,
+            normalization_form=normalization_form, preserve_unused_token=preserve_unused_token,
+            split_unknown_characters=split_unknown_characters)
         self._vocab = tf.Variable(vocab, trainable=False, dtype=tf.string, name="vocab")
-        self._reserved = tf.Variable(self._reserved_list, trainable=False, dtype=tf.string,
-                                     name="reserved_tokens")
+        self._special_list = tf.Variable(tf.constant(list(self._special), tf.string, shape=[len(self._special)]),
+                                         trainable=False, name="special_tokens")
+        # detokenize drops these ids: every special token except the unknown one.
+        dropped = [t in self._special and t != unk_token for t in vocab]
+        self._dropped = tf.Variable(dropped, trainable=False, dtype=tf.bool, name="dropped_by_detokenize")
         # detokenize/lookup accept dense or ragged ids: trace both so both survive export.
         for fn in (self.detokenize, self.lookup):
             fn.get_concrete_function(tf.TensorSpec([None, None], tf.int64))
@@ -142,38 +221,45 @@ class WordPieceTokenizer(tf.Module):
         return len(self._vocab_list)
 
     @property
+    def vocab(self):
+        return list(self._vocab_list)
+
+    @property
+    def special_tokens(self):
+        """``{token: id}`` of the special tokens present ([PAD], [UNK], [CLS], [SEP], [MASK], [START], ...)."""
+        return dict(self._special)
+
+    def token_to_id(self, token):
+        """The id of ``token``; KeyError naming it if the vocabulary lacks it."""
+        try:
+            return self._ids[token]
+        except KeyError:
+            raise KeyError(f"token {token!r} is not in the vocabulary ({self.vocab_size} tokens; special "
+                           f"tokens: {', '.join(self._special) or 'none'})") from None
+
+    def id_to_token(self, token_id):
+        if not 0 <= int(token_id) < self.vocab_size:
+            raise IndexError(f"token id {token_id} is outside the vocabulary [0, {self.vocab_size})")
+        return self._vocab_list[int(token_id)]
+
+    @property
     def pad_id(self):
-        return 0
+        """The id of [PAD] (0 in BERT's vocabularies and ours)."""
+        return self.token_to_id(PAD)
 
     @property
     def unk_id(self):
-        return self._vocab_list.index(UNK)
-
-    @property
-    def start_id(self):
-        return self._vocab_list.index(START)
-
-    @property
-    def end_id(self):
-        return self._vocab_list.index(END)
-
-    @property
-    def vocab(self):
-        return list(self._vocab_list)
+        return self._ids[self.unk_token]
 
     # Graph functions (exported with the module).
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def tokenize(self, strings):
-        """Strings [batch] -> int64 RaggedTensor [batch, (tokens)] with [START] ... [END]."""
+        """Strings [batch] -> int64 RaggedTensor [batch, (pieces)]: word pieces only, no special tokens."""
         pieces = self._tokenizer.tokenize(sanitize_utf8(strings))   # [batch, words, pieces]
-        ids = pieces.merge_dims(-2, -1)
-        batch = tf.shape(strings, out_type=tf.int64)[0]
-        starts = tf.fill([batch, 1], tf.constant(self.start_id, tf.int64))
-        ends = tf.fill([batch, 1], tf.constant(self.end_id, tf.int64))
-        return tf.concat([starts, ids, ends], axis=1)
+        return pieces.merge_dims(-2, -1)
 
     def _as_ragged(self, ids):
-        """Dense or ragged [batch, len] ids -> ragged ids, out-of-range ids mapped to [UNK]."""
+        """Dense or ragged [batch, len] ids -> ragged ids, out-of-range ids mapped to the unknown token."""
         if not isinstance(ids, tf.RaggedTensor):
             ids = tf.RaggedTensor.from_tensor(ids)
         size = tf.constant(self.vocab_size, tf.int64)
@@ -189,13 +275,11 @@ class WordPieceTokenizer(tf.Module):
     def detokenize(self, ids):
         """int64 ids [batch, len] (dense or ragged) -> readable strings [batch].
 
-        Drops [PAD]/[START]/[END] and everything after the first [END]; keeps [UNK].
+        Drops every special token ([PAD], [CLS], [SEP], [START], [END], ...) except the unknown token,
+        joins word pieces and tidies spaces around punctuation.
         """
-        ids = self._as_ragged(ids).to_tensor(default_value=self.pad_id)
-        # True from the first [END] of each row on.
-        after_end = tf.math.cumsum(tf.cast(ids == self.end_id, tf.int32), axis=1) > 0
-        drop = after_end | (ids == self.pad_id) | (ids == self.start_id)
-        kept = tf.ragged.boolean_mask(ids, tf.logical_not(drop))
+        ids = self._as_ragged(ids)
+        kept = tf.ragged.boolean_mask(ids, tf.logical_not(tf.gather(self._dropped, ids)))
         tokens = tf.gather(self._vocab, kept)
         text = tf.strings.reduce_join(tokens, separator=" ", axis=-1)
         for pattern, rewrite in _CLEANUP_RULES:
@@ -213,6 +297,6 @@ class WordPieceTokenizer(tf.Module):
         return self._vocab_path
 
     @tf.function(input_signature=[])
-    def get_reserved_tokens(self):
-        """The reserved tokens ([PAD], [UNK], [START], [END], ...) as a string vector."""
-        return tf.identity(self._reserved)
+    def get_special_tokens(self):
+        """The special tokens present ([PAD], [UNK], ...), in id order, as a string vector."""
+        return tf.identity(self._special_list)

@@ -8,7 +8,9 @@ import tensorflow as tf
 from kerasplm.data import (group_references, make_translation_dataset, read_parallel_tsv,
                            sample_path, train_dev_split)
 from kerasplm.text import WordPieceTokenizer, build_wordpiece_vocab
+from tests.text.legacy_ids import old_translator_ids
 
+START, END = 2, 3                                         # the translator vocabulary's ids
 WORDS = "el la un gato perro casa libro come bebe agua leche the a cat dog house book eats drinks".split()
 
 
@@ -120,11 +122,11 @@ def test_dataset_shapes_dtypes_padding_and_shift(tok):
     assert seq_shapes <= {(8, 7), (16, 15)}                 # <= number of buckets
     for s, ti, to in batches:
         assert len(s) == len(ti) == len(to) and len(s) <= 16
-        assert (s[:, 0] == tok.start_id).all() and (ti[:, 0] == tok.start_id).all()
+        assert (s[:, 0] == START).all() and (ti[:, 0] == START).all()
         full_tgt = np.concatenate([ti, to[:, -1:]], axis=1)  # tgt_in / tgt_out are one-step shifts
         assert (full_tgt[:, 1:] == to).all()
         for row in np.concatenate([s, full_tgt]):
-            end = list(row).index(tok.end_id)
+            end = list(row).index(END)
             assert (row[end + 1:] == 0).all() and (row[:end] != 0).all()
 
 
@@ -138,6 +140,24 @@ def test_dataset_content_matches_tokenizer(tok):
     assert got == expected
 
 
+def _rows(batch):
+    return [[int(x) for x in row if x != 0] for row in batch]
+
+
+@pytest.mark.parametrize("drop_long", [True, False])
+def test_dataset_ids_equal_the_old_behaviour(tok, drop_long):
+    """Existing run directories must train on exactly the ids they had before preprocessors existed."""
+    src, tgt = _corpus(40, seed=3)
+    src[5], tgt[7] = " ".join(["gato"] * 20), " ".join(["cat"] * 20) + "!"      # longer than max_length
+    got = sorted((tuple(s), tuple(ti[:1] + to)) for bs, bti, bto in _batches(make_translation_dataset(
+        src, tgt, tok, tok, batch_size=8, max_length=12, bucket_lengths=(8, 12), shuffle=False,
+        drop_long=drop_long)) for s, ti, to in zip(_rows(bs), _rows(bti), _rows(bto)))
+    old_src = old_translator_ids(tok.vocab, src, None if drop_long else 12)
+    old_tgt = old_translator_ids(tok.vocab, tgt, None if drop_long else 12)
+    expected = sorted((tuple(s), tuple(t)) for s, t in zip(old_src, old_tgt) if len(s) <= 12 and len(t) <= 12)
+    assert got == expected and (len(got) < 40 if drop_long else len(got) == 40)
+
+
 def test_drop_vs_trim_long_pairs(tok):
     src = ["el gato come."] * 3 + [" ".join(["gato"] * 30)]
     tgt = ["the cat eats."] * 3 + ["the cat."]
@@ -148,7 +168,7 @@ def test_drop_vs_trim_long_pairs(tok):
     rows = [r for s, _, _ in trimmed for r in s]
     assert len(rows) == 4
     longest = max(rows, key=lambda r: (r != 0).sum())
-    assert (longest != 0).sum() == 10 and longest[9] == tok.end_id
+    assert (longest != 0).sum() == 10 and longest[9] == END
 
 
 def test_same_batches_on_reiteration_and_rebuild(tok):

@@ -1,6 +1,6 @@
-"""Translator export: signatures vs the in-memory Translator, bad inputs, isolation, atomic versions, CLI,
-serving end to end. One full export (beam sizes 1..8) per session; version/kill tests use cheap exports
-(``max_beam_size=1``)."""
+"""Translator export: signatures vs the in-memory Translator, the shared export contract (bad-input battery,
+isolation: tests/export/contract.py), atomic versions, CLI, serving end to end. One full export (beam sizes
+1..8) per session; version/kill tests use cheap exports (``max_beam_size=1``)."""
 import json
 import os
 import re
@@ -19,6 +19,7 @@ from kerasplm.export import export_translator, load_and_translate, read_metadata
 from kerasplm.models.transformer import Transformer
 from kerasplm.tasks.translation import Translator
 from kerasplm.text import WordPieceTokenizer, build_wordpiece_vocab, write_vocab
+from tests.export.contract import check_bad_inputs, run_isolated
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -26,8 +27,9 @@ PY = sys.executable
 SENTENCES = ["Hace mucho frío aquí.", "¿Puedo tomar prestado este libro?", "Esta es mi vida.",
              "¿Todavía están en casa?", "Trata de averiguarlo."]
 LONG = " ".join(["palabra"] * 5000)
-INVALID_UTF8 = b"ab\xff\xfe cd \xc3"
 EMPTY_LIKE = ["", "   \t\n ", "\x00"]
+# Family-specific additions to the contract's bad-input battery.
+EXTRA_BAD = {"control": "\x00", "punctuation": "¿?!", "special_like": "[UNK] [END] [START]"}
 SIGNATURES = ["serving_default", "translate", "translate_with_attention", "metadata"]
 
 
@@ -98,9 +100,10 @@ def test_version_layout_and_metadata(exported, loaded, tiny_translator):
     assert meta["family"] == "transformer_translator" and meta["preset"] == "transformer_tiny"
     assert meta["source_vocab_size"] == tiny_translator.src_tokenizer.vocab_size
     assert meta["target_vocab_size"] == tiny_translator.tgt_tokenizer.vocab_size
-    assert meta["training_step"] == 7 and meta["version"] == 1
+    assert meta["training_step"] == 7 and meta["version"] == 1 and meta["signatures"] == sorted(SIGNATURES)
     assert meta["decoding"]["beam_sizes"] == [1, 8] and meta["decoding"]["jit_compile"] is False
-    assert {"kerasplm_version", "export_time", "tensorflow_version"} <= set(meta)
+    assert meta["decoding"]["max_source_length"] == tiny_translator.model.config.pe_input
+    assert {"kerasplm_version", "export_time", "tensorflow_version", "tensorflow_text_version"} <= set(meta)
     assert json.loads(loaded.signatures["metadata"]()["metadata"].numpy().decode()) == meta
     assert sorted(loaded.signatures) == sorted(SIGNATURES)
 
@@ -133,36 +136,34 @@ def test_options_are_validated(loaded):
             _translate(loaded, SENTENCES[:1], beam_size=beam_size, max_length=max_length)
 
 
-# ---- bad inputs ----
-def test_bad_inputs_do_not_crash_and_batch_members_are_independent(loaded, reference):
-    bad = EMPTY_LIKE + [LONG, INVALID_UTF8, "¿?!", "[UNK] [END] [START]"]
-    alone = {i: _greedy(loaded, [text])[0] for i, text in enumerate(bad)}
-    for i in range(len(EMPTY_LIKE)):
-        assert alone[i] == ""
-    assert isinstance(alone[len(EMPTY_LIKE)], str)  # the 5,000-word input is cut, not a crash
-    # Mixed batch, normal sentences interleaved with every degenerate input.
-    mixed = [bad[0], SENTENCES[0], bad[3], SENTENCES[1], bad[1], bad[4], SENTENCES[2], bad[2], SENTENCES[3],
-             bad[5], bad[6], SENTENCES[4]]
-    expected = [reference[1][SENTENCES.index(t)] if t in SENTENCES else alone[bad.index(t)] for t in mixed]
-    assert _greedy(loaded, mixed) == expected
-    # Beam search too: the same mixed batch equals one-by-one. (Not compared for the 5,000-word input: its
-    # ~1,000-step random-weight beam search has near-ties that last-bit differences of batch-size-dependent
-    # matmul kernels can flip; greedy above is compared exactly.)
-    beam_mixed, beam_scores = _translate(loaded, mixed, beam_size=2)
-    assert [b for b, t in zip(beam_mixed, mixed) if t in SENTENCES] == reference[2]
-    others = [t for t in mixed if t not in SENTENCES and t is not LONG]
-    assert [b for b, t in zip(beam_mixed, mixed) if t in others] == \
-        [_translate(loaded, [t], beam_size=2)[0][0] for t in others]
-    assert all(s == 0.0 for s, t in zip(beam_scores, mixed) if t in EMPTY_LIKE)
+# ---- bad inputs (the shared battery) ----
+def _empty_like_rows_are_empty(texts, outputs):
+    for i, text in enumerate(texts):
+        if text in EMPTY_LIKE:
+            assert outputs["translation"][i] == b""
+            assert outputs.get("score", [0.0] * len(texts))[i] == 0.0
+            assert outputs.get("target_length", [0] * len(texts))[i] == 0
 
 
-def test_empty_batch(loaded):
-    empty = tf.constant([], tf.string)
-    assert loaded.signatures["serving_default"](inputs=empty)["translation"].shape == (0,)
-    out = loaded.signatures["translate"](inputs=empty, beam_size=tf.constant(4), max_length=tf.constant(0))
-    assert out["translation"].shape == (0,) and out["score"].shape == (0,)
-    out = loaded.signatures["translate_with_attention"](inputs=empty)
-    assert out["translation"].shape == (0,) and out["attention"].shape[0] == 0
+def test_bad_inputs_greedy(exported, reference):
+    alone = check_bad_inputs(exported, "serving_default", "inputs", _empty_like_rows_are_empty,
+                             normal=SENTENCES[0], extra_bad=EXTRA_BAD)
+    assert alone["normal"]["translation"][0].decode() == reference[1][0]
+    assert isinstance(alone["long"]["translation"][0], bytes)      # the 5,000-word input is cut, not a crash
+
+
+def test_bad_inputs_beam_search(exported, reference):
+    # The 5,000-word rows are not compared: their ~1,000-step random-weight beam search has near-ties that
+    # last-bit differences of batch-size-dependent matmul kernels can flip (greedy above compares them exactly).
+    alone = check_bad_inputs(exported, "translate", "inputs", _empty_like_rows_are_empty, normal=SENTENCES[1],
+                             extra_inputs={"beam_size": 2, "max_length": 0}, extra_bad=EXTRA_BAD,
+                             compare_rows=set(EXTRA_BAD) | {"empty", "whitespace", "invalid_utf8"})
+    assert alone["normal"]["translation"][0].decode() == reference[2][1]
+
+
+def test_bad_inputs_attention(exported):
+    check_bad_inputs(exported, "translate_with_attention", "inputs", _empty_like_rows_are_empty,
+                     normal=SENTENCES[2], extra_bad={"control": "\x00"})
 
 
 def test_attention_signature(loaded, reference):
@@ -184,14 +185,13 @@ def test_attention_signature(loaded, reference):
 
 # ---- isolation: tensorflow + tensorflow_text only ----
 def test_loads_without_kerasplm_and_uses_only_registered_ops(exported, reference):
-    proc = subprocess.run([PY, "-I", os.path.join(HERE, "isolated_translate.py"), exported, json.dumps(SENTENCES)],
-                          capture_output=True, text=True, timeout=600, cwd="/")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["kerasplm_importable"] is False and result["kerasplm_in_modules"] is False
-    assert result["greedy"] == reference[1]
-    assert result["beam"]["2"] == reference[2]
-    assert result["op_types"] > 20 and result["unregistered_ops"] == []
+    greedy, beam, metadata = run_isolated(exported, [
+        ("serving_default", {"inputs": SENTENCES}),
+        ("translate", {"inputs": SENTENCES, "beam_size": 2, "max_length": 0}),
+        ("metadata", {})])
+    assert greedy["translation"] == reference[1]
+    assert beam["translation"] == reference[2]
+    assert json.loads(metadata["metadata"]) == read_metadata(exported)
 
 
 def test_saved_model_cli_show_lists_signatures(exported):
@@ -283,9 +283,9 @@ def test_kill_mid_export_leaves_no_version(tiny_translator, tmp_path):
             proc.kill()
     names = os.listdir(base)
     assert [n for n in names if n.isdigit()] == [] and len(names) == 1 and names[0].startswith(".tmp-1-")
-    from kerasplm.export.server import list_versions
+    from kerasplm.export.atomic import list_version_numbers
 
-    assert list_versions(base) == []  # the server ignores the leftover
+    assert list_version_numbers(base) == []  # servers list versions with this: they ignore the leftover
     path = export_translator(tiny_translator, base, max_beam_size=1)  # cleans it and takes version 1
     assert os.listdir(base) == ["1"] and path.endswith("/1")
 

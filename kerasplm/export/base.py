@@ -1,0 +1,146 @@
+"""What every exported model shares: the ``tf.Module`` base and the atomic, versioned save.
+
+A family's exporter subclasses :class:`ExportModule`, declares its signatures in :meth:`ExportModule.signatures`
+and calls :func:`save_version`; everything else is here:
+
+* variable tracking that TF1-style loaders (TF Serving, ``saved_model_cli run``) can restore;
+* the ``metadata`` signature and ``assets.extra/kerasplm.json`` (the same JSON): common fields
+  (``family``, ``version``, ``signatures``, ``export_time``, kerasplm / TensorFlow / tensorflow-text
+  versions) plus the family's own;
+* TF Serving's ``<model_base_path>/<version>/`` layout, written atomically (:mod:`kerasplm.export.atomic`):
+  next free version by default, an existing version refused unless ``overwrite=True``.
+"""
+import datetime
+import json
+import os
+import shutil
+
+import tensorflow as tf
+
+from kerasplm.export import atomic
+
+METADATA_FILE = "kerasplm.json"
+METADATA_SIGNATURE = "metadata"
+
+
+def tf_variable(variable):
+    """The ``tf.Variable`` behind a Keras 3 variable (or the variable itself)."""
+    if isinstance(variable, tf.Variable):
+        return variable
+    value = getattr(variable, "_value", None)
+    if isinstance(value, tf.Variable):
+        return value
+    raise TypeError(f"cannot export variable {variable!r}: no tf.Variable behind it")
+
+
+class ExportModule(tf.Module):
+    """Base of every exported model: holds a Keras model so that any SavedModel loader restores it.
+
+    The Keras model is NOT tracked as a child: a Keras 3 variable exports as a *copy* ("Variable_N") that the
+    checkpoint restores, while the traced functions read the ``tf.Variable`` inside it. TF2's loader copes,
+    but TF1-style loaders (TF Serving, ``saved_model_cli run``) then leave those ``tf.Variable``\\ s
+    uninitialized ("Could not find variable ..."). So the module tracks the underlying ``tf.Variable``\\ s
+    directly (as ``keras.export.ExportArchive`` does) and keeps the model as an untracked attribute
+    ``self.model``. Tokenizers and preprocessors assigned as attributes are tracked as usual (their
+    vocabularies become ``assets/``).
+
+    Subclasses set ``family`` and override :meth:`signatures` (``{name: tf.function with an
+    input_signature}``, ``serving_default`` included); :func:`save_version` adds the ``metadata`` signature.
+    """
+
+    family = None
+
+    def __init__(self, model, family=None, name=None):
+        super().__init__(name=name)
+        self.__dict__["model"] = model
+        self.model_variables = [tf_variable(v) for v in model.variables]
+        if family is not None:
+            self.family = family
+        if not self.family:
+            raise ValueError(f"{type(self).__name__} needs a family name (class attribute or family=)")
+
+    def signatures(self):
+        """``{signature name: tf.function}`` for TF Serving; must contain ``serving_default``."""
+        raise NotImplementedError(f"{type(self).__name__} must define its signatures()")
+
+
+def _metadata_signature(metadata_json):
+    @tf.function(input_signature=[])
+    def metadata():
+        """``{"metadata": string []}``: the export metadata as JSON (same as assets.extra/kerasplm.json)."""
+        return {"metadata": tf.constant(metadata_json)}
+    return metadata
+
+
+def _check_version(version):
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 1):
+        raise ValueError(f"version must be a positive integer, got {version!r}")
+
+
+def common_metadata(module, version, signature_names):
+    """The fields every export's metadata has."""
+    import tensorflow_text
+
+    import kerasplm
+
+    return {
+        "family": module.family,
+        "version": version,
+        "signatures": sorted(signature_names),
+        "kerasplm_version": kerasplm.__version__,
+        "tensorflow_version": tf.__version__,
+        "tensorflow_text_version": tensorflow_text.__version__,
+        "export_time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def save_version(module, model_base_path, version=None, overwrite=False, metadata=None):
+    """Writes ``module`` as ``model_base_path/<version>/`` (SavedModel + ``assets.extra/kerasplm.json``) atomically.
+
+    Args:
+      module: an :class:`ExportModule`.
+      model_base_path: TF Serving's model base path (created if missing).
+      version: positive int; default the next free one (1 + the largest, 1 if none).
+      overwrite: replace an existing ``version`` (atomically swapped in); else ``FileExistsError``.
+      metadata: the family's metadata fields (a JSON-serializable dict), merged over the common ones.
+    Returns the version directory's path (str).
+    """
+    _check_version(version)
+    base = os.path.abspath(os.fspath(model_base_path))
+    if os.path.exists(base) and not os.path.isdir(base):
+        raise NotADirectoryError(f"model base path {base} is not a directory")
+    signatures = dict(module.signatures())
+    if "serving_default" not in signatures or METADATA_SIGNATURE in signatures:
+        raise ValueError(f"{type(module).__name__}.signatures() must contain 'serving_default' and not "
+                         f"{METADATA_SIGNATURE!r} (added by save_version), got {sorted(signatures)}")
+    os.makedirs(base, exist_ok=True)
+    atomic.clean_stale_tmp_dirs(base)
+    auto = version is None
+    version = atomic.next_version(base) if auto else version
+    final = os.path.join(base, str(version))
+    if os.path.exists(final) and not overwrite:
+        raise FileExistsError(f"{final}: version {version} exists; pass overwrite=True / --overwrite")
+
+    info = {**common_metadata(module, version, [*signatures, METADATA_SIGNATURE]), **(metadata or {})}
+    metadata_json = json.dumps(info, ensure_ascii=False, sort_keys=True)
+    signatures[METADATA_SIGNATURE] = _metadata_signature(metadata_json)
+
+    tmp = atomic.make_tmp_dir(base, version)
+    try:
+        tf.saved_model.save(module, tmp, signatures=signatures,
+                            options=tf.saved_model.SaveOptions(experimental_custom_gradients=False))
+        extra = os.path.join(tmp, "assets.extra")
+        os.makedirs(extra, exist_ok=True)
+        with open(os.path.join(extra, METADATA_FILE), "w", encoding="utf-8") as f:
+            json.dump(info, f, indent=2, ensure_ascii=False, sort_keys=True)
+        atomic.fsync_tree(tmp)
+        return atomic.publish(tmp, base, version, overwrite=overwrite, auto_version=auto)
+    finally:
+        if os.path.exists(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def read_metadata(path):
+    """The ``assets.extra/kerasplm.json`` of a version directory, as a dict."""
+    with open(os.path.join(path, "assets.extra", METADATA_FILE), encoding="utf-8") as f:
+        return json.load(f)

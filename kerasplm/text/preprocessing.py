@@ -1,0 +1,123 @@
+"""Preprocessors: the in-graph steps between a tokenizer and a model.
+
+A tokenizer (:mod:`kerasplm.text.wordpiece`) knows only normalization and its vocabulary. Everything a
+*model* adds around the word pieces lives here, as graph functions usable in a ``tf.data`` pipeline, in
+eager code and inside an exported ``tf.Module``:
+
+* :func:`pack_segments`: one or more segments packed as ``[start] A [end]`` or ``[start] A [end] B [end]``
+  (BERT: ``[CLS] A [SEP] B [SEP]``) with segment ids, trimmed to a total length;
+* :func:`pad_packed`: packed ragged ids -> dense model inputs at a fixed width, with the input mask;
+* :class:`TranslatorPreprocessor`: the Transformer translator's [START]/[END] rule for the source and the
+  target, its truncation (the cut keeps [END]) and the decoding's inverse (stop at [END], detokenize).
+
+All three are tensorflow-text ops (``RoundRobinTrimmer``, ``combine_segments``, ``pad_model_inputs``), so
+they export with the model and run in TF Serving.
+"""
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from kerasplm.text.wordpiece import DEFAULT_RESERVED_TOKENS, END, PAD, START
+
+
+def pack_segments(segments, start_id, end_id, max_length=None):
+    """Packs segments as ``[start] A [end] B [end] ...`` (BERT's ``[CLS] A [SEP] B [SEP]``).
+
+    Args:
+      segments: list of int64 RaggedTensors ``[batch, (n_i)]`` (word-piece ids, no special tokens).
+      start_id, end_id: the ids put before the first segment and after every segment.
+      max_length: cap on the packed length, special tokens included (None: no cap). Segments are trimmed
+        round robin, which for two segments gives the lengths of BERT's ``_truncate_seq_pair`` (the
+        longer segment loses tokens first, the second one on ties); the special tokens are always kept.
+    Returns ``(token_ids, segment_ids)``, int64 RaggedTensors ``[batch, (len)]``; the start token and the
+    first segment with its end token have segment id 0, the second segment with its end token 1, ...
+    """
+    segments = list(segments)
+    if not segments:
+        raise ValueError("pack_segments needs at least one segment")
+    if max_length is not None:
+        budget = int(max_length) - 1 - len(segments)          # one start + one end per segment
+        if budget < 0:
+            raise ValueError(f"max_length={max_length} cannot hold the {1 + len(segments)} special tokens "
+                             f"of {len(segments)} segment(s)")
+        segments = tf_text.RoundRobinTrimmer(max_seq_length=budget).trim(segments)
+    return tf_text.combine_segments(segments, start_of_sequence_id=start_id, end_of_segment_id=end_id)
+
+
+def pad_packed(token_ids, segment_ids, sequence_length, pad_id=0):
+    """Packed ragged ids -> dense model inputs of width ``sequence_length`` (longer rows are cut).
+
+    Returns ``{"token_ids": int64 [batch, L], "segment_ids": int64 [batch, L],
+    "input_mask": int64 [batch, L]}`` (mask 1 = real token, 0 = padding; padding ids are ``pad_id``,
+    padding segment ids 0).
+    """
+    token_ids, input_mask = tf_text.pad_model_inputs(token_ids, max_seq_length=sequence_length, pad_value=pad_id)
+    segment_ids, _ = tf_text.pad_model_inputs(segment_ids, max_seq_length=sequence_length, pad_value=0)
+    return {"token_ids": token_ids, "segment_ids": segment_ids, "input_mask": input_mask}
+
+
+def _special_ids(tokenizer, side):
+    """(start, end) ids of a translator vocabulary; ValueError naming what is missing."""
+    missing = [t for t in TranslatorPreprocessor.special_tokens if t not in tokenizer.special_tokens]
+    if missing:
+        raise ValueError(f"the {side} vocabulary lacks the translator's special token(s) {', '.join(missing)} "
+                         f"(a translator vocabulary holds {', '.join(TranslatorPreprocessor.special_tokens)}; "
+                         f"build it with build_wordpiece_vocab)")
+    if tokenizer.pad_id != 0:
+        raise ValueError(f"the {side} vocabulary has {PAD} at id {tokenizer.pad_id}; the translator pads with 0")
+    return tokenizer.token_to_id(START), tokenizer.token_to_id(END)
+
+
+def _check_length(name, value):
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 2):
+        raise ValueError(f"{name} must be an integer >= 2 ([START] and [END]) or None, got {value!r}")
+    return value
+
+
+class TranslatorPreprocessor(tf.Module):
+    """The translator's special tokens: ``[START] pieces [END]`` on both sides, cut to a maximum length.
+
+    A sentence longer than the maximum keeps its first ``max_length - 2`` word pieces and still ends with
+    [END] (so the model always sees a finished sentence). Source and target ids use their own vocabulary's
+    [START]/[END] ids; [PAD] must be id 0 in both (the model's padding masks test ``id == 0``).
+
+    >>> pre = TranslatorPreprocessor(src_tokenizer, tgt_tokenizer, max_source_length=40)
+    >>> pre.source_ids(tf.constant(["Hace frío."]))   # ragged int64 [[2, ..., 3]]
+    """
+
+    special_tokens = DEFAULT_RESERVED_TOKENS   # [PAD]=0, [UNK], [START], [END]
+
+    def __init__(self, src_tokenizer, tgt_tokenizer, max_source_length=None, max_target_length=None, name=None):
+        super().__init__(name=name)
+        self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
+        self.src_start_id, self.src_end_id = _special_ids(src_tokenizer, "source")
+        self.start_id, self.end_id = _special_ids(tgt_tokenizer, "target")
+        self.pad_id = 0
+        self.max_source_length = _check_length("max_source_length", max_source_length)
+        self.max_target_length = _check_length("max_target_length", max_target_length)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def source_ids(self, strings):
+        """Source strings [batch] -> int64 RaggedTensor [batch, (len)]: [START] pieces [END], len <= max."""
+        ids, _ = pack_segments([self.src_tokenizer.tokenize(strings)], self.src_start_id, self.src_end_id,
+                               self.max_source_length)
+        return ids
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def target_ids(self, strings):
+        """Target strings [batch] -> int64 RaggedTensor [batch, (len)]: [START] pieces [END], len <= max."""
+        ids, _ = pack_segments([self.tgt_tokenizer.tokenize(strings)], self.start_id, self.end_id,
+                               self.max_target_length)
+        return ids
+
+    @tf.function
+    def detokenize_target(self, ids):
+        """Generated target ids [batch, len] (dense or ragged, any int dtype) -> strings [batch].
+
+        Everything from the first [END] on is dropped (a finished hypothesis is padded after it), then the
+        tokenizer's ``detokenize`` removes [START]/[PAD] and joins the word pieces.
+        """
+        ids = tf.cast(ids, tf.int64)
+        if isinstance(ids, tf.RaggedTensor):
+            ids = ids.to_tensor(default_value=self.pad_id)
+        before_end = tf.math.cumsum(tf.cast(ids == self.end_id, tf.int32), axis=1) == 0
+        return self.tgt_tokenizer.detokenize(tf.ragged.boolean_mask(ids, before_end))

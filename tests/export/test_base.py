@@ -1,0 +1,127 @@
+"""The export base (ExportModule + save_version) and the shared contract helpers, on a tiny string-in model."""
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from kerasplm.export import ExportModule, read_metadata, save_version
+from tests.export.contract import assert_same_row, check_bad_inputs, run_isolated
+
+
+class _Scorer(ExportModule):
+    """Strings -> two scores from a Dense layer over (byte length, word count): a Keras model behind a string
+    signature. ``leaky=True`` normalizes by the batch's longest input, breaking per-row independence."""
+
+    family = "toy_scorer"
+
+    def __init__(self, leaky=False):
+        tf.keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input([2]), keras.layers.Dense(2)])
+        super().__init__(model)
+        self.leaky = leaky
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    def score(self, inputs):
+        features = tf.stack([tf.cast(tf.strings.length(inputs), tf.float32),
+                             tf.cast(tf.strings.split(inputs).row_lengths(), tf.float32)], axis=1)
+        if self.leaky:
+            features = features / tf.maximum(1.0, tf.reduce_max(features))
+        return {"scores": self.model(features), "length": tf.strings.length(inputs)}
+
+    def signatures(self):
+        return {"serving_default": self.score}
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    base = tmp_path_factory.mktemp("toy") / "scorer"
+    module = _Scorer()
+    return module, save_version(module, str(base), metadata={"preset": "toy", "answer": 42})
+
+
+def test_save_version_layout_and_metadata(saved):
+    module, path = saved
+    assert os.path.basename(path) == "1" and os.listdir(os.path.dirname(path)) == ["1"]
+    meta = read_metadata(path)
+    assert meta["family"] == "toy_scorer" and meta["version"] == 1
+    assert meta["preset"] == "toy" and meta["answer"] == 42
+    assert meta["signatures"] == ["metadata", "serving_default"]
+    assert {"kerasplm_version", "tensorflow_version", "tensorflow_text_version", "export_time"} <= set(meta)
+    loaded = tf.saved_model.load(path)
+    assert json.loads(loaded.signatures["metadata"]()["metadata"].numpy().decode()) == meta
+    texts = tf.constant(["a b", "hello"])
+    np.testing.assert_allclose(loaded.signatures["serving_default"](inputs=texts)["scores"].numpy(),
+                               module.score(texts)["scores"].numpy(), rtol=1e-6)
+
+
+def test_variables_restore_in_a_tf1_session(saved):
+    """TF Serving and saved_model_cli run load through a TF1 session: the graph's variables must be restored."""
+    module, path = saved
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        meta_graph = tf.compat.v1.saved_model.loader.load(session, ["serve"], path)
+        signature = meta_graph.signature_def["serving_default"]
+        scores = session.run(signature.outputs["scores"].name,
+                             {signature.inputs["inputs"].name: np.array([b"a b", b"hello"], object)})
+    np.testing.assert_allclose(scores, module.score(tf.constant(["a b", "hello"]))["scores"].numpy(), rtol=1e-6)
+
+
+def test_versions_overwrite_and_errors(saved, tmp_path):
+    module, _ = saved
+    base = str(tmp_path / "scorer")
+    assert save_version(module, base).endswith("/1") and save_version(module, base).endswith("/2")
+    with pytest.raises(FileExistsError, match="version 2 exists; pass overwrite=True"):
+        save_version(module, base, version=2)
+    assert save_version(module, base, version=2, overwrite=True, metadata={"x": 1}) == os.path.join(base, "2")
+    assert read_metadata(os.path.join(base, "2"))["x"] == 1 and sorted(os.listdir(base)) == ["1", "2"]
+    assert save_version(module, base, version=7).endswith("/7")
+    for bad in (0, -1, 1.5, True, "3"):
+        with pytest.raises(ValueError, match="version must be a positive integer"):
+            save_version(module, base, version=bad)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(NotADirectoryError, match="is not a directory"):
+        save_version(module, str(tmp_path / "file"))
+
+
+def test_signatures_are_validated(tmp_path):
+    class NoSignatures(ExportModule):
+        family = "toy"
+
+    class WithMetadata(_Scorer):
+        def signatures(self):
+            return {"serving_default": self.score, "metadata": self.score}
+
+    model = keras.Sequential([keras.Input([2]), keras.layers.Dense(2)])
+    with pytest.raises(NotImplementedError, match="NoSignatures must define its signatures"):
+        save_version(NoSignatures(model), str(tmp_path / "a"))
+    with pytest.raises(ValueError, match="must contain 'serving_default' and not 'metadata'"):
+        save_version(WithMetadata(), str(tmp_path / "b"))
+    with pytest.raises(ValueError, match="needs a family name"):
+        ExportModule(model)
+    assert not os.path.exists(tmp_path / "a" / "1") and not os.path.exists(tmp_path / "b" / "1")
+
+
+def test_contract_helpers_pass_on_a_conforming_model(saved):
+    _, path = saved
+    alone = check_bad_inputs(path, "serving_default", "inputs")
+    assert alone["long"]["length"].tolist() == [len(" ".join(["word"] * 5000))]
+    assert alone["empty"]["length"].tolist() == [0]
+    (outputs,) = run_isolated(path, [("serving_default", {"inputs": ["a b", b"\xff"]})])
+    assert outputs["length"] == [3, 1] and len(outputs["scores"]) == 2
+
+
+def test_contract_helpers_catch_a_batch_dependent_model(tmp_path):
+    path = save_version(_Scorer(leaky=True), str(tmp_path / "leaky"))
+    with pytest.raises(AssertionError, match="serving_default/scores, row"):
+        check_bad_inputs(path, "serving_default", "inputs")
+
+
+def test_assert_same_row_crops_padding():
+    assert_same_row(np.array([b"a", b"b"], object), np.array([b"a", b"b", b""], object))
+    assert_same_row(np.ones([2, 2]), np.pad(np.ones([2, 2]), [[0, 1], [0, 3]]))
+    with pytest.raises(AssertionError, match="padding outside the row is not zero"):
+        assert_same_row(np.ones([2]), np.ones([3]))
+    with pytest.raises(AssertionError, match="shape"):
+        assert_same_row(np.ones([3]), np.ones([2]))
