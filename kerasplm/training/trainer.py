@@ -244,7 +244,8 @@ class Trainer:
     Attributes: `step` (int, global step), `history` (dict of lists: "step", "loss", other train
     metrics, "learning_rate", and "eval_step", "eval_loss", ... for evaluations), `trace_count`
     (traces of the train step: one per distinct batch shape), `eval_trace_count` (evaluation relaxes
-    to shape-generic after its first trace), `stop_reason` after `fit`.
+    to shape-generic after its first trace), `start_step` (the step the last `fit` started from, after
+    restoring) and `stop_reason` after `fit`.
     """
 
     def __init__(self, model, optimizer, compute_loss, strategy=None, jit_compile="auto",
@@ -280,6 +281,7 @@ class Trainer:
         self.trace_count = 0
         self.eval_trace_count = 0
         self.stop_reason = None
+        self.start_step = None
         self._ready = False
         self._stop_requested = False
         self._checkpoint = None
@@ -449,7 +451,7 @@ class Trainer:
             raise ValueError("eval_every needs an eval_dataset")
         dataset = _as_dataset(dataset)
         self._ensure_ready(dataset)
-        start = self.step
+        start = self.start_step = self.step
         self.stop_reason = None
         if steps is not None and start >= steps:
             self.stop_reason = "steps"
