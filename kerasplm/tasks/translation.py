@@ -135,24 +135,24 @@ class TranslatorOptions(JobOptions):
     tgt_col: int = option(0, "0-based target column", kind=int, minimum=0)
     dev_data: str = option(None, "held-out corpus (default: split off --data by source sentence)", file=True,
                            metavar="TSV")
-    dev_size: int = option(1000, "held-out source sentences split off --data", kind=int, minimum=1)
-    max_pairs: int = option(None, "read at most this many pairs of --data", kind=int, minimum=1)
+    dev_size: int = option(1000, "held-out source sentences split off --data", kind=int, minimum=0, exclusive_minimum=True)
+    max_pairs: int = option(None, "read at most this many pairs of --data", kind=int, minimum=0, exclusive_minimum=True)
     # model and training
     preset: str = option(DEFAULT_PRESET, "model preset", choices=lambda: sorted(PRESETS))
-    batch_size: int = option(64, "sentence pairs per global batch", kind=int, minimum=1)
-    vocab_size: int = option(8000, "WordPiece vocabulary size per language", kind=int, minimum=1)
+    batch_size: int = option(64, "sentence pairs per global batch", kind=int, minimum=0, exclusive_minimum=True)
+    vocab_size: int = option(8000, "WordPiece vocabulary size per language", kind=int, minimum=0, exclusive_minimum=True)
     max_length: int = option(40, "max tokens per sentence, [START]/[END] included", kind=int, minimum=3)
-    warmup_steps: int = option(4000, "CustomSchedule warmup steps", kind=int, minimum=1)
+    warmup_steps: int = option(4000, "CustomSchedule warmup steps", kind=int, minimum=0, exclusive_minimum=True)
     label_smoothing: float = option(0.1, "label smoothing ε of the training loss", kind=float, minimum=0,
                                     maximum=1, exclusive_maximum=True)
     seed: int = option(0, "seed of the data split, shuffle, initialization and dropout", kind=int)
     # this invocation
     steps: int = option(None, "train to this global step (a resumed run continues to the same total)",
-                        kind=int, minimum=1, scope=SESSION)
+                        kind=int, minimum=0, exclusive_minimum=True, scope=SESSION)
     time_budget: float = option(None, "seconds of training", kind=float, minimum=0, exclusive_minimum=True,
                                 scope=SESSION)
-    eval_every: int = option(None, "held-out loss every N steps", kind=int, minimum=1, scope=SESSION)
-    bleu_beam_size: int = option(1, "beam size for the BLEU evaluation", flag="--beam-size", kind=int, minimum=1,
+    eval_every: int = option(None, "held-out loss every N steps", kind=int, minimum=0, exclusive_minimum=True, scope=SESSION)
+    bleu_beam_size: int = option(1, "beam size for the BLEU evaluation", flag="--beam-size", kind=int, minimum=0, exclusive_minimum=True,
                                  scope=SESSION)
     bleu_max_sentences: int = option(None, "score BLEU on at most this many held-out sentences", kind=int,
                                      minimum=1, scope=SESSION)
@@ -184,8 +184,8 @@ def _model_config(run, config):
         raise run.error(run.CONFIG, f"'model' is not a valid TransformerConfig ({e})") from None
 
 
-def _tokenizer(run, config, key, expected_size):
-    """The WordPiece tokenizer of asset ``key``, checked against the model's vocabulary size."""
+def _vocab_path(run, config, key, expected_size):
+    """Path of vocabulary asset ``key``, checked against the model's vocabulary size."""
     path = run.asset(config, key)
     name = os.path.relpath(path, run.path)
     try:
@@ -195,14 +195,14 @@ def _tokenizer(run, config, key, expected_size):
     if size != expected_size:
         raise run.error(name, f"{size} tokens, but the model was trained with {expected_size}; the file is "
                               f"damaged or from another run")
-    return WordPieceTokenizer(path)
+    return path
 
 
 def load_translator_from_run(run, config):
     """The loader registered for family ``transformer_translator`` (see ``run_dir.load_run``)."""
     model_config = _model_config(run, config)
-    src = _tokenizer(run, config, "source_vocab", model_config.input_vocab_size)
-    tgt = _tokenizer(run, config, "target_vocab", model_config.target_vocab_size)
+    src = WordPieceTokenizer(_vocab_path(run, config, "source_vocab", model_config.input_vocab_size))
+    tgt = WordPieceTokenizer(_vocab_path(run, config, "target_vocab", model_config.target_vocab_size))
     model = Transformer.from_config_object(model_config, name=config["preset"])
     step = tf.Variable(0, dtype=tf.int64)
     run.restore(model=model, step=step)
@@ -282,8 +282,9 @@ def train_translator(out, options=None, log=print, **overrides):
     src_vocab_path, tgt_vocab_path = (run.file(n) for n in ASSETS.values())
     if config is not None:
         log(f"resuming run in {out} (preset {config['preset']})")
-        src_vocab_path, tgt_vocab_path = (run.asset(config, key) for key in ASSETS)
         model_config = _model_config(run, config)
+        src_vocab_path = _vocab_path(run, config, "source_vocab", model_config.input_vocab_size)
+        tgt_vocab_path = _vocab_path(run, config, "target_vocab", model_config.target_vocab_size)
     else:
         os.makedirs(out, exist_ok=True)
         for texts, path in ((train_src, src_vocab_path), (train_tgt, tgt_vocab_path)):
