@@ -12,12 +12,10 @@ Example:
 """
 import dataclasses
 import functools
-import json
 import os
 import time
 
 import keras
-import numpy as np
 import sacrebleu
 import tensorflow as tf
 
@@ -25,7 +23,7 @@ from kerasplm.data import (group_references, make_translation_dataset, read_para
                            train_dev_split)
 from kerasplm.models.transformer import PRESETS, Transformer, TransformerConfig, get_preset
 from kerasplm.tasks.options import RUN, SESSION, JobOptions, option, resolve_options
-from kerasplm.tasks.run_dir import RunDir, RunDirError
+from kerasplm.tasks.run_dir import RunDir
 from kerasplm.text import WordPieceTokenizer, build_wordpiece_vocab, read_vocab, write_vocab
 from kerasplm.training import CustomSchedule, Trainer, fused_masked_cross_entropy
 

@@ -57,7 +57,6 @@ process -- re-iterating the SAME Dataset object continues its seed generator. So
 several `fit` calls) within one process, pass a zero-argument callable that builds the dataset;
 `fit`/`evaluate` accept either.
 """
-import os
 import shutil
 import signal
 import tempfile
