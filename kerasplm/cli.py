@@ -11,6 +11,7 @@ status 2.
 """
 import argparse
 import os
+import signal
 import sys
 
 DEFAULT_RUN_DIR = "runs/translator"
@@ -44,12 +45,6 @@ _nonnegative_int = _number(int, 0, inclusive=True)
 _positive_float = _number(float, 0, inclusive=False)
 
 
-def _existing_file(text):
-    if not os.path.isfile(text):
-        raise argparse.ArgumentTypeError(f"no such file: {text}")
-    return text
-
-
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line (usage stays available through --help)."""
 
@@ -58,7 +53,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser():
-    from kerasplm.models.transformer import PRESETS
+    from kerasplm.tasks.options import add_options_to_parser
+    from kerasplm.tasks.translation import TranslatorOptions
 
     parser = _Parser(prog="kerasplm", description="kerasplm: Transformer, BERT, GPT and ELMo "
                                      "in TensorFlow/Keras, from training to TensorFlow Serving.")
@@ -70,32 +66,14 @@ def build_parser():
     tr = train_families.add_parser(
         "translator", help="the Transformer translator (default: Spanish→English, bundled Tatoeba sample)",
         description="Train the seed's Transformer translator. With no --data it trains Spanish→English on the "
-                    "Tatoeba sample bundled in the package, reports held-out BLEU and exports a SavedModel.")
-    tr.add_argument("--data", type=_existing_file, help="tab-separated parallel corpus (default: bundled sample)")
-    tr.add_argument("--src-col", type=_nonnegative_int, default=1, help="0-based source column (default 1)")
-    tr.add_argument("--tgt-col", type=_nonnegative_int, default=0, help="0-based target column (default 0)")
-    tr.add_argument("--dev-data", type=_existing_file, help="held-out corpus (default: split off --data by source)")
-    tr.add_argument("--dev-size", type=_positive_int, default=1000, help="held-out source sentences (default 1000)")
-    tr.add_argument("--max-pairs", type=_positive_int, help="read at most this many pairs")
-    tr.add_argument("--preset", choices=sorted(PRESETS), default="transformer_seed")
-    tr.add_argument("--steps", type=_positive_int, help="train to this global step")
-    tr.add_argument("--time-budget", type=_positive_float,
-                    help=f"seconds of training (default {DEFAULT_TIME_BUDGET} when --steps is not given)")
-    tr.add_argument("--batch-size", type=_positive_int, default=64)
-    tr.add_argument("--vocab-size", type=_positive_int, default=8000, help="target WordPiece vocabulary size")
-    tr.add_argument("--max-length", type=_positive_int, default=40, help="max tokens per sentence")
-    tr.add_argument("--warmup-steps", type=_positive_int, default=4000, help="CustomSchedule warmup")
-    tr.add_argument("--label-smoothing", type=float, default=0.1)
-    tr.add_argument("--eval-every", type=_positive_int, help="dev loss every N steps")
-    tr.add_argument("--beam-size", type=_positive_int, default=1, help="beam size for the BLEU evaluation")
-    tr.add_argument("--mixed-precision", choices=["mixed_bfloat16", "mixed_float16"])
-    tr.add_argument("--no-jit", action="store_true", help="do not XLA-compile the train step")
+                    "Tatoeba sample bundled in the package, reports held-out BLEU and exports a SavedModel. "
+                    f"With neither --steps nor --time-budget it trains for {DEFAULT_TIME_BUDGET} seconds. After "
+                    "SIGTERM it saves a checkpoint and exits with status 143 (rerun the command to resume).")
+    add_options_to_parser(tr, TranslatorOptions)
     tr.add_argument("--out", default=DEFAULT_RUN_DIR, help=f"run directory (default {DEFAULT_RUN_DIR}); "
-                    "an existing run is resumed")
+                    "an existing run is resumed with its stored options")
     tr.add_argument("--export-to", default=DEFAULT_EXPORT_DIR,
                     help=f"export the trained model here (default {DEFAULT_EXPORT_DIR}); 'none' to skip")
-    tr.add_argument("--seed", type=int, default=0)
-    tr.add_argument("--quiet", action="store_true", help="no progress bar")
     tr.set_defaults(handler=_train_translator)
 
     tl = commands.add_parser("translate", help="translate sentences with a trained run",
@@ -161,20 +139,21 @@ def _presets(args):
 
 
 def _train_translator(args):
-    from kerasplm.tasks.translation import train_translator
+    from kerasplm.tasks.options import options_from_args
+    from kerasplm.tasks.translation import TranslatorOptions, train_translator
 
-    if args.src_col == args.tgt_col:
-        raise CLIError(f"--src-col and --tgt-col are both {args.src_col}")
-    time_budget = args.time_budget
-    if args.steps is None and time_budget is None:
-        time_budget = DEFAULT_TIME_BUDGET
-    summary = train_translator(
-        args.out, data=args.data, src_col=args.src_col, tgt_col=args.tgt_col, dev_data=args.dev_data,
-        preset=args.preset, steps=args.steps, time_budget=time_budget, batch_size=args.batch_size,
-        vocab_size=args.vocab_size, max_length=args.max_length, warmup_steps=args.warmup_steps,
-        label_smoothing=args.label_smoothing, dev_size=args.dev_size, max_pairs=args.max_pairs,
-        eval_every=args.eval_every, bleu_beam_size=args.beam_size, jit_compile=False if args.no_jit else "auto",
-        mixed_precision=args.mixed_precision, seed=args.seed, verbose=0 if args.quiet else 1)
+    given = options_from_args(args, TranslatorOptions)
+    if "steps" not in given and "time_budget" not in given:
+        given["time_budget"] = DEFAULT_TIME_BUDGET
+    summary = train_translator(args.out, **given)
+    if summary["stop_reason"] == "sigterm":
+        # Preempted: the checkpoint, history and logs are written and closed; no BLEU, no export.
+        # 128 + SIGTERM tells a job controller that the job did not finish (so it restarts it, and the
+        # run resumes). os._exit skips the interpreter's teardown of TensorFlow, which took 12 s of a
+        # short grace period on a loaded 2-core machine.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(128 + signal.SIGTERM)
     if args.export_to and args.export_to.lower() != "none":
         _export_and_show(summary["translator"], args.export_to)
     return 0

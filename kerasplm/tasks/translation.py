@@ -1,14 +1,9 @@
 """Train, reload and use the Transformer translator; the ``kerasplm train translator`` main job.
 
-A *run directory* holds everything needed to resume, translate and export::
-
-    RUN_DIR/config.json        model config, preset, data and training options, kerasplm version
-    RUN_DIR/src_vocab.txt      WordPiece vocabularies (reserved [PAD]=0 [UNK] [START] [END])
-    RUN_DIR/tgt_vocab.txt
-    RUN_DIR/checkpoints/       tf.train.CheckpointManager: model, optimizer, step, RNG state
-    RUN_DIR/logs/              TensorBoard summaries
-    RUN_DIR/history.json       loss / accuracy / learning rate per logged step (for plots)
-    RUN_DIR/metrics.json       held-out BLEU and sample translations
+Its run directory has the format of :mod:`kerasplm.tasks.run_dir` (family ``transformer_translator``,
+task ``translation``), with the assets ``source_vocab`` = ``src_vocab.txt`` and ``target_vocab`` =
+``tgt_vocab.txt`` (WordPiece vocabularies, reserved [PAD]=0 [UNK] [START] [END]). The job's options are
+:class:`TranslatorOptions`, declared once for this Python API and the CLI's flags.
 
 Example:
 >>> summary = train_translator("runs/demo", steps=200)              # bundled Tatoeba sample
@@ -17,24 +12,25 @@ Example:
 """
 import dataclasses
 import functools
-import json
 import os
-import tempfile
 import time
 
 import keras
-import numpy as np
 import sacrebleu
 import tensorflow as tf
 
-import kerasplm
 from kerasplm.data import (group_references, make_translation_dataset, read_parallel_tsv, sample_path,
                            train_dev_split)
-from kerasplm.models.transformer import Transformer, TransformerConfig, get_preset
-from kerasplm.text import TranslatorPreprocessor, WordPieceTokenizer, build_wordpiece_vocab, write_vocab
+from kerasplm.models.transformer import PRESETS, Transformer, TransformerConfig, get_preset
+from kerasplm.tasks.options import RUN, SESSION, JobOptions, option, resolve_options
+from kerasplm.tasks.run_dir import RunDir
+from kerasplm.text import (TranslatorPreprocessor, WordPieceTokenizer, build_wordpiece_vocab, read_vocab,
+                           write_vocab)
 from kerasplm.training import CustomSchedule, Trainer, fused_masked_cross_entropy
 
 DEFAULT_PRESET = "transformer_seed"
+FAMILY = "transformer_translator"
+ASSETS = {"source_vocab": "src_vocab.txt", "target_vocab": "tgt_vocab.txt"}
 SEED_SENTENCES = ["¿Puedo tomar prestado este libro?", "Hace mucho frío aquí.", "Esta es mi vida.",
                   "¿Todavía están en casa?", "Trata de averiguarlo."]
 
@@ -64,14 +60,6 @@ def corpus_bleu(hypotheses, references):
     width = max(len(r) for r in references)
     streams = [[refs[j] if j < len(refs) else None for refs in references] for j in range(width)]
     return sacrebleu.corpus_bleu(hypotheses, streams, lowercase=True)
-
-
-def _atomic_write_json(path, payload):
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(payload, f, indent=2, ensure_ascii=False)
-    os.replace(tmp, path)
 
 
 class Translator:
@@ -130,40 +118,111 @@ class Translator:
         return out
 
 
+@dataclasses.dataclass(frozen=True)
+class TranslatorOptions(JobOptions):
+    """Options of the translator job (``train_translator`` keywords and ``kerasplm train translator`` flags).
+
+    RUN options are stored in the run's config.json and kept on resume; SESSION options apply to one
+    invocation. Adding an option is one line here (see :mod:`kerasplm.tasks.options`).
+    """
+    # data
+    data: str = option(None, "tab-separated parallel corpus (default: the bundled Tatoeba sample)", file=True,
+                       metavar="TSV")
+    src_col: int = option(1, "0-based source column", kind=int, minimum=0)
+    tgt_col: int = option(0, "0-based target column", kind=int, minimum=0)
+    dev_data: str = option(None, "held-out corpus (default: split off --data by source sentence)", file=True,
+                           metavar="TSV")
+    dev_size: int = option(1000, "held-out source sentences split off --data", kind=int, minimum=0, exclusive_minimum=True)
+    max_pairs: int = option(None, "read at most this many pairs of --data", kind=int, minimum=0, exclusive_minimum=True)
+    # model and training
+    preset: str = option(DEFAULT_PRESET, "model preset", choices=lambda: sorted(PRESETS))
+    batch_size: int = option(64, "sentence pairs per global batch", kind=int, minimum=0, exclusive_minimum=True)
+    vocab_size: int = option(8000, "WordPiece vocabulary size per language", kind=int, minimum=0, exclusive_minimum=True)
+    max_length: int = option(40, "max tokens per sentence, [START]/[END] included", kind=int, minimum=3)
+    warmup_steps: int = option(4000, "CustomSchedule warmup steps", kind=int, minimum=0, exclusive_minimum=True)
+    label_smoothing: float = option(0.1, "label smoothing ε of the training loss", kind=float, minimum=0,
+                                    maximum=1, exclusive_maximum=True)
+    seed: int = option(0, "seed of the data split, shuffle, initialization and dropout", kind=int)
+    # this invocation
+    steps: int = option(None, "train to this global step (a resumed run continues to the same total)",
+                        kind=int, minimum=0, exclusive_minimum=True, scope=SESSION)
+    time_budget: float = option(None, "seconds of training", kind=float, minimum=0, exclusive_minimum=True,
+                                scope=SESSION)
+    eval_every: int = option(None, "held-out loss every N steps", kind=int, minimum=0, exclusive_minimum=True, scope=SESSION)
+    bleu_beam_size: int = option(1, "beam size for the BLEU evaluation", flag="--beam-size", kind=int, minimum=0, exclusive_minimum=True,
+                                 scope=SESSION)
+    bleu_max_sentences: int = option(None, "score BLEU on at most this many held-out sentences", kind=int,
+                                     minimum=1, scope=SESSION)
+    mixed_precision: str = option(None, "Keras dtype policy for training",
+                                  choices=["mixed_bfloat16", "mixed_float16"], scope=SESSION)
+    jit_compile: object = option("auto", "do not XLA-compile the train step", flag="--no-jit", const=False,
+                                 choices=["auto", True, False], scope=SESSION)
+    verbose: int = option(1, "no progress bar", flag="--quiet", const=0, kind=int, minimum=0, scope=SESSION)
+
+    def check(self):
+        if self.src_col == self.tgt_col:
+            raise ValueError(f"options src_col and tgt_col are both {self.src_col}")
+
+
 def load_translator(run_dir):
-    """Rebuild the translator of a run directory from its config, vocabularies and latest checkpoint."""
-    config_path = os.path.join(run_dir, "config.json")
-    if not os.path.isfile(config_path):
-        raise FileNotFoundError(f"{run_dir} is not a translator run directory (no config.json)")
-    with open(config_path, encoding="utf-8") as f:
-        config = json.load(f)
-    model = Transformer.from_config_object(TransformerConfig(**config["model"]), name=config["preset"])
-    checkpoint_dir = os.path.join(run_dir, "checkpoints")
-    latest = tf.train.latest_checkpoint(checkpoint_dir)
-    if latest is None:
-        raise FileNotFoundError(f"no checkpoint in {checkpoint_dir}: train first")
-    step = tf.Variable(0, dtype=tf.int64)
+    """Rebuild the translator of a run directory from its config, vocabularies and latest checkpoint.
+
+    Raises :class:`kerasplm.tasks.run_dir.RunDirError` (a ValueError, one line naming the file) for a
+    missing or damaged run file.
+    """
+    run = RunDir(run_dir)
+    return load_translator_from_run(run, run.read_config(family=FAMILY, what="translator"))
+
+
+def _model_config(run, config):
     try:
-        tf.train.Checkpoint(model=model, step=step).restore(latest).expect_partial()
-    except (tf.errors.OpError, ValueError) as e:
-        raise ValueError(f"unreadable checkpoint {latest}: {e}") from e
-    src = WordPieceTokenizer(os.path.join(run_dir, "src_vocab.txt"))
-    tgt = WordPieceTokenizer(os.path.join(run_dir, "tgt_vocab.txt"))
+        return TransformerConfig(**config["model"])
+    except (TypeError, ValueError) as e:
+        raise run.error(run.CONFIG, f"'model' is not a valid TransformerConfig ({e})") from None
+
+
+def _vocab_path(run, config, key, expected_size):
+    """Path of vocabulary asset ``key``, checked against the model's vocabulary size."""
+    path = run.asset(config, key)
+    name = os.path.relpath(path, run.path)
+    try:
+        size = len(read_vocab(path))
+    except UnicodeDecodeError as e:
+        raise run.error(name, f"not UTF-8 text ({e.reason} at byte {e.start}); the file is damaged") from None
+    if size != expected_size:
+        raise run.error(name, f"{size} tokens, but the model was trained with {expected_size}; the file is "
+                              f"damaged or from another run")
+    return path
+
+
+def load_translator_from_run(run, config):
+    """The loader registered for family ``transformer_translator`` (see ``run_dir.load_run``)."""
+    model_config = _model_config(run, config)
+    src = WordPieceTokenizer(_vocab_path(run, config, "source_vocab", model_config.input_vocab_size))
+    tgt = WordPieceTokenizer(_vocab_path(run, config, "target_vocab", model_config.target_vocab_size))
+    model = Transformer.from_config_object(model_config, name=config["preset"])
+    step = tf.Variable(0, dtype=tf.int64)
+    run.restore(model=model, step=step)
     return Translator(model, src, tgt, config=config, step=int(step.numpy()))
 
 
-def _prepare_data(data, src_col, tgt_col, dev_data, dev_size, max_pairs, seed):
-    """Returns train (src, tgt) lists and dev (sources, reference lists)."""
-    if data is None:
+def _prepare_data(options):
+    """Returns train (src, tgt) lists, dev (src, tgt) lists and dev (sources, reference lists)."""
+    o = options
+    if o.data is None:
         train_src, train_tgt = read_parallel_tsv(sample_path("spa-eng-train.tsv"), src_col=1, tgt_col=0)
         dev_src, dev_tgt = read_parallel_tsv(sample_path("spa-eng-dev.tsv"), src_col=1, tgt_col=0)
     else:
-        src, tgt = read_parallel_tsv(data, src_col=src_col, tgt_col=tgt_col, max_pairs=max_pairs)
-        if dev_data:
+        src, tgt = read_parallel_tsv(o.data, src_col=o.src_col, tgt_col=o.tgt_col, max_pairs=o.max_pairs)
+        if o.dev_data:
             train_src, train_tgt = src, tgt
-            dev_src, dev_tgt = read_parallel_tsv(dev_data, src_col=src_col, tgt_col=tgt_col)
+            dev_src, dev_tgt = read_parallel_tsv(o.dev_data, src_col=o.src_col, tgt_col=o.tgt_col)
         else:
-            split = train_dev_split(src, tgt, dev_size=min(dev_size, max(1, len(set(src)) // 10)), seed=seed)
+            distinct = len(set(src))
+            if distinct < 2:
+                raise ValueError(f"{o.data}: {distinct} distinct source sentence(s); holding some out for "
+                                 f"evaluation needs at least 2 (or give a held-out corpus: dev_data / --dev-data)")
+            split = train_dev_split(src, tgt, dev_size=min(o.dev_size, max(1, distinct // 10)), seed=o.seed)
             train_src, train_tgt, dev_src, dev_tgt = split
     dev_sources, dev_refs = group_references(dev_src, dev_tgt)
     return (train_src, train_tgt), (dev_src, dev_tgt), (dev_sources, dev_refs)
@@ -181,91 +240,106 @@ def _restores_global_policy(fn):
     return wrapper
 
 
+def _open_run(out, options, overrides):
+    """(RunDir, resolved options, stored config or None, previous history); refuses conflicting resumes."""
+    run = RunDir(out)
+    config, history = None, {}
+    if run.exists():
+        config = run.read_config(family=FAMILY, what="translator")
+        _model_config(run, config)
+        history = run.read_history()
+    stored = config["options"] if config else None
+    options, _ = resolve_options(TranslatorOptions, options, overrides, stored=stored, where=out)
+    return run, options, config, history
+
+
 @_restores_global_policy
-def train_translator(out, data=None, src_col=1, tgt_col=0, dev_data=None, preset=DEFAULT_PRESET, steps=None,
-                     time_budget=None, batch_size=64, vocab_size=8000, max_length=40, warmup_steps=4000,
-                     label_smoothing=0.1, dev_size=1000, max_pairs=None, eval_every=None, bleu_beam_size=1,
-                     bleu_max_sentences=None, jit_compile="auto", mixed_precision=None, seed=0, verbose=1,
-                     log=print):
+def train_translator(out, options=None, log=print, **overrides):
     """Train (or resume) a translator in run directory ``out``; report held-out BLEU.
 
-    With ``data=None`` it trains Spanish→English on the Tatoeba sample bundled in the package and scores
-    the bundled held-out split. ``src_col``/``tgt_col`` are 0-based TSV columns. Training stops at
-    ``steps`` (absolute: a resumed run continues to the same total) or after ``time_budget`` seconds.
-    Returns a summary dict (steps, BLEU, timings, sample translations), also written to metrics.json.
+    ``options`` is a :class:`TranslatorOptions` (default: its defaults); keyword ``overrides`` replace
+    single options (``train_translator(out, steps=200, preset="transformer_tiny")``). With ``data=None``
+    it trains Spanish→English on the Tatoeba sample bundled in the package and scores the bundled
+    held-out split. Training stops at ``steps`` (absolute: a resumed run continues to the same total)
+    or after ``time_budget`` seconds, or on SIGTERM (then it returns right after the checkpoint, without
+    BLEU). An existing run in ``out`` is resumed with its stored options; asking for different ones raises
+    :class:`kerasplm.tasks.options.OptionsConflict`. Returns a summary dict (steps, BLEU, timings, sample
+    translations; also written to metrics.json) whose "translator" is the trained :class:`Translator`.
     """
-    if steps is None and time_budget is None:
+    run, o, config, previous_history = _open_run(out, options, overrides)
+    if o.steps is None and o.time_budget is None:
         raise ValueError("give steps or time_budget (or both)")
-    if mixed_precision:
-        keras.mixed_precision.set_global_policy(mixed_precision)
-    os.makedirs(out, exist_ok=True)
+    if o.mixed_precision:
+        keras.mixed_precision.set_global_policy(o.mixed_precision)
     t0 = time.time()
-    (train_src, train_tgt), (dev_src, dev_tgt), (dev_sources, dev_refs) = _prepare_data(
-        data, src_col, tgt_col, dev_data, dev_size, max_pairs, seed)
+    (train_src, train_tgt), (dev_src, dev_tgt), (dev_sources, dev_refs) = _prepare_data(o)
     log(f"data: {len(train_src)} training pairs, {len(dev_sources)} held-out source sentences "
-        f"({'bundled Tatoeba sample' if data is None else data})")
+        f"({'bundled Tatoeba sample' if o.data is None else o.data})")
 
-    config_path = os.path.join(out, "config.json")
-    src_vocab_path, tgt_vocab_path = (os.path.join(out, n) for n in ("src_vocab.txt", "tgt_vocab.txt"))
-    if os.path.isfile(config_path):
-        with open(config_path, encoding="utf-8") as f:
-            config = json.load(f)
+    src_vocab_path, tgt_vocab_path = (run.file(n) for n in ASSETS.values())
+    if config is not None:
         log(f"resuming run in {out} (preset {config['preset']})")
+        model_config = _model_config(run, config)
+        src_vocab_path = _vocab_path(run, config, "source_vocab", model_config.input_vocab_size)
+        tgt_vocab_path = _vocab_path(run, config, "target_vocab", model_config.target_vocab_size)
     else:
+        os.makedirs(out, exist_ok=True)
         for texts, path in ((train_src, src_vocab_path), (train_tgt, tgt_vocab_path)):
-            write_vocab(build_wordpiece_vocab(texts, vocab_size=vocab_size,
+            write_vocab(build_wordpiece_vocab(texts, vocab_size=o.vocab_size,
                                               reserved_tokens=TranslatorPreprocessor.special_tokens), path)
-        config = None
     src_tok, tgt_tok = WordPieceTokenizer(src_vocab_path), WordPieceTokenizer(tgt_vocab_path)
     if config is None:
-        model_config = get_preset(preset, input_vocab_size=src_tok.vocab_size, target_vocab_size=tgt_tok.vocab_size)
-        config = {"family": "transformer_translator", "preset": preset, "model": dataclasses.asdict(model_config),
-                  "data": {"path": data and os.path.abspath(data), "src_col": src_col, "tgt_col": tgt_col,
-                           "max_length": max_length},
-                  "train": {"batch_size": batch_size, "warmup_steps": warmup_steps, "label_smoothing": label_smoothing,
-                            "seed": seed, "vocab_size": vocab_size},
-                  "kerasplm_version": kerasplm.__version__}
-        _atomic_write_json(config_path, config)
-    model_config = TransformerConfig(**config["model"])
+        model_config = get_preset(o.preset, input_vocab_size=src_tok.vocab_size, target_vocab_size=tgt_tok.vocab_size)
     log(f"vocabularies: source {src_tok.vocab_size}, target {tgt_tok.vocab_size} WordPiece tokens; "
         f"{time.time() - t0:.1f}s")
 
-    train_ds = make_translation_dataset(train_src, train_tgt, src_tok, tgt_tok, batch_size=batch_size,
-                                        max_length=max_length, shuffle=True, seed=seed, repeat=True)
-    dev_ds = make_translation_dataset(dev_src, dev_tgt, src_tok, tgt_tok, batch_size=batch_size,
-                                      max_length=max_length, shuffle=False, drop_long=False)
-    ls = config["train"]["label_smoothing"]
+    train_ds = make_translation_dataset(train_src, train_tgt, src_tok, tgt_tok, batch_size=o.batch_size,
+                                        max_length=o.max_length, shuffle=True, seed=o.seed, repeat=True)
+    dev_ds = make_translation_dataset(dev_src, dev_tgt, src_tok, tgt_tok, batch_size=o.batch_size,
+                                      max_length=o.max_length, shuffle=False, drop_long=False)
+    if config is None:  # the run is valid: from now on this directory holds a run to resume
+        config = run.write_config(FAMILY, "translation", o.preset, dataclasses.asdict(model_config), o.stored(RUN),
+                                  assets=ASSETS)
     trainer = Trainer(
         model=lambda: Transformer.from_config_object(model_config, name=config["preset"]),
-        optimizer=lambda: keras.optimizers.Adam(CustomSchedule(model_config.d_model, config["train"]["warmup_steps"]),
+        optimizer=lambda: keras.optimizers.Adam(CustomSchedule(model_config.d_model, o.warmup_steps),
                                                 beta_1=0.9, beta_2=0.98, epsilon=1e-9),
-        compute_loss=lambda m, b, training: translation_loss(m, b, training, label_smoothing=ls if training else 0.0),
-        jit_compile=jit_compile, checkpoint_dir=os.path.join(out, "checkpoints"), checkpoint_every=1000,
-        log_dir=os.path.join(out, "logs"), seed=seed, verbose=verbose)
+        compute_loss=lambda m, b, training: translation_loss(m, b, training,
+                                                             label_smoothing=o.label_smoothing if training else 0.0),
+        jit_compile=o.jit_compile, checkpoint_dir=run.checkpoint_dir, checkpoint_every=1000,
+        log_dir=run.log_dir, seed=o.seed, verbose=o.verbose)
     t_train = time.time()
-    history = trainer.fit(train_ds, steps=steps, time_budget=time_budget, eval_dataset=dev_ds,
-                          eval_every=eval_every, log_every=50)
+    try:
+        history = trainer.fit(train_ds, steps=o.steps, time_budget=o.time_budget, eval_dataset=dev_ds,
+                              eval_every=o.eval_every, log_every=50)
+    finally:  # keep what this session logged, even if it failed: history.json spans every session
+        if trainer.start_step is not None and (trainer.history.get("step") or trainer.history.get("eval_step")):
+            run.append_history(previous_history, trainer.history, trainer.start_step)
     train_seconds = time.time() - t_train
-    _atomic_write_json(os.path.join(out, "history.json"), history)
     log(f"trained to step {trainer.step} ({trainer.stop_reason}) in {train_seconds:.0f}s")
-
     translator = Translator(trainer.model, src_tok, tgt_tok, config=config, step=trainer.step)
-    sources, refs = dev_sources, dev_refs
-    if bleu_max_sentences:
-        sources, refs = sources[:bleu_max_sentences], refs[:bleu_max_sentences]
-    t_dec = time.time()
-    hyps = translator.translate(sources, beam_size=bleu_beam_size)
-    bleu = corpus_bleu(hyps, refs)
-    samples = dict(zip(SEED_SENTENCES, translator.translate(SEED_SENTENCES, beam_size=bleu_beam_size)))
     summary = {"step": trainer.step, "stop_reason": trainer.stop_reason, "train_seconds": round(train_seconds, 1),
-               "bleu": round(bleu.score, 2), "bleu_signature": str(bleu), "bleu_sentences": len(sources),
-               "bleu_beam_size": bleu_beam_size, "decode_seconds": round(time.time() - t_dec, 1),
                "final_loss": history["loss"][-1] if history.get("loss") else None,
-               "eval_loss": history["eval_loss"][-1] if history.get("eval_loss") else None,
-               "samples": samples,
-               "dev_examples": [{"source": s, "translation": h, "references": r}
-                                for s, h, r in list(zip(sources, hyps, refs))[:10]]}
-    _atomic_write_json(os.path.join(out, "metrics.json"), summary)
+               "eval_loss": history["eval_loss"][-1] if history.get("eval_loss") else None}
+    if trainer.stop_reason == "sigterm":  # preemption: the grace period is short, skip BLEU
+        log(f"stopped by SIGTERM; checkpoint saved at step {trainer.step}: run the same command to resume")
+        trainer.close()
+        summary["translator"] = translator
+        return summary
+
+    sources, refs = dev_sources, dev_refs
+    if o.bleu_max_sentences:
+        sources, refs = sources[:o.bleu_max_sentences], refs[:o.bleu_max_sentences]
+    t_dec = time.time()
+    hyps = translator.translate(sources, beam_size=o.bleu_beam_size)
+    bleu = corpus_bleu(hyps, refs)
+    samples = dict(zip(SEED_SENTENCES, translator.translate(SEED_SENTENCES, beam_size=o.bleu_beam_size)))
+    summary.update({"bleu": round(bleu.score, 2), "bleu_signature": str(bleu), "bleu_sentences": len(sources),
+                    "bleu_beam_size": o.bleu_beam_size, "decode_seconds": round(time.time() - t_dec, 1),
+                    "samples": samples,
+                    "dev_examples": [{"source": s, "translation": h, "references": r}
+                                     for s, h, r in list(zip(sources, hyps, refs))[:10]]})
+    run.write_json(run.METRICS, summary)
     log(f"held-out BLEU {bleu.score:.2f} on {len(sources)} sentences ({bleu})")
     for s, t in samples.items():
         log(f"  {s}  ->  {t}")

@@ -1,17 +1,48 @@
 """`Trainer`: TensorFlow's standard custom training loop, one code path for every tf.distribute strategy.
 
 A step is a `tf.function` that runs `strategy.run(replica_step)` on a batch of a distributed dataset.
-Each replica runs the forward/backward pass in an inner function (XLA-compiled when `jit_compile`),
-then scales its gradient of the loss SUM by 1 / (global token count), so that after the optimizer's
-cross-replica gradient sum the update equals the single-device masked mean exactly.
 
-Contract with a model family::
+**The objective.** `compute_loss` returns SUMS over its replica's shard of the global batch, never
+means. The objective is a weighted sum of loss terms, each the mean of its own quantity over the
+GLOBAL batch::
 
-    def compute_loss(model, batch, training) -> dict:
-        # "loss": float sum over examples/tokens of the batch (the replica's shard of it)
-        # "weight": the count the loss is averaged over (e.g. number of non-pad tokens)
-        # any other key K: a sum reported as K / weight, or as K / K_weight when "K_weight" is given
-        ...
+    L = sum_i  lambda_i * S_i / C_i        S_i: term i summed over the global batch
+                                           C_i: its global count (tokens, masked positions, examples)
+
+Each replica runs the forward pass under a `tf.GradientTape` (the forward XLA-compiled when
+`jit_compile`; its backward is compiled too), all-reduces the counts C_i, and then takes ONE
+backward pass seeded with dL/dS_i = lambda_i / C_i (`tape.gradient(..., output_gradients=...)`).
+The optimizer sums those gradients across replicas, so the update equals the single-device gradient
+of L exactly, however unevenly the tokens fall on the replicas (a mean of per-replica means would not).
+
+**Contract with a model family.** `compute_loss(model, batch, training) -> dict`, in one of two forms:
+
+One term (the translator)::
+
+    {"loss": S, "weight": C,                 # scalar float sums: L = S / C
+     "accuracy": correct,                    # other metrics: a sum, reported as sum / C ...
+     "K": s, "K_weight": c,                  # ... or as s / c when "K_weight" is given
+     "M": (s, c)}                            # ... or as a (sum, count) pair
+
+Several terms, each `name: (S_i, C_i)` or `name: (S_i, C_i, lambda_i)` (lambda_i a Python number,
+default 1)::
+
+    # BERT pre-training: masked-LM mean over masked positions + NSP mean over sentence pairs.
+    {"losses": {"mlm": (mlm_sum, num_masked), "nsp": (nsp_sum, num_pairs)},
+     "mlm_accuracy": (mlm_correct, num_masked), "nsp_accuracy": (nsp_correct, num_pairs)}
+
+    # GPT-1 fine-tuning (Radford et al. 2018, eq. 5): L3 = L2 + lambda * L1 with lambda = 0.5.
+    {"losses": {"task": (task_sum, num_examples), "lm": (lm_sum, num_tokens, 0.5)},
+     "accuracy": (task_correct, num_examples)}
+
+In the several-term form every metric must carry its count (a pair, or "K_weight"). Reported
+metrics (history, logs, `evaluate`) are exact global means: "loss" is L (the weighted total);
+each term is also reported as "<name>_loss" = S_i / C_i (several-term form only); each metric as
+sum / count. Train metrics are pooled over the steps since the last log (sums and counts added up
+over the window, then divided), so they are exact over the window too. A count of 0 (e.g. no masked
+position in a batch) contributes nothing. Malformed results raise ValueError when the step is traced.
+
+Usage::
 
     with trainer_strategy.scope():                    # or pass zero-argument callables instead
         model = build_model(); optimizer = keras.optimizers.Adam(...)
@@ -26,7 +57,6 @@ process -- re-iterating the SAME Dataset object continues its seed generator. So
 several `fit` calls) within one process, pass a zero-argument callable that builds the dataset;
 `fit`/`evaluate` accept either.
 """
-import os
 import shutil
 import signal
 import tempfile
@@ -34,9 +64,12 @@ import threading
 import time
 
 import keras
+import numpy as np
 import tensorflow as tf
 
-__all__ = ["Trainer"]
+from kerasplm.training.checkpoints import restore_checkpoint
+
+__all__ = ["Trainer", "LossSpec"]
 
 # On CPU XLA does not pay for itself: benchmarks/bench_train.py on an idle 2-core machine
 # (transformer_seed, batch 64, length 40) gave 4,970 target tokens/s with XLA and 6,029 without, and
@@ -76,22 +109,92 @@ def _as_dataset(dataset):
     raise TypeError(f"expected a tf.data.Dataset or a callable returning one, got {dataset!r}")
 
 
-def _check_results(results):
-    if not isinstance(results, dict) or "loss" not in results or "weight" not in results:
-        got = sorted(results) if isinstance(results, dict) else type(results).__name__
-        raise ValueError(
-            f"compute_loss must return a dict with 'loss' (a sum) and 'weight' (its count), got {got}"
-        )
+class LossSpec:
+    """How to turn the reduced sums of `compute_loss` into reported means (fixed when a step is traced).
+
+    `terms`: tuple of (name, lambda, report_key or None); `metrics`: tuple of metric names.
+    """
+
+    def __init__(self, terms, metrics):
+        self.terms, self.metrics = tuple(terms), tuple(metrics)
+
+    def means(self, sums):
+        """Nested numpy sums {"terms": {name: (S, C)}, "metrics": {name: (s, c)}} -> flat dict of means."""
+        out = {"loss": 0.0}
+        for name, lam, key in self.terms:
+            total, count = (float(v) for v in sums["terms"][name])
+            mean = total / max(count, 1.0)
+            out["loss"] += lam * mean
+            if key is not None:
+                out[key] = mean
+        for name in self.metrics:
+            total, count = (float(v) for v in sums["metrics"][name])
+            out[name] = total / max(count, 1.0)
+        return out
 
 
-def _scale(grad, factor):
-    """grad * factor for dense tensors and IndexedSlices (embedding gradients); None stays None."""
-    if grad is None:
-        return None
-    if isinstance(grad, tf.IndexedSlices):
-        values = grad.values * tf.cast(factor, grad.values.dtype)
-        return tf.IndexedSlices(values, grad.indices, grad.dense_shape)
-    return grad * tf.cast(factor, grad.dtype)
+def _scalar(value, what):
+    value = tf.cast(value, tf.float32)
+    if value.shape.rank != 0:
+        raise ValueError(f"compute_loss: {what} must be a scalar sum, got shape {value.shape}")
+    return value
+
+
+def _pair(value, what):
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise ValueError(f"compute_loss: {what} must be a (sum, count) pair, got {value!r}")
+    return _scalar(value[0], f"{what}'s sum"), _scalar(value[1], f"{what}'s count")
+
+
+def _parse_results(results):
+    """Validate `compute_loss`'s dict (see module docstring) -> (LossSpec, nested float32 sums)."""
+    if not isinstance(results, dict):
+        raise ValueError(f"compute_loss must return a dict, got {type(results).__name__}")
+    terms, spec_terms, metrics = {}, [], {}
+    if "losses" in results:
+        if "loss" in results or "weight" in results:
+            raise ValueError("compute_loss returned both 'losses' (several terms) and 'loss'/'weight' "
+                             "(one term); use one form")
+        losses = results["losses"]
+        if not isinstance(losses, dict) or not losses:
+            raise ValueError(f"compute_loss: 'losses' must be a non-empty dict name -> (sum, count[, "
+                             f"weight]), got {losses!r}")
+        for name, term in losses.items():
+            if not isinstance(term, (tuple, list)) or len(term) not in (2, 3):
+                raise ValueError(f"compute_loss: loss term {name!r} must be (sum, count) or "
+                                 f"(sum, count, weight), got {term!r}")
+            lam = term[2] if len(term) == 3 else 1.0
+            if isinstance(lam, bool) or not isinstance(lam, (int, float, np.number)) or not np.isfinite(lam):
+                raise ValueError(f"compute_loss: the weight of loss term {name!r} must be a finite Python "
+                                 f"number (fixed for the run), got {lam!r}")
+            terms[name] = _pair(term[:2], f"loss term {name!r}")
+            spec_terms.append((name, float(lam), f"{name}_loss"))
+        default_count = None
+        rest = {k: v for k, v in results.items() if k != "losses"}
+    else:
+        if "loss" not in results or "weight" not in results:
+            raise ValueError(f"compute_loss must return a dict with 'loss' (a sum) and 'weight' (its count), "
+                             f"or 'losses' (several terms), got {sorted(results)}")
+        terms["loss"] = (_scalar(results["loss"], "'loss'"), _scalar(results["weight"], "'weight'"))
+        spec_terms.append(("loss", 1.0, None))
+        default_count = terms["loss"][1]
+        rest = {k: v for k, v in results.items() if k not in ("loss", "weight")}
+    reserved = {"loss"} | {key for _, _, key in spec_terms if key}
+    for name, value in rest.items():
+        if name.endswith("_weight") and name[:-len("_weight")] in rest:
+            continue
+        if name in reserved:
+            raise ValueError(f"compute_loss: metric {name!r} clashes with a reported loss name")
+        if isinstance(value, (tuple, list)):
+            metrics[name] = _pair(value, f"metric {name!r}")
+        elif f"{name}_weight" in rest:
+            metrics[name] = (_scalar(value, f"metric {name!r}"), _scalar(rest[f"{name}_weight"], f"'{name}_weight'"))
+        elif default_count is not None:
+            metrics[name] = (_scalar(value, f"metric {name!r}"), default_count)
+        else:
+            raise ValueError(f"compute_loss: metric {name!r} needs its count: return (sum, count) or "
+                             f"'{name}_weight' (with several loss terms there is no default count)")
+    return LossSpec(spec_terms, metrics), {"terms": terms, "metrics": metrics}
 
 
 def _is_chief(strategy):
@@ -140,7 +243,8 @@ class Trainer:
     Attributes: `step` (int, global step), `history` (dict of lists: "step", "loss", other train
     metrics, "learning_rate", and "eval_step", "eval_loss", ... for evaluations), `trace_count`
     (traces of the train step: one per distinct batch shape), `eval_trace_count` (evaluation relaxes
-    to shape-generic after its first trace), `stop_reason` after `fit`.
+    to shape-generic after its first trace), `start_step` (the step the last `fit` started from, after
+    restoring) and `stop_reason` after `fit`.
     """
 
     def __init__(self, model, optimizer, compute_loss, strategy=None, jit_compile="auto",
@@ -176,6 +280,7 @@ class Trainer:
         self.trace_count = 0
         self.eval_trace_count = 0
         self.stop_reason = None
+        self.start_step = None
         self._ready = False
         self._stop_requested = False
         self._checkpoint = None
@@ -185,9 +290,9 @@ class Trainer:
         # Evaluation walks every bucket shape in a row; relaxing shapes keeps it to ~2 traces (and quiets
         # TensorFlow's "frequent retracing" warning) at no cost that matters outside the train step.
         self._eval_fn = tf.function(self._eval_step_cross_replica, reduce_retracing=True)
-        self._forward_backward = tf.function(self._replica_forward_backward,
-                                             jit_compile=self.jit_compile)
-        self._forward = tf.function(self._replica_forward, jit_compile=self.jit_compile)
+        self._loss_specs = {}  # "train"/"eval" -> LossSpec, set when the forward pass is traced
+        self._forward_train = tf.function(self._replica_forward_fn(training=True), jit_compile=self.jit_compile)
+        self._forward_eval = tf.function(self._replica_forward_fn(training=False), jit_compile=self.jit_compile)
         self._stop_fn = tf.function(self._any_worker_stops)
 
     # ------------------------------------------------------------------ properties
@@ -229,7 +334,7 @@ class Trainer:
             )
             latest = tf.train.latest_checkpoint(self.checkpoint_dir)
             if latest:
-                self._checkpoint.restore(latest).assert_existing_objects_matched()
+                restore_checkpoint(self._checkpoint, latest)
         if self.log_dir and self.is_chief:
             self._writer = tf.summary.create_file_writer(self.log_dir)
         self._ready = True
@@ -242,65 +347,62 @@ class Trainer:
         return path if self.is_chief else None
 
     # ------------------------------------------------------------------ per-replica steps
-    def _replica_forward_backward(self, batch):
-        """Inner (XLA) function: sums dict and gradients of scaled loss SUM w.r.t. trainables."""
-        variables = self.model.trainable_variables
-        with tf.GradientTape() as tape:
-            results = self.compute_loss(self.model, batch, training=True)
-            _check_results(results)
-            loss_sum = tf.cast(results["loss"], tf.float32)
-            scaled = self.optimizer.scale_loss(loss_sum)
-        grads = tape.gradient(scaled, variables)
-        results = {k: tf.cast(v, tf.float32) for k, v in results.items()}
-        return results, grads
+    def _replica_forward_fn(self, training):
+        """The per-replica forward pass: validated, nested float32 sums (see `_parse_results`)."""
+        def forward(batch):
+            spec, sums = _parse_results(self.compute_loss(self.model, batch, training=training))
+            # A Python side effect at trace time: every trace of a mode must report the same terms.
+            mode = "train" if training else "eval"
+            previous = self._loss_specs.get(mode)
+            if previous is not None and (previous.terms, previous.metrics) != (spec.terms, spec.metrics):
+                raise ValueError("compute_loss returned different loss terms or metrics for different batches")
+            self._loss_specs[mode] = spec
+            return sums
+        return forward
 
     def _replica_train_step(self, batch):
-        results, grads = self._forward_backward(batch)
+        variables = self.model.trainable_variables
+        with tf.GradientTape() as tape:
+            sums = self._forward_train(batch)
+        spec = self._loss_specs["train"]
         ctx = tf.distribute.get_replica_context()
-        # d(global mean)/dw = sum over replicas of d(local sum)/dw / global weight.
-        global_weight = ctx.all_reduce(tf.distribute.ReduceOp.SUM, results["weight"])
-        inv = 1.0 / tf.maximum(global_weight, 1.0)
-        grads = [_scale(g, inv) for g in grads]
+        # dL/dS_i = lambda_i / C_i with C_i the GLOBAL count: all-reduce the counts, then seed ONE
+        # backward pass with those factors (times the loss scale under mixed_float16).
+        local_sums = [sums["terms"][name][0] for name, _, _ in spec.terms]
+        counts = ctx.all_reduce(tf.distribute.ReduceOp.SUM,
+                                [sums["terms"][name][1] for name, _, _ in spec.terms])
+        loss_scale = tf.cast(self.optimizer.scale_loss(tf.constant(1.0)), tf.float32)
+        seeds = [lam * loss_scale / tf.maximum(count, 1.0)
+                 for (_, lam, _), count in zip(spec.terms, counts)]
+        grads = tape.gradient(local_sums, variables, output_gradients=seeds)
         if self.clip_norm:
             # The norm is that of the SUMMED gradient: reduce here, clip, then hand each replica's
             # 1/N share to the optimizer (which sums across replicas again).
             # Dense first: an IndexedSlices with repeated indices has a larger norm than its sum.
             present = [tf.convert_to_tensor(g) for g in grads if g is not None]
             present = ctx.all_reduce(tf.distribute.ReduceOp.SUM, present)
-            if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
-                scale = tf.cast(self.optimizer.dynamic_scale, tf.float32)
-                present = [g / scale for g in present]
-                present, _ = tf.clip_by_global_norm(present, self.clip_norm)
-                present = [g * scale for g in present]
-            else:
-                present, _ = tf.clip_by_global_norm(present, self.clip_norm)
-            share = 1.0 / ctx.num_replicas_in_sync
+            present = [g / loss_scale for g in present]
+            present, _ = tf.clip_by_global_norm(present, self.clip_norm)
+            share = loss_scale / ctx.num_replicas_in_sync
             it = iter(present)
-            grads = [None if g is None else _scale(next(it), share) for g in grads]
-        pairs = [(g, v) for g, v in zip(grads, self.model.trainable_variables) if g is not None]
+            grads = [None if g is None else next(it) * share for g in grads]
+        pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
         self.optimizer.apply_gradients(pairs)
-        return results
+        return sums
+
+    def _reduce(self, per_replica):
+        return tf.nest.map_structure(
+            lambda v: self.strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None), per_replica)
 
     def _train_step_cross_replica(self, batch):
         self.trace_count += 1  # Python side effect: runs once per trace
         per_replica = self.strategy.run(self._replica_train_step, args=(batch,))
         self._step.assign_add(1)
-        return {
-            k: self.strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None)
-            for k, v in per_replica.items()
-        }
-
-    def _replica_forward(self, batch):
-        results = self.compute_loss(self.model, batch, training=False)
-        return {k: tf.cast(v, tf.float32) for k, v in results.items()}
+        return self._reduce(per_replica)
 
     def _eval_step_cross_replica(self, batch):
         self.eval_trace_count += 1
-        per_replica = self.strategy.run(self._forward, args=(batch,))
-        return {
-            k: self.strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None)
-            for k, v in per_replica.items()
-        }
+        return self._reduce(self.strategy.run(self._forward_eval, args=(batch,)))
 
     def _any_worker_stops(self, flag):
         """True on every worker when any worker's `flag` (bool scalar) is True."""
@@ -308,18 +410,8 @@ class Trainer:
         return self.strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None) > 0
 
     # ------------------------------------------------------------------ metrics
-    @staticmethod
-    def _means(sums):
-        """{"loss": s, "weight": w, "K": s_k[, "K_weight": w_k]} -> {"loss": s/w, "K": s_k/w_k}."""
-        sums = {k: float(v) for k, v in sums.items()}
-        weight = max(sums.get("weight", 0.0), 1.0)
-        out = {}
-        for key, value in sums.items():
-            if key == "weight" or key.endswith("_weight"):
-                continue
-            denominator = sums.get(f"{key}_weight")
-            out[key] = value / (max(denominator, 1.0) if denominator is not None else weight)
-        return out
+    def _means(self, mode, sums):
+        return self._loss_specs[mode].means(tf.nest.map_structure(lambda v: v.numpy(), sums))
 
     def _record(self, prefix, step, values):
         step_key = f"{prefix}step"
@@ -334,16 +426,16 @@ class Trainer:
 
     # ------------------------------------------------------------------ public loops
     def evaluate(self, dataset):
-        """Exact metrics over `dataset` (global batches): {"loss": sum/weight, K: sum_K/weight...}."""
+        """Exact metrics over `dataset` (global batches): {"loss": L, "<term>_loss": S_i/C_i, K: s_K/c_K}."""
         dataset = _as_dataset(dataset)
         self._ensure_ready(dataset)
         totals = None
         for batch in self.strategy.experimental_distribute_dataset(dataset):
             sums = self._eval_fn(batch)
-            totals = sums if totals is None else {k: totals[k] + v for k, v in sums.items()}
+            totals = sums if totals is None else tf.nest.map_structure(tf.add, totals, sums)
         if totals is None:
             raise ValueError("evaluate() got an empty dataset")
-        return self._means({k: v.numpy() for k, v in totals.items()})
+        return self._means("eval", totals)
 
     def fit(self, dataset, steps=None, time_budget=None, eval_dataset=None, eval_every=None,
             log_every=50):
@@ -358,7 +450,7 @@ class Trainer:
             raise ValueError("eval_every needs an eval_dataset")
         dataset = _as_dataset(dataset)
         self._ensure_ready(dataset)
-        start = self.step
+        start = self.start_step = self.step
         self.stop_reason = None
         if steps is not None and start >= steps:
             self.stop_reason = "steps"
@@ -385,7 +477,7 @@ class Trainer:
                     break
                 sums = self._train_fn(batch)
                 step += 1
-                window = sums if window is None else {k: window[k] + v for k, v in sums.items()}
+                window = sums if window is None else tf.nest.map_structure(tf.add, window, sums)
                 at_end = steps is not None and step >= steps
                 if (log_every and step % log_every == 0) or at_end:
                     window = self._log(step, window, progbar)
@@ -408,7 +500,9 @@ class Trainer:
             self._log(step, window, progbar)
         if step > start:
             self.save()
-            if eval_dataset is not None and not (eval_every and step % eval_every == 0):
+            # After SIGTERM the grace period is short: stop right after the checkpoint.
+            if (eval_dataset is not None and self.stop_reason != "sigterm"
+                    and not (eval_every and step % eval_every == 0)):
                 self._record("eval_", step, self.evaluate(eval_dataset))
         if progbar is not None:
             print(flush=True)
@@ -416,7 +510,7 @@ class Trainer:
         return self.history
 
     def _log(self, step, window, progbar):
-        values = self._means({k: v.numpy() for k, v in window.items()})
+        values = self._means("train", window)
         values["learning_rate"] = self.learning_rate
         self._record("", step, values)
         if progbar is not None:

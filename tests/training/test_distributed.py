@@ -56,6 +56,27 @@ def test_mirrored_matches_single_device_and_trains():
     assert report["trace_count"] == 1
 
 
+def test_two_loss_terms_are_exact_across_replicas():
+    """L = token CE mean + 0.5 * even-token CE mean, each over the GLOBAL batch: one step on 2 replicas
+    with very uneven counts updates the weights like the hand-computed gradient of L, and reports
+    L, each term's mean and the accuracy exactly (train history and evaluate)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.training.train_script", "multiterm"],
+        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = _result(proc.stdout)
+    assert report["mirrored_replicas"] == 2
+    assert report["update"] > 1e-2
+    # A mean of per-replica means would be far off; the Trainer is exact to float32 rounding.
+    assert report["naive_grad_diff"] > 1e-2
+    for name in ("default", "mirrored"):
+        assert report[f"{name}_weight_diff"] < 1e-6
+        assert report[f"{name}_metric_diff"] < 1e-5
+        assert report[f"{name}_eval_diff"] < 1e-5
+        assert report[f"{name}_keys"] == ["accuracy", "even_loss", "loss", "token_loss"]
+
+
 def test_multiworker_two_processes_agree(tmp_path):
     ports = _free_ports(2)
     cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}

@@ -252,3 +252,58 @@ def test_compute_loss_without_weight_is_rejected():
                       verbose=0)
     with pytest.raises(ValueError, match="'weight'"):
         trainer.fit(toy.make_dataset(), steps=1)
+
+
+def test_two_term_loss_single_device_step_and_history():
+    keras.utils.set_random_seed(2)
+    model = toy.make_model(dropout=0.0)
+    x, y = toy.make_arrays(8, 10, seed=6)
+    model.build((None, None))
+    before = [np.array(v) for v in model.trainable_variables]
+    _, grads, means = toy.two_term_reference(model, x, y)
+    trainer = Trainer(model, keras.optimizers.SGD(1.0), toy.two_term_loss, verbose=0)
+    history = trainer.fit(tf.data.Dataset.from_tensors((x, y)), steps=1, log_every=1)
+    for b, g, v in zip(before, grads, model.trainable_variables):
+        np.testing.assert_allclose(b - np.array(v), np.array(tf.convert_to_tensor(g)), atol=1e-6)
+    for key, value in means.items():
+        assert history[key] == [pytest.approx(value, rel=1e-5)], key
+    assert history["loss"][0] == pytest.approx(history["token_loss"][0] + 0.5 * history["even_loss"][0])
+
+
+def _results(**extra):
+    def compute_loss(model, batch, training):
+        x, y = batch
+        loss_sum, count = masked_sparse_cross_entropy(y, model(x, training=training))
+        out = {"losses": {"a": (loss_sum, count)}}
+        out.update({k: (v(loss_sum, count) if callable(v) else v) for k, v in extra.items()})
+        return out
+    return compute_loss
+
+
+@pytest.mark.parametrize("compute_loss, message", [
+    (lambda m, b, training: [1.0], "must return a dict, got list"),
+    (lambda m, b, training: {"losses": {}}, "'losses' must be a non-empty dict"),
+    (lambda m, b, training: {"losses": {"a": (1.0,)}}, "loss term 'a' must be (sum, count)"),
+    (lambda m, b, training: {"losses": {"a": (1.0, 2.0, tf.constant(0.5))}}, "must be a finite Python number"),
+    (lambda m, b, training: {"losses": {"a": (tf.ones(3), 2.0)}}, "must be a scalar sum, got shape (3,)"),
+    (lambda m, b, training: {"losses": {"a": (1.0, 2.0)}, "loss": 1.0, "weight": 1.0}, "use one form"),
+    (_results(accuracy=lambda s, c: s), "metric 'accuracy' needs its count"),
+    (_results(a_loss=lambda s, c: (s, c)), "metric 'a_loss' clashes"),
+])
+def test_malformed_loss_results_are_rejected(compute_loss, message):
+    trainer = Trainer(toy.make_model, adam, compute_loss, verbose=0)
+    with pytest.raises(ValueError) as excinfo:
+        trainer.fit(toy.make_dataset(), steps=1)
+    assert message in str(excinfo.value)
+
+
+def test_damaged_checkpoint_is_one_clear_error(tmp_path):
+    from kerasplm.training.checkpoints import CheckpointError
+
+    make_trainer(checkpoint_dir=str(tmp_path)).fit(toy.make_dataset(), steps=2)
+    (data,) = [p for p in tmp_path.iterdir() if ".data-" in p.name]
+    data.write_bytes(data.read_bytes()[:100])
+    with pytest.raises(CheckpointError) as excinfo:
+        make_trainer(checkpoint_dir=str(tmp_path)).fit(toy.make_dataset(), steps=4)
+    message = str(excinfo.value)
+    assert str(data) in message and "truncated" in message and len(message.splitlines()) == 1

@@ -52,3 +52,31 @@ def compute_loss(model, batch, training):
 
 def weights(model):
     return [np.array(v) for v in model.trainable_variables]
+
+
+def two_term_loss(model, batch, training, lam=0.5):
+    """Two terms with different denominators: token cross-entropy over every real token, and
+    lam * cross-entropy over the tokens with an even id only (a different count per batch)."""
+    x, y = batch
+    logits = model(x, training=training)
+    token_sum, token_count = masked_sparse_cross_entropy(y, logits)
+    even = tf.cast(x % 2 == 0, y.dtype) * y          # labels of even-id tokens; 0 (= padding) elsewhere
+    even_sum, even_count = masked_sparse_cross_entropy(even, logits)
+    correct, _ = masked_accuracy_counts(y, logits)
+    return {"losses": {"token": (token_sum, token_count), "even": (even_sum, even_count, lam)},
+            "accuracy": (correct, token_count)}
+
+
+def two_term_reference(model, x, y, lam=0.5):
+    """(objective, gradients, {reported means}) of the exact global objective on one device."""
+    with tf.GradientTape() as tape:
+        logits = model(x, training=False)
+        token_sum, token_count = masked_sparse_cross_entropy(y, logits)
+        even = tf.cast(x % 2 == 0, y.dtype) * y
+        even_sum, even_count = masked_sparse_cross_entropy(even, logits)
+        objective = token_sum / token_count + lam * even_sum / even_count
+    grads = tape.gradient(objective, model.trainable_variables)
+    correct, _ = masked_accuracy_counts(y, logits)
+    means = {"loss": float(objective), "token_loss": float(token_sum / token_count),
+             "even_loss": float(even_sum / even_count), "accuracy": float(correct / token_count)}
+    return objective, grads, means

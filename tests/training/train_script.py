@@ -87,6 +87,55 @@ def run_mirrored(args):
     print("RESULT " + json.dumps(report), flush=True)
 
 
+def run_multiterm(args):
+    """Two loss terms with different denominators: one SGD step on 1 device and on 2 replicas, each
+    compared with the exact global objective computed by hand (and with the naive mean of means)."""
+    from kerasplm.training import configure_logical_cpus, get_strategy
+    configure_logical_cpus(2)
+    import keras
+    import numpy as np
+    import tensorflow as tf
+    from kerasplm.training import Trainer
+    from tests.training import toy
+
+    # Replica 0 gets long rows, replica 1 short ones: counts per replica are very uneven.
+    x, y = toy.make_arrays(8, 12, seed=4)
+    x[4:, 3:] = 0
+    y[4:, 3:] = 0
+    keras.utils.set_random_seed(0)
+    reference = toy.make_model(dropout=0.0)
+    reference.build((None, None))
+    init_weights = reference.get_weights()
+    lr = 0.5
+    _, grads, means = toy.two_term_reference(reference, x, y)
+    expected = [w - lr * np.asarray(tf.convert_to_tensor(g)) for w, g in zip(init_weights, grads)]
+    # The naive alternative: each replica's own objective on its half, averaged.
+    naive = [toy.two_term_reference(reference, x[i:i + 4], y[i:i + 4])[1] for i in (0, 4)]
+    naive = [(np.asarray(tf.convert_to_tensor(a)) + np.asarray(tf.convert_to_tensor(b))) / 2 for a, b in zip(*naive)]
+    report = {"naive_grad_diff": max(float(np.abs(np.asarray(tf.convert_to_tensor(g)) - n).max())
+                                     for g, n in zip(grads, naive))}
+    for name in ("default", "mirrored"):
+        strategy = get_strategy(name)
+        with strategy.scope():
+            model = toy.make_model(dropout=0.0)
+            model.set_weights(init_weights)
+            optimizer = keras.optimizers.SGD(lr)
+        trainer = Trainer(model, optimizer, toy.two_term_loss, strategy=strategy, verbose=0)
+        history = trainer.fit(tf.data.Dataset.from_tensors((x, y)), steps=1, log_every=1)
+        report[f"{name}_replicas"] = strategy.num_replicas_in_sync
+        report[f"{name}_weight_diff"] = max(float(np.abs(a - b).max())
+                                            for a, b in zip(model.get_weights(), expected))
+        report[f"{name}_metric_diff"] = max(abs(history[k][0] - v) for k, v in means.items())
+        # evaluate() of the updated model, against the hand computation on the updated weights.
+        reference.set_weights(model.get_weights())
+        evaluated = trainer.evaluate(tf.data.Dataset.from_tensors((x, y)))
+        report[f"{name}_eval_diff"] = max(abs(evaluated[k] - v)
+                                          for k, v in toy.two_term_reference(reference, x, y)[2].items())
+        report[f"{name}_keys"] = sorted(evaluated)
+    report["update"] = max(float(np.abs(a - b).max()) for a, b in zip(expected, init_weights))
+    print("RESULT " + json.dumps(report), flush=True)
+
+
 def run_multiworker(args):
     """One worker of a 2-worker MultiWorkerMirroredStrategy cluster described by TF_CONFIG."""
     import keras
@@ -106,14 +155,15 @@ def run_multiworker(args):
 
 def main(argv=None):
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["toy", "mirrored", "multiworker"])
+    parser.add_argument("mode", choices=["toy", "mirrored", "multiterm", "multiworker"])
     parser.add_argument("--ckpt")
     parser.add_argument("--out")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--sleep", type=float, default=0.0)
     parser.add_argument("--checkpoint-every", type=int, default=None)
     args = parser.parse_args(argv)
-    {"toy": run_toy, "mirrored": run_mirrored, "multiworker": run_multiworker}[args.mode](args)
+    {"toy": run_toy, "mirrored": run_mirrored, "multiterm": run_multiterm,
+     "multiworker": run_multiworker}[args.mode](args)
     return 0
 
 
