@@ -2,7 +2,7 @@
 
 Paths measured, each after a warm-up:
   * in-process: ``tf.saved_model.load(version_dir).signatures["serving_default"](inputs=[sentence])``;
-  * REST: ``kerasplm serve`` (``kerasplm.export.server.ModelServer``) on loopback, ``urllib`` POST
+  * REST: ``kerasplm serve`` (``kerasplm.serving.ModelServer``) on loopback, ``urllib`` POST
     ``{"instances": [sentence]}`` to ``/v1/models/translator:predict`` (JSON + HTTP overhead included);
 for two exports of the same model: ``jit_compile=False`` (the default, TF Serving-compatible as is) and
 ``jit_compile=True`` (XLA-compiled decoding loop; TF Serving needs ``--xla_cpu_compilation_enabled``).
@@ -31,7 +31,7 @@ import tensorflow as tf  # noqa: E402
 
 from benchmarks.common import machine_info  # noqa: E402
 from kerasplm.export import export_translator  # noqa: E402
-from kerasplm.export.server import ModelServer  # noqa: E402
+from kerasplm.serving import ModelServer  # noqa: E402
 
 SENTENCE = "¿Puedo tomar prestado este libro?"
 

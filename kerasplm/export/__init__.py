@@ -3,7 +3,7 @@
 >>> path = export_translator(translator, "export/translator")   # -> ".../export/translator/1"
 >>> load_and_translate(path, ["Hace mucho frío aquí."])
 
-Serving: ``kerasplm serve`` (:mod:`kerasplm.export.server`) or TensorFlow Serving (export/README.md).
+Serving: ``kerasplm serve`` (:mod:`kerasplm.serving`) or TensorFlow Serving (export/README.md).
 """
 from kerasplm.export.translator import (TranslatorModule, export_translator, load_and_translate,
                                         read_metadata)

@@ -283,7 +283,7 @@ def test_kill_mid_export_leaves_no_version(tiny_translator, tmp_path):
             proc.kill()
     names = os.listdir(base)
     assert [n for n in names if n.isdigit()] == [] and len(names) == 1 and names[0].startswith(".tmp-1-")
-    from kerasplm.export.server import list_versions
+    from kerasplm.serving import list_versions
 
     assert list_versions(base) == []  # the server ignores the leftover
     path = export_translator(tiny_translator, base, max_beam_size=1)  # cleans it and takes version 1
@@ -323,7 +323,7 @@ def _post(url, payload):
 
 
 def test_serving_end_to_end(exported, reference):
-    from kerasplm.export.server import ModelServer
+    from kerasplm.serving import ModelServer
 
     server = ModelServer(os.path.dirname(exported), "translator", port=0, quiet=True).start()
     try:
