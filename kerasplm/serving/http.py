@@ -139,6 +139,8 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             data, content_type = json.dumps(payload).encode("utf-8"), "application/json"
         close = close or self.server.connections.draining
+        if self.request_version == "HTTP/0.9":  # unparsable line (or a real 0.9 client): still send a status line
+            self.request_version = "HTTP/1.0"
         try:
             self.send_response(status)
             self.send_header("Content-Type", content_type)

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from kerasplm.serving import Metrics, RequestError, api, load_version
 from kerasplm.serving.metrics import LATENCY_BUCKETS_US
+from tests.serving.client import parse_prometheus
 from tests.serving.conftest import install_toy_version
 
 
@@ -160,30 +161,6 @@ def test_predict_chunked_equals_unchunked(toy):
 
 
 # ---- metrics -------------------------------------------------------------------------------------
-SAMPLE_RE = re.compile(r'^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?P<labels>\{[^}]*\})? (?P<value>[-+0-9.eE]+|\+Inf|NaN)$')
-
-
-def parse_prometheus(text: str) -> dict:
-    """Parse the text exposition format strictly: ``{(name, frozenset(labels)): value}``; TYPE lines checked."""
-    assert text.endswith("\n")
-    samples, typed = {}, {}
-    for line in text.splitlines():
-        if line.startswith("# TYPE "):
-            _, _, name, kind = line.split(" ")
-            assert kind in ("counter", "histogram", "gauge") and name not in typed
-            typed[name] = kind
-            continue
-        if line.startswith("# HELP "):
-            continue
-        match = SAMPLE_RE.match(line)
-        assert match, f"not a sample line: {line!r}"
-        labels = frozenset(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', match["labels"] or ""))
-        family = match["name"] if match["name"] in typed else re.sub(r"_(bucket|sum|count)$", "", match["name"])
-        assert family in typed, f"sample before its TYPE line: {line!r}"
-        samples[(match["name"], labels)] = float(match["value"])
-    return samples
-
-
 def test_metrics_text_format():
     metrics = Metrics()
     metrics.record("m", "predict", "serving_default", 200, 0.003)  # 3,000 µs

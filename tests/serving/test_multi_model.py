@@ -5,8 +5,7 @@ import pytest
 
 from kerasplm.serving import ModelServer
 from tests.serving.conftest import install_toy_version
-from tests.serving.test_api import parse_prometheus
-from tests.serving.test_server import http, predict
+from tests.serving.client import http, parse_prometheus, predict
 
 CONFIG = """
 model_config_list {

@@ -4,30 +4,15 @@ import json
 import os
 import threading
 import time
-import urllib.error
-import urllib.request
 from http.client import HTTPConnection
 
 import pytest
 
 from kerasplm import serving as srv
+from tests.serving.client import http, predict, wait_for
 from tests.serving.conftest import TOY_SIGNATURES, install_toy_version
 
 MAX_BODY = 64 * 1024
-
-
-def http(method, url, body=None, raw=None, timeout=30):
-    """Send a request; returns (status, decoded JSON body)."""
-    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-    request = urllib.request.Request(url, data=data, method=method)
-    if data is not None:
-        request.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as e:
-        with e:
-            return e.code, json.loads(e.read())
 
 
 @pytest.fixture(scope="module")
@@ -44,12 +29,6 @@ def toy_model_server(tmp_path_factory, toy_saved_models):
 @pytest.fixture
 def toy_url(toy_model_server):
     return f"{toy_model_server.url}/v1/models/toy"
-
-
-def predict(url, body, version=None):
-    if version is not None:
-        url = f"{url}/versions/{version}"
-    return http("POST", f"{url}:predict", body)
 
 
 def test_binds_loopback(toy_model_server):
@@ -233,15 +212,6 @@ def test_concurrent_requests(toy_url):
     assert results == [(200, {"predictions": [f"REQ{i}", "X"]}) for i in range(n)]
 
 
-def _wait_for(condition, timeout=30.0, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(interval)
-    return False
-
-
 def test_new_version_is_picked_up_without_restart(toy_export_dir, toy_saved_models):
     server = srv.ModelServer(toy_export_dir, "toy", port=0, poll_seconds=0.2, quiet=True).start()
     try:
@@ -262,7 +232,7 @@ def test_new_version_is_picked_up_without_restart(toy_export_dir, toy_saved_mode
         # A complete new version (tmp sibling, then rename) replaces it; requests keep working.
         install_toy_version(toy_export_dir, 2, toy_saved_models["reverse"])
         answers = []
-        assert _wait_for(lambda: answers.append(predict(url, {"instances": ["abc"]})) or server.model("toy").versions == [2])
+        assert wait_for(lambda: answers.append(predict(url, {"instances": ["abc"]})) or server.model("toy").versions == [2])
         assert all(a in ((200, {"predictions": ["ABC"]}), (200, {"predictions": ["CBA"]})) for a in answers)
         assert predict(url, {"instances": ["abc"]}) == (200, {"predictions": ["CBA"]})
         assert http("GET", url)[1]["model_version_status"][0]["version"] == "2"
@@ -275,7 +245,7 @@ def test_new_version_is_picked_up_without_restart(toy_export_dir, toy_saved_mode
         with open(os.path.join(broken, "saved_model.pb"), "wb") as f:
             f.write(b"not a saved model")
         os.rename(broken, os.path.join(toy_export_dir, "9"))
-        assert _wait_for(lambda: 9 in server.model("toy").failed_versions, timeout=10)
+        assert wait_for(lambda: 9 in server.model("toy").failed_versions, timeout=10)
         assert server.model("toy").versions == [2]
         assert predict(url, {"instances": ["abc"]}) == (200, {"predictions": ["CBA"]})
     finally:
