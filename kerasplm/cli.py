@@ -165,13 +165,16 @@ def _add_serve_parser(commands):
     sv.add_argument("--max-body-bytes", type=_positive_int, default=sd.DEFAULT_MAX_BODY_BYTES,
                     help=f"largest accepted request body in bytes (default {sd.DEFAULT_MAX_BODY_BYTES})")
     sv.add_argument("--max-batch-size", type=_positive_int, default=sd.DEFAULT_MAX_BATCH_SIZE,
-                    help=f"most rows (instances) per request; more gets HTTP 400 (default {sd.DEFAULT_MAX_BATCH_SIZE})")
+                    help="most rows (instances) per request; more gets HTTP 400 "
+                         f"(default {sd.DEFAULT_MAX_BATCH_SIZE})")
     sv.add_argument("--batch-chunk-size", type=_positive_int, default=sd.DEFAULT_BATCH_CHUNK_SIZE,
                     help="rows per signature call: larger requests run in chunks of this size, "
                          f"bounding memory (default {sd.DEFAULT_BATCH_CHUNK_SIZE})")
     sv.add_argument("--poll-seconds", "--file_system_poll_wait_seconds", type=_positive_float,
-                    default=sd.DEFAULT_POLL_SECONDS, help=f"how often to look for new versions (default {sd.DEFAULT_POLL_SECONDS:g} s)")
-    sv.add_argument("--shutdown-grace-seconds", type=_number(float, 0, inclusive=True), default=sd.DEFAULT_SHUTDOWN_GRACE_SECONDS,
+                    default=sd.DEFAULT_POLL_SECONDS,
+                    help=f"how often to look for new versions (default {sd.DEFAULT_POLL_SECONDS:g} s)")
+    sv.add_argument("--shutdown-grace-seconds", type=_number(float, 0, inclusive=True),
+                    default=sd.DEFAULT_SHUTDOWN_GRACE_SECONDS,
                     help="on SIGTERM, how long requests in flight may take to finish "
                          f"(default {sd.DEFAULT_SHUTDOWN_GRACE_SECONDS:g} s, under Kubernetes' 30 s)")
     sv.add_argument("--quiet", action="store_true", help="do not log each request")

@@ -52,24 +52,24 @@ class _Connections:
 
     def __init__(self):
         self._changed = threading.Condition()
-        self._busy: dict = {}  # handler -> True while a request is being handled
+        self._open: dict = {}  # open connection (its handler) -> True while it handles a request
         self.draining = False
 
     def opened(self, handler):
         with self._changed:
-            self._busy[handler] = False
+            self._open[handler] = False
             if self.draining:  # accepted just before the listener closed: serve a request already sent
                 handler.connection.settimeout(1.0)
 
     def closed(self, handler):
         with self._changed:
-            self._busy.pop(handler, None)
+            self._open.pop(handler, None)
             self._changed.notify_all()
 
     def set_busy(self, handler, busy: bool):
         with self._changed:
-            if handler in self._busy:
-                self._busy[handler] = busy
+            if handler in self._open:
+                self._open[handler] = busy
             self._changed.notify_all()
 
     def drain(self, grace_seconds: float) -> int:
@@ -77,14 +77,14 @@ class _Connections:
         deadline = time.monotonic() + grace_seconds
         with self._changed:
             self.draining = True
-            for handler, busy in self._busy.items():
+            for handler, busy in self._open.items():
                 if not busy:  # waiting for a next request that will not be served
                     _shutdown_socket(handler.connection)
-            while self._busy and self._changed.wait(max(0.0, deadline - time.monotonic())):
+            while self._open and self._changed.wait(max(0.0, deadline - time.monotonic())):
                 if time.monotonic() >= deadline:
                     break
-            cut = [h for h, busy in self._busy.items() if busy]
-            for handler in self._busy:
+            cut = [h for h, busy in self._open.items() if busy]
+            for handler in self._open:
                 _shutdown_socket(handler.connection)
         return len(cut)
 

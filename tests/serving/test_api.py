@@ -1,6 +1,5 @@
 """kerasplm.serving.api / metrics as plain functions: JSON checks, routes, chunked calls, Prometheus text."""
 import json
-import re
 
 import numpy as np
 import pytest
@@ -81,7 +80,8 @@ def test_nesting_deeper_than_the_signature_rank_is_400_without_recursion():
 def test_routes():
     assert api.parse_route("GET", "/v1/models/m") == api.Route("status", "m")
     assert api.parse_route("HEAD", "/v1/models/m/versions/7/metadata") == api.Route("metadata", "m", 7)
-    assert api.parse_route("POST", "/v1/models/m/labels/stable:predict?x=1") == api.Route("predict", "m", None, "stable")
+    labelled = api.Route("predict", "m", None, "stable")
+    assert api.parse_route("POST", "/v1/models/m/labels/stable:predict?x=1") == labelled
     assert api.parse_route("GET", "/monitoring/prometheus/metrics") == api.Route("metrics")
     assert api.Route("predict", "m", None, "stable").servable() == "Label(m, stable)"
     for method, path, status in [("POST", "/monitoring/prometheus/metrics", 405), ("GET", "/v1/models/m:predict", 405),

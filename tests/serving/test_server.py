@@ -232,7 +232,8 @@ def test_new_version_is_picked_up_without_restart(toy_export_dir, toy_saved_mode
         # A complete new version (tmp sibling, then rename) replaces it; requests keep working.
         install_toy_version(toy_export_dir, 2, toy_saved_models["reverse"])
         answers = []
-        assert wait_for(lambda: answers.append(predict(url, {"instances": ["abc"]})) or server.model("toy").versions == [2])
+        model = server.model("toy")
+        assert wait_for(lambda: answers.append(predict(url, {"instances": ["abc"]})) or model.versions == [2])
         assert all(a in ((200, {"predictions": ["ABC"]}), (200, {"predictions": ["CBA"]})) for a in answers)
         assert predict(url, {"instances": ["abc"]}) == (200, {"predictions": ["CBA"]})
         assert http("GET", url)[1]["model_version_status"][0]["version"] == "2"
