@@ -5,6 +5,7 @@
     kerasplm translate --run RUN_DIR [--beam-size 4] "¿Puedo tomar prestado este libro?" ...
     kerasplm export translator --run RUN_DIR --to export/translator [--version N] [--overwrite]
     kerasplm serve --model-base-path export/translator --model-name translator [--port 8501]
+    kerasplm serve --model-config-file models.config [--port 8501]   # several models (TF Serving's format)
 
 Every subcommand has ``--help``. Bad flags and unreadable inputs end with a one-line error and exit
 status 2.
@@ -112,13 +113,50 @@ def _add_export_parser(commands):
     et.set_defaults(handler=_export_translator)
 
 
-def _add_serve_parser(commands):
-    from kerasplm.export.server import add_serve_arguments
+def _port(text):
+    value = _nonnegative_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"expected a port in [0, 65535], got {text!r}")
+    return value
 
-    sv = commands.add_parser("serve", help="serve exported models over the TF Serving REST API",
-                             description="A local server speaking the TensorFlow Serving REST API subset "
-                                         "for machines without TensorFlow Serving.")
-    add_serve_arguments(sv)
+
+def _add_serve_parser(commands):
+    from kerasplm import serving as sd  # the defaults live with the server
+
+    # TF Serving's underscore spellings are accepted too, so its users can paste their command lines.
+    sv = commands.add_parser(
+        "serve", help="serve exported models over the TF Serving REST API",
+        description="A local server speaking the TensorFlow Serving REST API subset (status, metadata, "
+                    "predict; Prometheus metrics at /monitoring/prometheus/metrics) for machines without "
+                    "TensorFlow Serving. SIGTERM/Ctrl-C let requests in flight finish, then exit 0.")
+    models = sv.add_mutually_exclusive_group(required=True)
+    models.add_argument("--model-config-file", "--model_config_file", type=_existing_file, metavar="FILE",
+                        help="TF Serving text-format model_config_list: several models, version policies "
+                             "(relative base_path values are resolved against the file's directory)")
+    models.add_argument("--model-base-path", "--model_base_path", metavar="DIR",
+                        help="one model: directory holding integer version directories (export/<name>)")
+    sv.add_argument("--model-name", "--model_name",
+                    help="with --model-base-path: name in the URL /v1/models/<name> (default: the directory's)")
+    sv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    sv.add_argument("--port", type=_port, help=f"REST port (default {sd.DEFAULT_PORT}; 0 = any free port)")
+    sv.add_argument("--rest-api-port", "--rest_api_port", type=_port,
+                    help="TF Serving's name for the REST port (its --port is gRPC, which kerasplm serve lacks)")
+    sv.add_argument("--max-body-bytes", type=_positive_int, default=sd.DEFAULT_MAX_BODY_BYTES,
+                    help=f"largest accepted request body in bytes (default {sd.DEFAULT_MAX_BODY_BYTES})")
+    sv.add_argument("--max-batch-size", type=_positive_int, default=sd.DEFAULT_MAX_BATCH_SIZE,
+                    help="most rows (instances) per request; more gets HTTP 400 "
+                         f"(default {sd.DEFAULT_MAX_BATCH_SIZE})")
+    sv.add_argument("--batch-chunk-size", type=_positive_int, default=sd.DEFAULT_BATCH_CHUNK_SIZE,
+                    help="rows per signature call: larger requests run in chunks of this size, "
+                         f"bounding memory (default {sd.DEFAULT_BATCH_CHUNK_SIZE})")
+    sv.add_argument("--poll-seconds", "--file_system_poll_wait_seconds", type=_positive_float,
+                    default=sd.DEFAULT_POLL_SECONDS,
+                    help=f"how often to look for new versions (default {sd.DEFAULT_POLL_SECONDS:g} s)")
+    sv.add_argument("--shutdown-grace-seconds", type=_number(float, 0, inclusive=True),
+                    default=sd.DEFAULT_SHUTDOWN_GRACE_SECONDS,
+                    help="on SIGTERM, how long requests in flight may take to finish "
+                         f"(default {sd.DEFAULT_SHUTDOWN_GRACE_SECONDS:g} s, under Kubernetes' 30 s)")
+    sv.add_argument("--quiet", action="store_true", help="do not log each request")
     sv.set_defaults(handler=_serve)
 
 
@@ -193,9 +231,30 @@ def _export_translator(args):
 
 
 def _serve(args):
-    from kerasplm.export.server import run_serve_command
+    from kerasplm import serving
 
-    return run_serve_command(args)
+    if args.model_name is not None and args.model_config_file is not None:
+        raise CLIError("--model-name goes with --model-base-path; a model config file names its models")
+    port = args.rest_api_port if args.rest_api_port is not None else args.port
+    if args.rest_api_port is not None and args.port is not None and args.port != args.rest_api_port:
+        print(f"kerasplm serve: no gRPC API; serving REST on --rest_api_port {args.rest_api_port} "
+              f"(--port {args.port} ignored)", file=sys.stderr)
+    try:
+        drained = serving.serve(
+            args.model_base_path, args.model_name, model_config_file=args.model_config_file,
+            host=args.host, port=serving.DEFAULT_PORT if port is None else port,
+            max_body_bytes=args.max_body_bytes, max_batch_size=args.max_batch_size,
+            batch_chunk_size=args.batch_chunk_size, poll_seconds=args.poll_seconds,
+            shutdown_grace_seconds=args.shutdown_grace_seconds, quiet=args.quiet)
+    except serving.ServerStartError as e:
+        raise CLIError(str(e)) from None
+    if not drained:
+        # Requests were cut off and their threads may still be inside TensorFlow: leave without
+        # running interpreter teardown under them (which can crash).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    return 0
 
 
 def main(argv=None):

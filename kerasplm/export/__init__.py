@@ -6,7 +6,7 @@
 :mod:`kerasplm.export.base` is what every family shares (:class:`ExportModule`: variable tracking for TF1-style
 loaders; :func:`save_version`: metadata signature, ``assets.extra/kerasplm.json``, atomic versions and the
 overwrite rule); each family's module (:mod:`kerasplm.export.translator`, ...) holds only its signatures.
-Serving: ``kerasplm serve`` or TensorFlow Serving (export/README.md).
+Serving: ``kerasplm serve`` (:mod:`kerasplm.serving`) or TensorFlow Serving (export/README.md).
 """
 from kerasplm.export.base import ExportModule, read_metadata, save_version
 from kerasplm.export.translator import TranslatorModule, export_translator, load_and_translate

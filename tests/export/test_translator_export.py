@@ -323,7 +323,7 @@ def _post(url, payload):
 
 
 def test_serving_end_to_end(exported, reference):
-    from kerasplm.export.server import ModelServer
+    from kerasplm.serving import ModelServer
 
     server = ModelServer(os.path.dirname(exported), "translator", port=0, quiet=True).start()
     try:
@@ -349,5 +349,17 @@ def test_serving_end_to_end(exported, reference):
         with urllib.request.urlopen(url + "/metadata", timeout=30) as response:
             signature_def = json.loads(response.read())["metadata"]["signature_def"]["signature_def"]
         assert set(SIGNATURES) <= set(signature_def)
+        # Requests run in chunks of rows; ragged outputs (tokens, attention) padded across chunks equal one call.
+        import numpy as np
+
+        from kerasplm.serving import predict
+
+        loaded = server.model("translator").find()
+        body = {"signature_name": "translate_with_attention", "inputs": ["", LONG[:300], *SENTENCES]}
+        chunked = predict(loaded, body, batch_chunk_size=2)["outputs"]
+        whole = predict(loaded, body, batch_chunk_size=64)["outputs"]
+        assert np.shape(chunked["attention"]) == np.shape(whole["attention"])
+        np.testing.assert_allclose(chunked.pop("attention"), whole.pop("attention"), atol=1e-5)
+        assert chunked == whole
     finally:
         server.stop()

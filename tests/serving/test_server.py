@@ -1,33 +1,18 @@
-"""kerasplm.export.server: the TF Serving REST subset, driven over HTTP on loopback."""
+"""kerasplm.serving: the TF Serving REST subset, driven over HTTP on loopback (one model, in process)."""
 import base64
 import json
 import os
 import threading
 import time
-import urllib.error
-import urllib.request
 from http.client import HTTPConnection
 
 import pytest
 
-from kerasplm.export import server as srv
-from tests.export.conftest import install_toy_version
+from kerasplm import serving as srv
+from tests.serving.client import http, predict, wait_for
+from tests.serving.conftest import TOY_SIGNATURES, install_toy_version
 
 MAX_BODY = 64 * 1024
-
-
-def http(method, url, body=None, raw=None, timeout=30):
-    """Send a request; returns (status, decoded JSON body)."""
-    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-    request = urllib.request.Request(url, data=data, method=method)
-    if data is not None:
-        request.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as e:
-        with e:
-            return e.code, json.loads(e.read())
 
 
 @pytest.fixture(scope="module")
@@ -44,12 +29,6 @@ def toy_model_server(tmp_path_factory, toy_saved_models):
 @pytest.fixture
 def toy_url(toy_model_server):
     return f"{toy_model_server.url}/v1/models/toy"
-
-
-def predict(url, body, version=None):
-    if version is not None:
-        url = f"{url}/versions/{version}"
-    return http("POST", f"{url}:predict", body)
 
 
 def test_binds_loopback(toy_model_server):
@@ -74,7 +53,7 @@ def test_metadata(toy_url):
     assert status == 200
     assert body["model_spec"] == {"name": "toy", "signature_name": "", "version": "3"}
     sigs = body["metadata"]["signature_def"]["signature_def"]
-    assert set(sigs) == {"serving_default", "repeat", "analyze", "scale"}
+    assert set(sigs) == {"serving_default", *TOY_SIGNATURES}
     default = sigs["serving_default"]
     assert default["method_name"] == "tensorflow/serving/predict"
     inputs = default["inputs"]["inputs"]
@@ -162,7 +141,7 @@ def test_bad_requests_are_400(toy_url, body, fragment):
 def test_unknown_signature_lists_available(toy_url):
     status, err = predict(toy_url, {"signature_name": "nope", "instances": ["a"]})
     assert status == 400
-    assert all(name in err["error"] for name in ("serving_default", "repeat", "analyze", "scale"))
+    assert all(name in err["error"] for name in ("serving_default", *TOY_SIGNATURES))
 
 
 def test_malformed_json(toy_url):
@@ -233,15 +212,6 @@ def test_concurrent_requests(toy_url):
     assert results == [(200, {"predictions": [f"REQ{i}", "X"]}) for i in range(n)]
 
 
-def _wait_for(condition, timeout=30.0, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(interval)
-    return False
-
-
 def test_new_version_is_picked_up_without_restart(toy_export_dir, toy_saved_models):
     server = srv.ModelServer(toy_export_dir, "toy", port=0, poll_seconds=0.2, quiet=True).start()
     try:
@@ -256,13 +226,14 @@ def test_new_version_is_picked_up_without_restart(toy_export_dir, toy_saved_mode
         os.rename(os.path.join(toy_export_dir, "7"), os.path.join(toy_export_dir, "latest"))
         assert srv.list_versions(toy_export_dir) == [1]
         time.sleep(3 * server.poll_seconds)  # several polls
-        assert server.current_version == 1
+        assert server.model("toy").versions == [1]
         assert predict(url, {"instances": ["abc"]}) == (200, {"predictions": ["ABC"]})
 
         # A complete new version (tmp sibling, then rename) replaces it; requests keep working.
         install_toy_version(toy_export_dir, 2, toy_saved_models["reverse"])
         answers = []
-        assert _wait_for(lambda: answers.append(predict(url, {"instances": ["abc"]})) or server.current_version == 2)
+        model = server.model("toy")
+        assert wait_for(lambda: answers.append(predict(url, {"instances": ["abc"]})) or model.versions == [2])
         assert all(a in ((200, {"predictions": ["ABC"]}), (200, {"predictions": ["CBA"]})) for a in answers)
         assert predict(url, {"instances": ["abc"]}) == (200, {"predictions": ["CBA"]})
         assert http("GET", url)[1]["model_version_status"][0]["version"] == "2"
@@ -275,8 +246,8 @@ def test_new_version_is_picked_up_without_restart(toy_export_dir, toy_saved_mode
         with open(os.path.join(broken, "saved_model.pb"), "wb") as f:
             f.write(b"not a saved model")
         os.rename(broken, os.path.join(toy_export_dir, "9"))
-        assert _wait_for(lambda: 9 in server._failed, timeout=10)
-        assert server.current_version == 2
+        assert wait_for(lambda: 9 in server.model("toy").failed_versions, timeout=10)
+        assert server.model("toy").versions == [2]
         assert predict(url, {"instances": ["abc"]}) == (200, {"predictions": ["CBA"]})
     finally:
         server.stop()
@@ -289,47 +260,3 @@ def test_request_lines_logged_unless_quiet(toy_export_dir, capsys):
     finally:
         server.stop()
     assert '"GET /v1/models/toy HTTP/1.1" 200' in capsys.readouterr().err
-
-
-def test_cli_arguments(tmp_path):
-    import argparse
-
-    args = srv.add_serve_arguments(argparse.ArgumentParser()).parse_args(
-        ["--model-base-path", str(tmp_path / "export" / "translator"), "--port", "0"]
-    )
-    assert (args.host, args.port, args.poll_seconds) == ("127.0.0.1", 0, 2.0)
-    with pytest.raises(FileNotFoundError):
-        srv.run_serve_command(args)
-    with pytest.raises(ValueError):
-        srv.ModelServer(str(tmp_path), "toy", poll_seconds=0)
-
-
-def test_kerasplm_serve_stops_cleanly_on_sigterm(toy_export_dir):
-    """The real CLI in a subprocess: it answers, and SIGTERM (a process manager's stop) exits 0."""
-    import signal
-    import socket
-    import subprocess
-    import sys
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "kerasplm.cli", "serve", "--model-base-path", toy_export_dir,
-                             "--model-name", "toy", "--port", str(port), "--quiet"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 60
-        status = None
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                status, _ = http("GET", f"http://127.0.0.1:{port}/v1/models/toy")
-                break
-            except OSError:
-                time.sleep(0.2)
-        assert status == 200
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()

@@ -1,10 +1,13 @@
-"""Fixtures shared by the export tests: tiny SavedModels built with plain TensorFlow ops."""
+"""Fixtures shared by the serving tests: tiny SavedModels built with plain TensorFlow ops."""
 import os
 import shutil
 
 import pytest
 import tensorflow as tf
 import tensorflow_text as tf_text
+
+
+TOY_SIGNATURES = ("repeat", "analyze", "scale", "add", "split", "total", "slow")
 
 
 class _ToyModule(tf.Module):
@@ -52,16 +55,44 @@ class _ToyModule(tf.Module):
     def scale(self, values, factor):
         return {"scaled": values * factor}
 
+    @tf.function(input_signature=[
+        tf.TensorSpec([None], tf.int64, name="values"),
+        tf.TensorSpec([], tf.int8, name="delta"),
+    ])
+    def add(self, values, delta):
+        return {"sums": values + tf.cast(delta, tf.int64)}
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    def split(self, inputs):
+        # A ragged result padded with "" to the longest row of the call (as the translator pads tokens):
+        # chunked calls must pad to the longest row of the whole request.
+        words = tf_text.WhitespaceTokenizer().tokenize(inputs)
+        return {"words": words.to_tensor(""), "lengths": words.row_lengths()}
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    def total(self, inputs):
+        # A scalar output: a request cannot be split into chunks for this signature.
+        return {"rows": tf.size(inputs), "outputs": tf.strings.upper(inputs)}
+
+    @tf.function(input_signature=[
+        tf.TensorSpec([None], tf.string, name="inputs"),
+        tf.TensorSpec([], tf.int64, name="milliseconds"),
+    ])
+    def slow(self, inputs, milliseconds):
+        # Sleeps in the graph (tf.data's SleepDataset; no Python in the SavedModel), then upper-cases.
+        dataset = tf.data.Dataset.from_tensors(inputs)
+        sleeping = tf.raw_ops.SleepDataset(
+            input_dataset=dataset._variant_tensor, sleep_microseconds=milliseconds * 1000,
+            output_types=[tf.string], output_shapes=[[None]])
+        delayed = tf.data.experimental.from_variant(sleeping, dataset.element_spec).get_single_element()
+        return {"outputs": self._transform(delayed)}
+
 
 def save_toy_model(path: str, reverse: bool = False) -> str:
-    """Write a toy SavedModel to ``path`` (signatures serving_default, repeat, analyze, scale)."""
+    """Write a toy SavedModel to ``path`` (signatures: serving_default and TOY_SIGNATURES)."""
     module = _ToyModule(reverse)
-    signatures = {
-        "serving_default": module.default,
-        "repeat": module.repeat,
-        "analyze": module.analyze,
-        "scale": module.scale,
-    }
+    signatures = {name: getattr(module, name) for name in TOY_SIGNATURES}
+    signatures["serving_default"] = module.default
     tf.saved_model.save(module, path, signatures=signatures)
     return path
 

@@ -1,0 +1,503 @@
+"""TensorFlow Serving's REST API as plain functions: routes, JSON <-> tensors, predict, metadata.
+
+Nothing here touches sockets; :mod:`kerasplm.serving.http` reads and writes the bytes and
+:class:`kerasplm.serving.ModelServer` ties the pieces together.  Every client mistake raises
+:class:`RequestError`, answered as ``{"error": message}`` with its HTTP status (400 bad request, 404
+unknown model/version/path, 405 wrong method; a model raising INVALID_ARGUMENT gives 400, as in TF
+Serving; other TensorFlow errors 500).
+
+Requests (TF Serving's paths; ``<N>`` a version, ``<L>`` a version label from the model config):
+
+* ``GET  /v1/models/<name>[/versions/<N> | /labels/<L>]``            model status;
+* ``GET  /v1/models/<name>[/versions/<N> | /labels/<L>]/metadata``   signature definitions;
+* ``POST /v1/models/<name>[/versions/<N> | /labels/<L>]:predict``    row (``instances``) or columnar
+  (``inputs``) requests; ``{"b64": ...}`` for binary strings; outputs named ``*_bytes`` come back as
+  ``{"b64": ...}``;
+* ``GET  /monitoring/prometheus/metrics``                             Prometheus text metrics.
+
+Work per request is bounded: at most ``max_batch_size`` rows (instances) per request, run through
+the signature ``batch_chunk_size`` rows at a time (see :func:`run_signature`).  JSON values are
+checked against the signature's dtypes before any tensor is built: booleans are not numbers,
+integers must fit the input's integer dtype (no silent int32 wrap-around) and floats are not
+accepted for integer inputs.
+
+One extension to TF Serving's row format: an input whose signature shape is a scalar (a decoding
+option such as ``beam_size``) may appear in every instance with the same value and is passed once.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.core.framework import types_pb2
+
+DEFAULT_SIGNATURE = "serving_default"
+PREDICT_METHOD = "tensorflow/serving/predict"
+METRICS_PATH = "/monitoring/prometheus/metrics"
+# 1024 rows covers interactive clients and the batch-scoring clients TF Serving users write (a few
+# hundred rows per call); a larger request is refused rather than holding the machine for minutes.
+DEFAULT_MAX_BATCH_SIZE = 1024
+# Rows per signature call: bounds the memory of one request (a translator's attention and beam
+# tensors grow with the batch) while keeping the per-call overhead small.
+DEFAULT_BATCH_CHUNK_SIZE = 64
+MAX_UNKNOWN_RANK_DEPTH = 32  # nesting allowed for an input whose signature has an unknown rank
+
+_MODEL_PATH_RE = re.compile(
+    r"^/v1/models/(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+)|/labels/(?P<label>[^/:]+))?"
+    r"(?:(?P<metadata>/metadata)|:(?P<verb>[A-Za-z]+))?/?$"
+)
+
+
+class RequestError(Exception):
+    """An error answered to the client as ``{"error": message}`` with an HTTP status."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = int(status)
+        self.message = message
+
+
+def _short(value, limit: int = 40) -> str:
+    text = str(value)
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
+
+
+# --------------------------------------------------------------------------------------------
+# Routes
+
+
+@dataclass(frozen=True)
+class Route:
+    """What a request asks for: ``api`` is ``status``, ``metadata``, ``predict`` or ``metrics``."""
+
+    api: str
+    model_name: str | None = None
+    version: int | None = None
+    label: str | None = None
+
+    def servable(self) -> str:
+        """TF Serving's name for the addressed servable, as its error messages write it."""
+        if self.version is not None:
+            return f"Specific({self.model_name}, {self.version})"
+        if self.label is not None:
+            return f"Label({self.model_name}, {self.label})"
+        return f"Latest({self.model_name})"
+
+
+def parse_version(text: str) -> int:
+    """A version from the URL: a non-negative int64, else a 400 (never a 500 on 5,000 digits)."""
+    if not re.fullmatch(r"[0-9]{1,19}", text) or int(text) >= 2**63:
+        raise RequestError(400, f"Invalid version '{_short(text)}': expected a non-negative 64-bit integer")
+    return int(text)
+
+
+def parse_route(method: str, path: str) -> Route:
+    """Map ``method`` and ``path`` (query string ignored) to a :class:`Route`, or raise 404/405."""
+    path = path.split("?", 1)[0]
+    if path.rstrip("/") == METRICS_PATH:
+        route, wanted = Route("metrics"), "GET"
+    else:
+        match = _MODEL_PATH_RE.match(path)
+        if not match:
+            raise RequestError(404, f"Malformed request: {method} {_short(path, 200)}")
+        verb = match["verb"]
+        if verb is not None and verb != "predict":
+            raise RequestError(
+                404 if verb not in ("classify", "regress") else 400,
+                f"Unsupported request '{_short(verb)}': only predict, status and metadata are served",
+            )
+        api = "predict" if verb else "metadata" if match["metadata"] else "status"
+        version = None if match["version"] is None else parse_version(match["version"])
+        route = Route(api, match["name"], version, match["label"])
+        wanted = "POST" if api == "predict" else "GET"
+    if method != wanted and not (method == "HEAD" and wanted == "GET"):
+        raise RequestError(405, f"Method {method} not allowed for {_short(path, 200)}; use {wanted}")
+    return route
+
+
+def parse_json_body(raw: bytes) -> dict:
+    """Decode a request body; malformed, too deeply nested or over-long numbers give a 400."""
+    try:
+        body = json.loads(raw)
+    except RecursionError:
+        raise RequestError(400, "JSON Parse error: arrays/objects nested too deeply") from None
+    except json.JSONDecodeError as e:
+        raise RequestError(400, f"JSON Parse error: {e}") from None
+    except UnicodeDecodeError as e:
+        raise RequestError(400, f"JSON Parse error: not UTF-8 text: {e}") from None
+    except ValueError:  # e.g. an integer literal with more digits than Python converts
+        raise RequestError(400, "JSON Parse error: a number has too many digits") from None
+    if not isinstance(body, dict):
+        raise RequestError(400, "JSON Parse error: the request body must be a JSON object")
+    return body
+
+
+# --------------------------------------------------------------------------------------------
+# JSON <-> tensors
+
+
+def dtype_name(dtype: tf.DType) -> str:
+    """TF Serving's name for a dtype, e.g. ``DT_INT32``."""
+    return types_pb2.DataType.Name(tf.as_dtype(dtype).as_datatype_enum)
+
+
+def _tensor_info(spec: tf.TensorSpec, tensor_name: str) -> dict:
+    """A TensorInfo proto as TF Serving's JSON renders it."""
+    shape = spec.shape
+    if shape.rank is None:
+        shape_json = {"dim": [], "unknown_rank": True}
+    else:
+        dims = [{"size": str(-1 if d is None else d), "name": ""} for d in shape.as_list()]
+        shape_json = {"dim": dims, "unknown_rank": False}
+    return {"dtype": dtype_name(spec.dtype), "tensor_shape": shape_json, "name": tensor_name}
+
+
+def signature_def_json(fn) -> dict:
+    """TF Serving's JSON for one signature, derived from its concrete function."""
+    in_specs = fn.structured_input_signature[1]
+    out_specs = fn.structured_outputs
+    # Flattening a dict orders it by key, which is also the order of fn.inputs / fn.outputs.
+    in_names = [t.name for t in fn.inputs[: len(in_specs)]]
+    out_names = [t.name for t in fn.outputs]
+    inputs = {k: _tensor_info(in_specs[k], n) for k, n in zip(sorted(in_specs), in_names)}
+    outputs = {
+        k: _tensor_info(tf.TensorSpec(out_specs[k].shape, out_specs[k].dtype), n)
+        for k, n in zip(sorted(out_specs), out_names)
+    }
+    return {"inputs": inputs, "outputs": outputs, "method_name": PREDICT_METHOD}
+
+
+def metadata_json(model_name: str, loaded) -> dict:
+    """``GET /v1/models/<name>/metadata`` response for one loaded version."""
+    sigs = {name: signature_def_json(fn) for name, fn in sorted(loaded.signatures.items())}
+    return {
+        "model_spec": {"name": model_name, "signature_name": "", "version": str(loaded.version)},
+        "metadata": {"signature_def": {"signature_def": sigs}},
+    }
+
+
+def _is_b64(value) -> bool:
+    return isinstance(value, dict) and set(value) == {"b64"}
+
+
+def _leaf_checker(dtype: tf.DType):
+    """A function ``leaf -> problem or None`` for JSON scalars fed to an input of ``dtype``."""
+    if dtype == tf.string:
+        return lambda v: None if isinstance(v, str) or _is_b64(v) else "expects strings"
+    if dtype == tf.bool:
+        return lambda v: None if type(v) is bool else "expects true or false"
+    if dtype.is_integer:
+        low, high = int(dtype.min), int(dtype.max)
+
+        def check_int(v):
+            if type(v) is not int:  # bool is a subclass of int: excluded on purpose
+                return "expects integers (true/false are not integers)" if type(v) is bool else "expects integers"
+            return None if low <= v <= high else f"value out of range [{low}, {high}]"
+
+        return check_int
+    if dtype.is_floating:
+        largest = float(dtype.max)
+
+        def check_float(v):
+            if type(v) not in (int, float):
+                return "expects numbers"
+            try:
+                x = float(v)
+            except OverflowError:
+                return f"value out of range for {dtype_name(dtype)}"
+            return None if not np.isfinite(x) or abs(x) <= largest else f"value out of range for {dtype_name(dtype)}"
+
+        return check_float
+    return lambda v: None  # other dtypes (complex...): tf.constant decides
+
+
+def check_json_value(value, spec: tf.TensorSpec, input_name: str):
+    """Check a JSON value for ``spec`` without recursion: nesting depth, leaf types and ranges."""
+    max_depth = MAX_UNKNOWN_RANK_DEPTH if spec.shape.rank is None else spec.shape.rank
+    problem_of = _leaf_checker(spec.dtype)
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, list):
+            if depth >= max_depth:
+                raise RequestError(
+                    400, f"Input '{input_name}' is nested deeper than the {max_depth} dimension(s) of its "
+                         f"signature shape {spec.shape}")
+            stack.extend((x, depth + 1) for x in item)
+            continue
+        problem = problem_of(item)
+        if problem:
+            raise RequestError(
+                400, f"Input '{input_name}' {problem} ({dtype_name(spec.dtype)}), got "
+                     f"{type(item).__name__} {_short(json.dumps(item), 60)}")
+
+
+def _to_bytes(value, input_name: str):
+    """Nested JSON strings / ``{"b64": ...}`` objects -> nested bytes (depth already checked)."""
+    if isinstance(value, list):
+        return [_to_bytes(v, input_name) for v in value]
+    if _is_b64(value):
+        try:
+            return base64.b64decode(value["b64"], validate=True)
+        except (TypeError, ValueError) as e:
+            raise RequestError(400, f"Input '{input_name}': invalid base64 value: {e}") from None
+    return value.encode("utf-8")
+
+
+def to_tensor(value, spec: tf.TensorSpec, input_name: str) -> tf.Tensor:
+    """Convert a JSON value to a tensor of the signature input's dtype, checking types and shape."""
+    check_json_value(value, spec, input_name)
+    try:
+        if spec.dtype == tf.string:
+            tensor = tf.constant(_to_bytes(value, input_name), dtype=tf.string)
+        else:
+            tensor = tf.constant(value, dtype=spec.dtype)
+    except RequestError:
+        raise
+    except (TypeError, ValueError, tf.errors.OpError) as e:
+        raise RequestError(
+            400, f"Input '{input_name}' cannot be converted to {dtype_name(spec.dtype)}: {_short(e, 300)}"
+        ) from None
+    if not spec.shape.is_compatible_with(tensor.shape):
+        raise RequestError(
+            400,
+            f"Input '{input_name}' has shape {tensor.shape.as_list()}, "
+            f"the signature expects {spec.shape.as_list()}",
+        )
+    return tensor
+
+
+def _json_value(value, as_b64: bool):
+    """``ndarray.tolist()`` output -> JSON-ready value (bytes decoded as UTF-8 or base64)."""
+    if isinstance(value, list):
+        return [_json_value(v, as_b64) for v in value]
+    if isinstance(value, bytes):
+        if as_b64:
+            return {"b64": base64.b64encode(value).decode("ascii")}
+        return value.decode("utf-8", errors="replace")
+    return value
+
+
+def to_json(array: np.ndarray, output_name: str):
+    """An output array as JSON; like TF Serving, ``*_bytes`` outputs are base64-encoded."""
+    return _json_value(np.asarray(array).tolist(), output_name.endswith("_bytes"))
+
+
+# --------------------------------------------------------------------------------------------
+# Request formats
+
+
+def _check_names(given, specs: dict, signature_name: str):
+    for problem, names in (("Unknown", sorted(set(given) - set(specs))),
+                           ("Missing", sorted(set(specs) - set(given)))):
+        if names:
+            raise RequestError(
+                400,
+                f"{problem} input(s) {', '.join(repr(_short(n)) for n in names[:10])} for signature "
+                f"'{signature_name}'; it takes: {', '.join(sorted(specs))}",
+            )
+
+
+def _check_rows(rows: int, max_batch_size: int, what: str):
+    if rows > max_batch_size:
+        raise RequestError(
+            400, f"{what} has {rows} rows; the limit is {max_batch_size} per request "
+                 "(kerasplm serve --max-batch-size): split the request")
+
+
+def _row_inputs(instances, specs: dict, signature_name: str, max_batch_size: int) -> tuple[dict, int]:
+    """Row format -> ``({name: JSON value}, batch size)``."""
+    if not isinstance(instances, list) or not instances:
+        raise RequestError(400, "'instances' must be a non-empty list")
+    _check_rows(len(instances), max_batch_size, "'instances'")
+    named = [isinstance(i, dict) and not _is_b64(i) for i in instances]
+    if any(named) and not all(named):
+        raise RequestError(400, "All instances must be objects or none of them")
+    if not named[0]:
+        if len(specs) != 1:
+            raise RequestError(
+                400,
+                f"Signature '{signature_name}' takes several inputs ({', '.join(sorted(specs))}); "
+                "each instance must be an object {input_name: value}",
+            )
+        (name,) = specs
+        return {name: instances}, len(instances)
+    keys = set(instances[0])
+    for instance in instances:
+        if set(instance) != keys:
+            raise RequestError(400, "All instances must have the same input names")
+    _check_names(keys, specs, signature_name)
+    columns = {}
+    for name in keys:
+        values = [instance[name] for instance in instances]
+        if specs[name].shape.rank == 0:
+            # A scalar option (e.g. a decoding parameter) is passed once, so must agree.
+            first = json.dumps(values[0], sort_keys=True)
+            if any(json.dumps(v, sort_keys=True) != first for v in values[1:]):
+                raise RequestError(400, f"Scalar input '{name}' must have the same value in every instance")
+            columns[name] = values[0]
+        else:
+            columns[name] = values
+    return columns, len(instances)
+
+
+def _columnar_inputs(inputs, specs: dict, signature_name: str, max_batch_size: int) -> dict:
+    """Columnar format -> ``{name: JSON value}``."""
+    if isinstance(inputs, dict) and not _is_b64(inputs):
+        _check_names(inputs, specs, signature_name)
+        values = dict(inputs)
+    elif len(specs) != 1:
+        raise RequestError(
+            400,
+            f"Signature '{signature_name}' takes several inputs ({', '.join(sorted(specs))}); "
+            "'inputs' must be an object {input_name: value}",
+        )
+    else:
+        (name,) = specs
+        values = {name: inputs}
+    for name, value in values.items():
+        if isinstance(value, list) and specs[name].shape.rank != 0:
+            _check_rows(len(value), max_batch_size, f"Input '{name}'")
+    return values
+
+
+# --------------------------------------------------------------------------------------------
+# Running a signature in bounded chunks
+
+
+def _call(fn, tensors: dict) -> dict:
+    """Call a signature; TensorFlow errors become RequestErrors; outputs as numpy arrays."""
+    try:
+        outputs = fn(**tensors)
+    except tf.errors.InvalidArgumentError as e:
+        # Like TF Serving: a request the model rejects (e.g. an out-of-range option) is the client's error.
+        raise RequestError(400, e.message) from None
+    except tf.errors.OpError as e:
+        raise RequestError(500, e.message) from None
+    except (TypeError, ValueError) as e:  # e.g. a signature the checks above do not describe
+        raise RequestError(400, str(e)) from None
+    if not isinstance(outputs, dict):
+        outputs = {"output_0": outputs}
+    return {name: np.asarray(t) for name, t in outputs.items()}
+
+
+def _batch_rows(tensors: dict, in_specs: dict, out_specs: dict) -> int | None:
+    """Rows of the batch if the call can be split along axis 0, else None.
+
+    Splittable: every non-scalar input has an unknown leading dimension (the batch) and the same
+    number of rows, and every output has an unknown leading dimension too.  Scalar inputs (options)
+    are passed whole to each chunk; a scalar or fixed-size output (a total, a vocabulary) makes the
+    signature unsplittable, and it then runs in one call.
+    """
+    batched = {name: t for name, t in tensors.items() if in_specs[name].shape.rank != 0}
+    if not batched:
+        return None
+    if any(in_specs[n].shape.rank is None or in_specs[n].shape[0] is not None for n in batched):
+        return None
+    if any(s.shape.rank in (None, 0) or s.shape[0] is not None for s in out_specs.values()):
+        return None
+    rows = {int(t.shape[0]) for t in batched.values()}
+    return rows.pop() if len(rows) == 1 else None
+
+
+def _concat_rows(arrays: list) -> np.ndarray:
+    """Concatenate chunk outputs along axis 0, padding other axes to the largest chunk's size.
+
+    Padding uses ``b""`` / 0 / False, the values signatures pad ragged outputs with, so the result
+    equals what one call over the whole batch returns (e.g. a translator's tokens and attention).
+    """
+    first = arrays[0]
+    trailing = tuple(max(a.shape[i] for a in arrays) for i in range(1, first.ndim))
+    fill = b"" if first.dtype == object else np.zeros((), first.dtype)
+    out = np.full((sum(a.shape[0] for a in arrays),) + trailing, fill, dtype=first.dtype)
+    start = 0
+    for a in arrays:
+        out[(slice(start, start + a.shape[0]),) + tuple(slice(0, d) for d in a.shape[1:])] = a
+        start += a.shape[0]
+    return out
+
+
+def run_signature(fn, tensors: dict, in_specs: dict, out_specs: dict, chunk_size: int) -> dict:
+    """Run ``fn(**tensors)`` at most ``chunk_size`` rows at a time; ``{output name: ndarray}``.
+
+    A request with many rows is split along axis 0 (when :func:`_batch_rows` says the signature
+    allows it), so the memory one request needs is bounded by a chunk, not by the request.  If a
+    chunk's outputs turn out not to have one row per input row, the whole batch runs in one call.
+    """
+    rows = _batch_rows(tensors, in_specs, out_specs)
+    if rows is None or rows <= chunk_size:
+        return _call(fn, tensors)
+    pieces = []
+    for start in range(0, rows, chunk_size):
+        part = {name: t[start:start + chunk_size] if in_specs[name].shape.rank != 0 else t
+                for name, t in tensors.items()}
+        outputs = _call(fn, part)
+        n = min(chunk_size, rows - start)
+        if any(a.ndim == 0 or a.shape[0] != n for a in outputs.values()):
+            return _call(fn, tensors)
+        pieces.append(outputs)
+    return {name: _concat_rows([p[name] for p in pieces]) for name in pieces[0]}
+
+
+# --------------------------------------------------------------------------------------------
+# Predict
+
+
+def signature_name_of(body: dict, loaded) -> str:
+    """The signature a predict request names (default ``serving_default``), checked."""
+    signature_name = body.get("signature_name", DEFAULT_SIGNATURE)
+    if not isinstance(signature_name, str):
+        raise RequestError(400, "'signature_name' must be a string")
+    if signature_name not in loaded.signatures:
+        raise RequestError(
+            400,
+            f"Serving signature name: \"{_short(signature_name)}\" not found in signature def; "
+            f"available signatures: {', '.join(sorted(loaded.signatures))}",
+        )
+    return signature_name
+
+
+def predict(loaded, body: dict, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+            batch_chunk_size: int = DEFAULT_BATCH_CHUNK_SIZE) -> dict:
+    """Run a TF Serving predict request (already JSON-decoded) against one loaded version.
+
+    ``loaded`` is a :class:`kerasplm.serving.models.LoadedVersion`.  At most ``max_batch_size`` rows
+    are accepted; they run ``batch_chunk_size`` rows per signature call.
+    """
+    signature_name = signature_name_of(body, loaded)
+    if ("instances" in body) == ("inputs" in body):
+        raise RequestError(
+            400, "Request must contain exactly one of 'instances' (row format) or 'inputs' (columnar)"
+        )
+    specs = loaded.input_specs(signature_name)
+    row_format = "instances" in body
+    if row_format:
+        values, batch = _row_inputs(body["instances"], specs, signature_name, max_batch_size)
+    else:
+        values = _columnar_inputs(body["inputs"], specs, signature_name, max_batch_size)
+    tensors = {name: to_tensor(values[name], specs[name], name) for name in specs}
+    arrays = run_signature(loaded.signatures[signature_name], tensors, specs,
+                           loaded.output_specs(signature_name), batch_chunk_size)
+
+    if not row_format:
+        columns = {name: to_json(a, name) for name, a in arrays.items()}
+        return {"outputs": next(iter(columns.values())) if len(columns) == 1 else columns}
+
+    per_output = {}
+    for name, a in arrays.items():
+        if a.ndim == 0:
+            per_output[name] = [to_json(a, name)] * batch
+        elif a.shape[0] == batch:
+            per_output[name] = [to_json(row, name) for row in a]
+        else:
+            raise RequestError(
+                500, f"Output '{name}' has batch size {a.shape[0]}, expected {batch} (one per instance)"
+            )
+    if len(per_output) == 1:
+        return {"predictions": next(iter(per_output.values()))}
+    names = sorted(per_output)
+    return {"predictions": [{n: per_output[n][i] for n in names} for i in range(batch)]}

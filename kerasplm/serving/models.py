@@ -1,0 +1,195 @@
+"""Served models: version directories, loading, polling and version policies.
+
+Each :class:`ServedModel` follows one :class:`~kerasplm.serving.config.ModelConfig` the way TensorFlow
+Serving follows a ``base_path``:
+
+* a version is an integer-named directory holding ``saved_model.pb`` (or ``.pbtxt``); anything else
+  (``.tmp-3-xxxx`` siblings written by an export in progress, ``latest``, a directory whose
+  ``saved_model.pb`` is not there yet) is ignored;
+* the version policy picks which of the loadable versions to serve (``latest {num_versions}``,
+  ``all``, ``specific {versions}``); :meth:`ServedModel.refresh` loads the missing ones completely
+  before requests can reach them, then unloads the versions the policy no longer wants;
+* a version that fails to load is logged, reported in the model status (state ``END`` with the
+  error) and skipped (not retried until its ``saved_model.pb`` changes); the policy then falls back
+  on the next loadable versions, so a broken export never replaces a working one;
+* if the base path holds no loadable version at all any more (deleted, being rsynced), the loaded
+  versions keep serving rather than leaving the model with none.
+
+A request without a version gets the largest loaded version ("latest"), as in TF Serving.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+from dataclasses import dataclass
+
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the tensorflow-text ops the exported graphs use)
+
+from kerasplm.serving.api import RequestError
+from kerasplm.serving.config import ModelConfig
+
+logger = logging.getLogger(__name__)
+
+_VERSION_RE = re.compile(r"[0-9]+")
+_SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
+
+
+@dataclass
+class LoadedVersion:
+    """One loaded SavedModel version and its signatures."""
+
+    version: int
+    path: str
+    model: object  # the object returned by tf.saved_model.load; keeps the functions alive
+    signatures: dict  # name -> ConcreteFunction
+
+    def input_specs(self, signature_name: str) -> dict:
+        """``{input name: tf.TensorSpec}`` of a signature."""
+        return dict(self.signatures[signature_name].structured_input_signature[1])
+
+    def output_specs(self, signature_name: str) -> dict:
+        """``{output name: tf.TensorSpec}`` of a signature."""
+        return dict(self.signatures[signature_name].structured_outputs)
+
+
+def list_versions(model_base_path: str) -> list[int]:
+    """Complete version directories under ``model_base_path``, newest first.
+
+    A version is an integer-named directory holding ``saved_model.pb`` (or ``.pbtxt``); temporary
+    siblings (``.tmp-3-xxxx``) and directories still being written are skipped.
+    """
+    try:
+        names = os.listdir(model_base_path)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    versions = []
+    for name in names:
+        if not _VERSION_RE.fullmatch(name) or len(name) > 19 or int(name) >= 2**63:  # int64, as TF Serving
+            continue
+        path = os.path.join(model_base_path, name)
+        if any(os.path.isfile(os.path.join(path, f)) for f in _SAVED_MODEL_FILES):
+            versions.append(int(name))
+    return sorted(versions, reverse=True)
+
+
+def load_version(model_base_path: str, version: int) -> LoadedVersion:
+    """Load one version directory with ``tf.saved_model.load``."""
+    path = os.path.join(model_base_path, str(version))
+    model = tf.saved_model.load(path)
+    signatures = dict(model.signatures)
+    if not signatures:
+        raise ValueError(f"SavedModel at {path} has no signatures")
+    return LoadedVersion(version=version, path=path, model=model, signatures=signatures)
+
+
+def _saved_model_mtime(version_path: str) -> float:
+    for name in _SAVED_MODEL_FILES:
+        try:
+            return os.path.getmtime(os.path.join(version_path, name))
+        except OSError:
+            continue
+    return 0.0
+
+
+class ServedModel:
+    """The loaded versions of one configured model, kept in line with its base path by :meth:`refresh`."""
+
+    def __init__(self, config: ModelConfig):
+        if not os.path.isdir(config.base_path):
+            where = f"{config.source}: " if config.source else ""
+            raise FileNotFoundError(f"{where}model base path {config.base_path} is not a directory")
+        self.config = config
+        self._lock = threading.Lock()
+        self._loaded: dict[int, LoadedVersion] = {}
+        self._failed: dict[int, tuple] = {}  # version -> (mtime of the saved_model.pb that failed, error)
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def versions(self) -> list[int]:
+        """Loaded versions, newest first."""
+        with self._lock:
+            return sorted(self._loaded, reverse=True)
+
+    @property
+    def failed_versions(self) -> dict:
+        """``{version: error message}`` of versions that failed to load (and are still on disk)."""
+        with self._lock:
+            return {v: err for v, (_, err) in self._failed.items()}
+
+    def refresh(self) -> list[int]:
+        """Load the versions the policy wants and unload the others; returns the loaded versions.
+
+        Versions are loaded newest first; one that fails is recorded and the policy is applied again
+        without it (so ``latest {1}`` falls back on the previous loadable version).
+        """
+        base = self.config.base_path
+        on_disk = list_versions(base)
+        with self._lock:  # forget failures whose directory is gone or whose saved_model.pb changed
+            self._failed = {v: f for v, f in self._failed.items()
+                            if v in on_disk and _saved_model_mtime(os.path.join(base, str(v))) == f[0]}
+        while True:
+            loadable = [v for v in on_disk if v not in self._failed]
+            wanted = self.config.version_policy.select(loadable)
+            missing = [v for v in wanted if v not in self._loaded]
+            if not missing:
+                break
+            version = missing[0]
+            mtime = _saved_model_mtime(os.path.join(base, str(version)))
+            try:
+                loaded = load_version(base, version)
+            except Exception as e:  # a broken export must not take the server down
+                message = f"{type(e).__name__}: {e}".splitlines()[0][:500]
+                with self._lock:
+                    self._failed[version] = (mtime, message)
+                logger.error("Failed to load %s version %d: %s", self.name, version, message)
+                continue
+            with self._lock:
+                self._loaded[version] = loaded
+            logger.info("Loaded %s version %d from %s", self.name, version, loaded.path)
+        if not loadable:
+            return self.versions  # nothing loadable on disk: keep serving what is loaded
+        with self._lock:
+            for version in [v for v in self._loaded if v not in wanted]:
+                del self._loaded[version]  # requests in flight keep their own reference
+                logger.info("Unloaded %s version %d (%s policy)", self.name, version,
+                            self.config.version_policy.describe())
+        return self.versions
+
+    def find(self, version: int | None = None, label: str | None = None) -> LoadedVersion:
+        """The loaded version a request addresses (latest when neither is given), or a 404."""
+        if label is not None:
+            if label not in self.config.version_labels:
+                raise RequestError(404, f"Unrecognized servable version label: {label}")
+            version = self.config.version_labels[label]
+        with self._lock:
+            if version is None:
+                if not self._loaded:
+                    raise RequestError(404, f"Could not find any versions of model {self.name}")
+                return self._loaded[max(self._loaded)]
+            loaded = self._loaded.get(version)
+        if loaded is None:
+            raise RequestError(404, f"Servable not found for request: Specific({self.name}, {version})")
+        return loaded
+
+    def status(self, version: int | None = None, label: str | None = None) -> list[dict]:
+        """TF Serving's ``model_version_status`` entries: loaded versions and failed loads, newest first."""
+        if label is not None:
+            version = self.find(label=label).version
+        with self._lock:
+            states = {v: ("AVAILABLE", "OK", "") for v in self._loaded}
+            for v, (_, error) in self._failed.items():
+                states.setdefault(v, ("END", "UNKNOWN", error))
+        if version is not None:
+            if version not in states:
+                raise RequestError(404, f"Servable not found for request: Specific({self.name}, {version})")
+            states = {version: states[version]}
+        elif not states:
+            raise RequestError(404, f"Could not find any versions of model {self.name}")
+        return [{"version": str(v), "state": state, "status": {"error_code": code, "error_message": message}}
+                for v, (state, code, message) in sorted(states.items(), reverse=True)]

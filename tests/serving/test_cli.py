@@ -1,0 +1,48 @@
+"""`kerasplm serve` flags: declared in cli.py, TF Serving's underscore spellings accepted."""
+import pytest
+
+from kerasplm import cli, serving
+
+
+def _parse(*argv):
+    return cli.build_parser().parse_args(["serve", *argv])
+
+
+def test_defaults_come_from_the_server():
+    args = _parse("--model-base-path", "export/translator")
+    assert (args.model_base_path, args.model_name, args.model_config_file) == ("export/translator", None, None)
+    assert (args.host, args.port, args.rest_api_port) == ("127.0.0.1", None, None)
+    assert args.max_body_bytes == serving.DEFAULT_MAX_BODY_BYTES
+    assert args.max_batch_size == serving.DEFAULT_MAX_BATCH_SIZE == 1024
+    assert args.batch_chunk_size == serving.DEFAULT_BATCH_CHUNK_SIZE == 64
+    assert args.poll_seconds == serving.DEFAULT_POLL_SECONDS
+    assert args.shutdown_grace_seconds == serving.DEFAULT_SHUTDOWN_GRACE_SECONDS
+    assert args.handler is cli._serve
+
+
+def test_tf_serving_spellings(tmp_path):
+    config = tmp_path / "models.config"
+    config.write_text("model_config_list { }")
+    args = _parse("--model_base_path=/models/m", "--model_name=m", "--rest_api_port=8601", "--port=8600",
+                  "--file_system_poll_wait_seconds=1")
+    assert (args.model_base_path, args.model_name, args.rest_api_port, args.port, args.poll_seconds) == (
+        "/models/m", "m", 8601, 8600, 1.0)
+    assert _parse(f"--model_config_file={config}").model_config_file == str(config)
+
+
+@pytest.mark.parametrize("argv", [
+    ["--model-base-path", "x", "--max-batch-size", "0"],
+    ["--model-base-path", "x", "--batch-chunk-size", "-3"],
+    ["--model-base-path", "x", "--shutdown-grace-seconds", "-1"],
+    ["--model-base-path", "x", "--rest_api_port", "65536"],
+    ["--model-base-path", "x", "--model_config_file", "y"],
+])
+def test_bad_flags_exit_2_with_one_line(argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        _parse(*argv)
+    assert info.value.code == 2 and capsys.readouterr().err.count("\n") == 1
+
+
+def test_missing_base_path_is_exit_2(tmp_path, capsys):
+    assert cli.main(["serve", "--model-base-path", str(tmp_path / "nowhere"), "--port", "0"]) == 2
+    assert capsys.readouterr().err == f"kerasplm: error: model base path {tmp_path / 'nowhere'} is not a directory\n"

@@ -1,0 +1,137 @@
+"""kerasplm.serving.config: TF Serving's text-format model_config_list, parsed strictly."""
+import os
+
+import pytest
+
+from kerasplm import cli
+from kerasplm.serving import ModelConfig, ModelConfigError, VersionPolicy, parse_model_config, read_model_config_file
+
+FULL = """
+# two models, every policy form
+model_config_list {
+  config {
+    name: "translator"
+    base_path: "/models/translator"
+    model_platform: "tensorflow"
+    model_version_policy { latest { num_versions: 2 } }
+    version_labels { key: "stable" value: 1 }
+    version_labels { key: 'canary' value: 2 }
+  }
+  config: {
+    name: 'all_of_them', base_path: "rel" "ative";   # separators and adjacent strings
+    model_version_policy: { all: {} }
+  }
+  config <
+    name: "pinned\\x21"
+    base_path: "/m/p"
+    model_version_policy { specific { versions: 3 versions: [1, 3] } }
+  >
+  config { name: "defaults" base_path: "/m/d" model_version_policy {} }
+}
+"""
+
+
+def test_parses_every_supported_form():
+    models = parse_model_config(FULL, "models.config", base_dir="/configs")
+    assert [m.name for m in models] == ["translator", "all_of_them", "pinned!", "defaults"]
+    translator, every, pinned, defaults = models
+    assert translator == ModelConfig("translator", "/models/translator", VersionPolicy("latest", 2),
+                                     {"stable": 1, "canary": 2}, source="models.config:4")
+    # Relative base paths are resolved against the config file's directory.
+    assert every.base_path == "/configs/relative" and every.version_policy == VersionPolicy("all")
+    assert pinned.version_policy == VersionPolicy("specific", versions=(1, 3))
+    assert defaults.version_policy == VersionPolicy("latest", 1) and defaults.version_labels == {}
+
+
+def test_version_policies_select():
+    available = [1, 5, 3, 2]
+    assert VersionPolicy("latest", 1).select(available) == [5]
+    assert VersionPolicy("latest", 3).select(available) == [5, 3, 2]
+    assert VersionPolicy("latest", 9).select(available) == [5, 3, 2, 1]
+    assert VersionPolicy("all").select(available) == [5, 3, 2, 1]
+    assert VersionPolicy("specific", versions=(2, 7)).select(available) == [2]
+    assert VersionPolicy().select([]) == []
+
+
+def test_read_resolves_relative_paths_against_the_file(tmp_path):
+    (tmp_path / "cfg").mkdir()
+    path = tmp_path / "cfg" / "models.config"
+    path.write_text('model_config_list { config { name: "m" base_path: "../export/m" } }')
+    (model,) = read_model_config_file(str(path))
+    assert model.base_path == str(tmp_path / "export" / "m")
+    assert model.source == f"{path}:1"
+
+
+@pytest.mark.parametrize(
+    "text, line, fragment",
+    [
+        ("", 1, "no 'model_config_list"),
+        ("model_config_list { }", 1, "holds no 'config"),
+        ("model_config_list {\n config { name: \"a\" }\n}", 2, "missing 'base_path'"),
+        ("model_config_list {\n config { base_path: \"/x\" }\n}", 2, "missing 'name'"),
+        ("model_config_list {\n config {\n name: \"a\"\n base_path: \"/x\"\n nmae: \"b\" } }", 5,
+         "unknown field 'nmae'"),
+        ("model_config_list { config { name: a base_path: \"/x\" } }", 1, "'name' must be a quoted string"),
+        ("model_config_list { config { name: \"a/b\" base_path: \"/x\" } }", 1, "model name 'a/b'"),
+        ("model_config_list { config { name: \"a\" name: \"b\" base_path: \"/x\" } }", 1, "'name' given twice"),
+        ("model_config_list {\n config { name: \"a\" base_path: \"/x\" }\n config { name: \"a\" base_path: \"/y\" }\n}",
+         3, "model name 'a' already used on line 2"),
+        ("model_config_list { config { name: \"a\" base_path: \"/x\"\n"
+         " model_version_policy { latest { num_versions: 0 } } } }", 2, "num_versions' must be an integer in [1"),
+        ("model_config_list { config { name: \"a\" base_path: \"/x\"\n"
+         " model_version_policy { latest { num_versions: 1.5 } } } }", 2, "must be an integer, got '1.5'"),
+        ("model_config_list { config { name: \"a\" base_path: \"/x\"\n"
+         " model_version_policy { latest {} all {} } } }", 2, "one of latest/all/specific"),
+        ("model_config_list { config { name: \"a\" base_path: \"/x\"\n"
+         " model_version_policy { specific { } } } }", 2, "lists no 'versions'"),
+        ("model_config_list { config { name: \"a\" base_path: \"/x\"\n"
+         " model_version_policy { specific { versions: -1 } } } }", 2, "must be an integer in [0"),
+        ("model_config_list { config { name: \"a\" base_path: \"/x\" model_platform: \"pytorch\" } }", 1,
+         "model_platform 'pytorch' is not supported"),
+        ("model_config_list { config { name: \"a\" base_path: \"/x\"\n logging_config { } } }", 2,
+         "'logging_config' is not supported by kerasplm serve"),
+        ("custom_model_config { }", 1, "'custom_model_config' is not supported"),
+        ("model_config_list { config { name: \"a\" base_path: \"/x\"\n"
+         " version_labels { key: \"s\" } } }", 2, "needs both 'key' and 'value'"),
+        ("model_config_list {\n config { name: \"a\" base_path: \"/x\" }\n", 3, "missing '}' before end of file"),
+        ("model_config_list {\n config { name: \"a\" base_path: \"/x }\n}", 2, "unexpected character '\"'"),
+        ("model_config_list {\n config { name \"a\" } }", 2, "expected ':' or '{' after 'name'"),
+        ("model_config_list {\n config { name: \"a\\q\" base_path: \"/x\" } }", 2, "unknown escape"),
+        ("model_config_list { config { name: \"a\" base_path: \"\" } }", 1, "'base_path' is empty"),
+    ],
+)
+def test_errors_name_file_line_and_problem(text, line, fragment):
+    with pytest.raises(ModelConfigError) as info:
+        parse_model_config(text, "bad.config")
+    message = str(info.value)
+    assert message.startswith(f"bad.config:{line}: "), message
+    assert fragment in message, message
+    assert "\n" not in message
+
+
+def test_cli_malformed_config_is_one_line_exit_2(tmp_path, capsys):
+    path = tmp_path / "models.config"
+    path.write_text('model_config_list {\n  config {\n    name: "m"\n    base_pth: "/x"\n  }\n}\n')
+    assert cli.main(["serve", "--model_config_file", str(path), "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith(f"kerasplm: error: {path}:4: unknown field 'base_pth' in config"), err
+
+
+def test_cli_config_with_missing_base_path_and_bad_flags(tmp_path, capsys):
+    path = tmp_path / "models.config"
+    path.write_text('model_config_list {\n  config { name: "m" base_path: "nowhere" }\n}\n')
+    assert cli.main(["serve", "--model-config-file", str(path), "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"kerasplm: error: {path}:2: model base path {tmp_path / 'nowhere'} is not a directory\n"
+    # The config file and a base path are alternatives; --model-name goes with the base path only.
+    for argv in (["--model-config-file", str(path), "--model-base-path", str(tmp_path)],
+                 ["--model-config-file", str(tmp_path / "absent.config")],
+                 []):
+        with pytest.raises(SystemExit) as info:
+            cli.main(["serve", *argv])
+        assert info.value.code == 2
+        assert capsys.readouterr().err.count("\n") == 1
+    assert cli.main(["serve", "--model-config-file", str(path), "--model-name", "x"]) == 2
+    assert "--model-name goes with --model-base-path" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "nowhere")
