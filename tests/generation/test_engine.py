@@ -146,3 +146,14 @@ def test_translator_sampling_with_top_k_one_is_greedy():
     np.testing.assert_array_equal(sampled.numpy(), greedy.numpy())
     hot, _ = make_translate_fn(translator, strategy="sample", temperature=5.0, max_length=6, jit_compile=True)(src, 3)
     assert np.isfinite(sequence_log_probs(translator, src, hot).numpy()).all()
+
+
+def test_sampler_draws_from_the_softmax_distribution():
+    probs = np.array([0.0, 0.5, 0.3, 0.0, 0.2])
+    logits = tf.math.log(tf.constant(np.tile(probs, (20000, 1)), tf.float32))
+    draws = make_sampler(tf.constant([0, 9]))(logits, tf.constant(0)).numpy()
+    freq = np.bincount(draws, minlength=5) / len(draws)
+    assert freq[0] == freq[3] == 0  # probability-0 tokens are never drawn
+    np.testing.assert_allclose(freq, probs, atol=4 * np.sqrt(0.25 / len(draws)))  # 4 standard errors
+    hot = make_sampler(tf.constant([0, 9]), temperature=100.0)(logits, tf.constant(0)).numpy()
+    np.testing.assert_allclose(np.bincount(hot, minlength=5)[[1, 2, 4]] / len(hot), 1 / 3, atol=0.02)
