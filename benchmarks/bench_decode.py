@@ -7,6 +7,11 @@ rule), and the seed's loop never stops early.
 tokens/s = generated target tokens (batch × tokens) / wall time of a decode call, median of repeats,
 after a warm-up call (tracing / XLA compilation, reported separately).
 
+The last rows run the same engine on a decoder-only model of the same width and depth
+(``CausalLM``, learned positions, pre-LN, vocab 8000, random weights): right-padded prompts of
+``--src-len`` ± 5 tokens, prefilled in one call, then ``--tokens`` new tokens (no stop id), greedy and
+top-p sampling.
+
     python benchmarks/bench_decode.py --out results.json [--tokens 50] [--seed-tokens 50] [--repeats 5]
 """
 import argparse
@@ -26,6 +31,12 @@ import tensorflow as tf  # noqa: E402
 from benchmarks.common import machine_info  # noqa: E402
 from kerasplm.generation import make_beam_search_fn, make_greedy_fn  # noqa: E402
 from kerasplm.models import Transformer  # noqa: E402
+
+try:  # the decoder-only engine (absent from kerasplm versions before the shared rails)
+    from kerasplm.generation import make_generate_fn  # noqa: E402
+    from kerasplm.models import CausalLM  # noqa: E402
+except ImportError:
+    CausalLM = None
 from tests import seed_reference as seed  # noqa: E402
 
 START, END, VOCAB = 2, 3, 8000
@@ -100,6 +111,20 @@ def main(argv=None):
     kerasplm_row("kerasplm beam search K=4, cached, XLA", beam, 1, args.tokens, unpack=lambda out: out[0])
     kerasplm_row("kerasplm greedy, cached, tf.function", greedy[False], args.batch, args.tokens)
     kerasplm_row("kerasplm greedy, cached, XLA", greedy[True], args.batch, args.tokens)
+
+    if CausalLM is not None:
+        cfg = model.config
+        lm = CausalLM.from_preset("causal_lm_tiny", vocab_size=VOCAB, num_layers=cfg.num_layers, d_model=cfg.d_model,
+                                  num_heads=cfg.num_heads, dff=cfg.dff, max_positions=args.src_len + 2 + args.tokens)
+        lengths = tf.constant(rng.integers(args.src_len - 3, args.src_len + 3, size=args.batch), tf.int32)
+        prompts = tf.where(tf.range(args.src_len + 2)[tf.newaxis] < lengths[:, tf.newaxis], src, 0)
+        for name, options in (("greedy", {}), ("top-p 0.9 sampling", dict(strategy="sample", top_p=0.9))):
+            fn = make_generate_fn(lm, max_new_tokens=args.tokens, jit_compile=True, **options)
+            for batch in (1, args.batch):
+                def lm_call(_, fn=fn, batch=batch):
+                    return fn(prompts[:batch], lengths[:batch], seed=1).tokens
+                kerasplm_row(f"kerasplm CausalLM {name}, prompts, cached, XLA", lm_call, batch, args.tokens,
+                             unpack=lambda out: tf.pad(out, [[0, 0], [1, 0]]))
 
     base = rows[0]["tokens_per_s"]
     for r in rows:

@@ -5,11 +5,17 @@ from softmax(logits / temperature) restricted to
 
 * top-k: the k most probable tokens (Fan et al., 2018);
 * top-p (nucleus, Holtzman et al., 2020): the smallest set of most probable tokens whose total
-  probability is >= p, i.e. token i (in decreasing order) is kept iff the tokens before it sum to < p.
-  With both, top-p applies to the renormalised top-k distribution.
+  probability is >= p, i.e. token i (in decreasing order) is kept iff the tokens before it sum to < p
+  (computed without a sort: :func:`nucleus_mask`). With both, top-p applies to the renormalised top-k
+  distribution.
 
 Randomness is stateless: the draw at loop step t uses ``stateless_fold_in(seed, t)``, so the same seed
 gives the same tokens (on the same device and batch), in graph, eager or XLA, with nothing to reset.
+A draw inverts the cumulative distribution: token = the first i with F(i) > u · F(V), u ~ Uniform(0, 1),
+F = cumsum(softmax(logits)); tokens of probability 0 (-inf logits) are never drawn. It needs one random
+number per row: ``tf.random.stateless_categorical`` (or the Gumbel-max trick) draws one per vocabulary
+entry, which took ~1.3 ms per step for 8,000 entries under XLA on CPU against ~0.1 ms for this.
+Every random op names Philox (see :mod:`kerasplm.layers.dropout` for why).
 """
 import tensorflow as tf
 
@@ -28,16 +34,46 @@ def validate_sampling(temperature=1.0, top_k=None, top_p=None):
         raise ValueError(f"top_p must be in (0, 1] or None, got {top_p}")
 
 
+def nucleus_mask(probs, top_p, iterations=32):
+    """bool ``(n, V)``: the top-p nucleus of each row of ``probs``, without sorting.
+
+    The nucleus is {i : p_i >= τ} for the largest threshold τ whose tokens hold at least ``top_p`` of
+    the mass, M(τ) = Σ_{p_j >= τ} p_j >= top_p; τ is found by bisection (M only falls as τ grows),
+    keeping M(lo) >= top_p > M(hi). Why not sort and cumsum: a full sort of the vocabulary per step
+    took ~1 s per step for 64 × 8,000 under XLA on CPU. After 32 halvings the bracket is 2^-31 · max p
+    wide, so only a probability within that of the boundary could be included wrongly. Tokens tied
+    with the smallest nucleus probability are all kept.
+    """
+    lo = tf.zeros_like(probs[:, :1])
+    hi = 2.0 * tf.reduce_max(probs, axis=-1, keepdims=True)
+
+    def body(i, lo, hi):
+        mid = 0.5 * (lo + hi)
+        mass = tf.reduce_sum(tf.where(probs >= mid, probs, 0.0), axis=-1, keepdims=True)
+        enough = mass >= top_p
+        return i + 1, tf.where(enough, mid, lo), tf.where(enough, hi, mid)
+
+    _, lo, _ = tf.while_loop(lambda i, lo, hi: i < iterations, body, (tf.constant(0), lo, hi),
+                             maximum_iterations=iterations)
+    return probs >= lo
+
+
 def filter_logits(logits, top_k=None, top_p=None):
-    """Sorted, filtered logits: ``(values (n, k'), token ids (n, k'))`` in decreasing order, values -inf
-    outside the top-k / nucleus (k' = top_k, or the vocabulary size)."""
-    k = min(top_k or logits.shape[-1], logits.shape[-1])
-    values, token_ids = tf.math.top_k(logits, k=k)
+    """``(values, token_ids)``: with ``top_k``, the k largest logits (decreasing) and their ids, else the
+    logits themselves and None; values are -inf outside the nucleus of softmax(values) when ``top_p``."""
+    token_ids = None
+    if top_k is not None and top_k < logits.shape[-1]:
+        logits, token_ids = tf.math.top_k(logits, k=top_k)
     if top_p is not None and top_p < 1.0:
-        probs = tf.nn.softmax(values, axis=-1)
-        before = tf.math.cumsum(probs, axis=-1, exclusive=True)
-        values = tf.where(before < top_p, values, NEG_INF)
-    return values, token_ids
+        logits = tf.where(nucleus_mask(tf.nn.softmax(logits, axis=-1), top_p), logits, NEG_INF)
+    return logits, token_ids
+
+
+def inverse_cdf_sample(logits, seed):
+    """One sample per row from softmax(logits) (``-inf`` logits are never drawn): int32 ``(n,)``."""
+    cdf = tf.math.cumsum(tf.nn.softmax(logits, axis=-1), axis=-1)                      # (n, V)
+    u = tf.random.stateless_uniform(tf.shape(cdf)[:1], seed=seed, alg="philox") * cdf[:, -1]
+    return tf.reduce_sum(tf.cast(cdf <= u[:, tf.newaxis], tf.int32), axis=-1)
 
 
 def make_sampler(seed, temperature=1.0, top_k=None, top_p=None):
@@ -47,12 +83,10 @@ def make_sampler(seed, temperature=1.0, top_k=None, top_p=None):
 
     def choose(logits, step):
         logits = logits / temperature
-        step_seed = tf.random.experimental.stateless_fold_in(seed, step)
-        if top_k is None and (top_p is None or top_p >= 1.0):
-            return tf.cast(tf.random.stateless_categorical(logits, 1, seed=step_seed)[:, 0], tf.int32)
+        step_seed = tf.random.experimental.stateless_fold_in(seed, step, alg="philox")
         values, token_ids = filter_logits(logits, top_k, top_p)
-        rank = tf.random.stateless_categorical(values, 1, seed=step_seed)[:, 0]
-        return tf.gather(token_ids, tf.cast(rank, tf.int32), batch_dims=1)
+        sample = inverse_cdf_sample(values, step_seed)
+        return sample if token_ids is None else tf.gather(token_ids, sample, batch_dims=1)
 
     return choose
 

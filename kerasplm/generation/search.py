@@ -44,7 +44,8 @@ def _start_ids(start_id, batch_size):
 
 def is_stop(token, end_id):
     """bool, shape of ``token``: whether each token is one of the stop ids ``end_id`` (int or sequence)."""
-    stop_ids = tf.reshape(tf.constant(end_id, tf.int32), [-1])
+    stop_ids = end_id if tf.is_tensor(end_id) else tf.constant(end_id, tf.int32)
+    stop_ids = tf.reshape(tf.cast(stop_ids, tf.int32), [-1])
     if stop_ids.shape[0] == 0:
         return tf.zeros_like(token, tf.bool)
     return tf.reduce_any(tf.equal(token[..., tf.newaxis], stop_ids), axis=-1)

@@ -18,8 +18,9 @@ min(P, ceil(max_length_ratio · inp_len + max_length_offset)) for the padded sou
 always <= P = ``model.max_target_length`` (pe_target: the decoder has no position encodings beyond). Defaults ratio 1.5, offset 10:
 translations are rarely 1.5× longer than their source, and +10 leaves room for very short inputs.
 
-Compilation. ``make_greedy_fn`` / ``make_beam_search_fn`` return a function backed by one
-``tf.function`` (``jit_compile=True``: XLA) holding the whole decoding loop. It is traced (and
+Compilation. ``make_translate_fn`` (and its greedy / beam forms ``make_greedy_fn`` /
+``make_beam_search_fn``) return a function backed by one ``tf.function`` (``jit_compile=True``: XLA)
+holding the whole decoding loop. It is traced (and
 XLA-compiled) once per distinct source shape ``(batch, inp_len)``: pad sources to a few bucket widths to
 bound compiles. Source ids are cast to int32 first, so int32 and int64 inputs share a trace.
 ``greedy_decode`` / ``beam_search_decode`` reuse one such function per model and options.
@@ -126,46 +127,32 @@ def make_translate_fn(model, *, strategy="greedy", beam_size=4, alpha=0.6, tempe
 
 def make_greedy_fn(model, *, max_length=None, max_length_ratio=DEFAULT_RATIO, max_length_offset=DEFAULT_OFFSET,
                    start_id=2, end_id=3, pad_id=0, jit_compile=True):
-    """A reusable compiled greedy decoder: ``fn(src_ids (batch, inp_len)) -> ids int32 (batch, <= T + 1)``.
-
-    ``fn.core(src_ids int32)`` is the underlying ``tf.function``; it returns the full buffer
-    ``(batch, T + 1)`` and the number of steps run (static shapes, as XLA needs).
-    """
-    options = dict(max_length=max_length, max_length_ratio=max_length_ratio, max_length_offset=max_length_offset,
-                   start_id=start_id, end_id=end_id, pad_id=pad_id)
-
-    @tf.function(jit_compile=jit_compile)
-    def core(src_ids):
-        ids, _, steps = seq2seq_search(model, src_ids, strategy="greedy", **options)
-        return ids, steps
+    """A reusable compiled greedy decoder: ``fn(src_ids (batch, inp_len)) -> ids int32 (batch, <= T + 1)``
+    (``make_translate_fn`` with ``strategy="greedy"``; ``fn.core`` is its ``tf.function``)."""
+    translate = make_translate_fn(model, strategy="greedy", max_length=max_length, max_length_ratio=max_length_ratio,
+                                  max_length_offset=max_length_offset, start_id=start_id, end_id=end_id,
+                                  pad_id=pad_id, jit_compile=jit_compile)
 
     def decode(src_ids):
-        ids, steps = core(_as_source(src_ids))
-        return ids[:, :steps + 1]
+        return translate(src_ids)[0]
 
-    decode.core = core
+    decode.core = translate.core
     return decode
 
 
 def make_beam_search_fn(model, *, beam_size=4, alpha=0.6, max_length=None, max_length_ratio=DEFAULT_RATIO,
                         max_length_offset=DEFAULT_OFFSET, start_id=2, end_id=3, pad_id=0, jit_compile=True):
-    """A reusable compiled beam search: ``fn(src_ids) -> (ids int32 (batch, <= T + 1), scores (batch,))``.
-
-    ``scores`` are log P(Y | X) / lp(Y) of the returned hypotheses (see ``search.beam_search``).
-    """
-    validate_options("beam", beam_size=beam_size, alpha=alpha, vocab_size=model.vocab_size)
-    options = dict(beam_size=beam_size, alpha=alpha, max_length=max_length, max_length_ratio=max_length_ratio,
-                   max_length_offset=max_length_offset, start_id=start_id, end_id=end_id, pad_id=pad_id)
-
-    @tf.function(jit_compile=jit_compile)
-    def core(src_ids):
-        return seq2seq_search(model, src_ids, strategy="beam", **options)
+    """A reusable compiled beam search: ``fn(src_ids) -> (ids int32 (batch, <= T + 1), scores (batch,))``
+    (``make_translate_fn`` with ``strategy="beam"``). ``scores`` are log P(Y | X) / lp(Y) of the returned
+    hypotheses (see ``search.beam_search``)."""
+    translate = make_translate_fn(model, strategy="beam", beam_size=beam_size, alpha=alpha, max_length=max_length,
+                                  max_length_ratio=max_length_ratio, max_length_offset=max_length_offset,
+                                  start_id=start_id, end_id=end_id, pad_id=pad_id, jit_compile=jit_compile)
 
     def decode(src_ids):
-        ids, scores, steps = core(_as_source(src_ids))
-        return ids[:, :steps + 1], scores
+        return translate(src_ids)
 
-    decode.core = core
+    decode.core = translate.core
     return decode
 
 

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from kerasplm.generation import (filter_logits, generate, generate_uncached, greedy_search, make_generate_fn,
                                  make_sampler, make_translate_fn, sequence_log_probs)
+from kerasplm.generation.sampling import nucleus_mask
 from kerasplm.models import CausalLM, Transformer
 
 # Right-padded prompts of lengths 3, 1 and 5.
@@ -134,7 +135,8 @@ def test_samples_never_leave_the_nucleus_or_top_k(top_k, top_p):
     assert sampled <= allowed
     assert len(sampled) == len(allowed)  # 1536 draws reach every allowed token
     values, token_ids = filter_logits(tf.math.log(tf.constant(PROBS[None] + 1e-12)), top_k, top_p)
-    assert set(token_ids.numpy()[0][np.isfinite(values.numpy()[0])].tolist()) == allowed
+    token_ids = np.arange(8) if token_ids is None else token_ids.numpy()[0]
+    assert set(token_ids[np.isfinite(values.numpy()[0])].tolist()) == allowed
 
 
 def test_translator_sampling_with_top_k_one_is_greedy():
@@ -146,3 +148,23 @@ def test_translator_sampling_with_top_k_one_is_greedy():
     np.testing.assert_array_equal(sampled.numpy(), greedy.numpy())
     hot, _ = make_translate_fn(translator, strategy="sample", temperature=5.0, max_length=6, jit_compile=True)(src, 3)
     assert np.isfinite(sequence_log_probs(translator, src, hot).numpy()).all()
+
+
+def test_nucleus_mask_against_the_sorted_definition():
+    rng = np.random.default_rng(0)
+    probs = rng.dirichlet(np.full(50, 0.3), size=40).astype(np.float32)
+    for top_p in (0.3, 0.75, 0.95):
+        mask = nucleus_mask(tf.constant(probs), top_p).numpy()
+        for row, p in zip(mask, probs):
+            assert set(np.flatnonzero(row).tolist()) == nucleus(p, top_p)
+
+
+def test_sampler_draws_from_the_softmax_distribution():
+    probs = np.array([0.0, 0.5, 0.3, 0.0, 0.2])
+    logits = tf.math.log(tf.constant(np.tile(probs, (20000, 1)), tf.float32))
+    draws = make_sampler(tf.constant([0, 9]))(logits, tf.constant(0)).numpy()
+    freq = np.bincount(draws, minlength=5) / len(draws)
+    assert freq[0] == freq[3] == 0  # probability-0 tokens are never drawn
+    np.testing.assert_allclose(freq, probs, atol=4 * np.sqrt(0.25 / len(draws)))  # 4 standard errors
+    hot = make_sampler(tf.constant([0, 9]), temperature=100.0)(logits, tf.constant(0)).numpy()
+    np.testing.assert_allclose(np.bincount(hot, minlength=5)[[1, 2, 4]] / len(hot), 1 / 3, atol=0.02)
