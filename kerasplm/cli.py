@@ -46,6 +46,12 @@ _nonnegative_int = _number(int, 0, inclusive=True)
 _positive_float = _number(float, 0, inclusive=False)
 
 
+def _existing_file(text):
+    if not os.path.isfile(text):
+        raise argparse.ArgumentTypeError(f"no such file: {text}")
+    return text
+
+
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line (usage stays available through --help)."""
 
