@@ -31,7 +31,7 @@ import tensorflow as tf  # noqa: E402
 
 import kerasplm  # noqa: E402,F401
 from kerasplm.models import get_preset  # noqa: E402
-from kerasplm.tasks.translation import SEED_SENTENCES, _prepare_data, corpus_bleu  # noqa: E402
+from kerasplm.tasks.translation import SEED_SENTENCES, TranslatorOptions, _prepare_data, corpus_bleu  # noqa: E402
 from tests import seed_reference as seed  # noqa: E402
 
 
@@ -50,8 +50,8 @@ def main():
     args = p.parse_args()
     keras.utils.set_random_seed(args.seed)
 
-    (train_src, train_tgt), _, (dev_sources, dev_refs) = _prepare_data(
-        args.data, args.src_col, args.tgt_col, None, args.dev_size, None, args.seed)
+    (train_src, train_tgt), _, (dev_sources, dev_refs) = _prepare_data(TranslatorOptions(
+        data=args.data, src_col=args.src_col, tgt_col=args.tgt_col, dev_size=args.dev_size, seed=args.seed))
     inp_text = [seed.preprocess_sentence(s) for s in train_src]
     tar_text = [seed.preprocess_sentence(t) for t in train_tgt]
     keep = [i for i in range(len(inp_text)) if len(inp_text[i].split(" ")) <= args.max_length
