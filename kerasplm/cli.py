@@ -44,6 +44,13 @@ _nonnegative_int = _number(int, 0, inclusive=True)
 _positive_float = _number(float, 0, inclusive=False)
 
 
+def _fraction(text):
+    value = _number(float, 0, inclusive=True)(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}")
+    return value
+
+
 def _existing_file(text):
     if not os.path.isfile(text):
         raise argparse.ArgumentTypeError(f"no such file: {text}")
@@ -84,7 +91,17 @@ def build_parser():
     tr.add_argument("--batch-size", type=_positive_int, default=64)
     tr.add_argument("--vocab-size", type=_positive_int, default=8000, help="target WordPiece vocabulary size")
     tr.add_argument("--max-length", type=_positive_int, default=40, help="max tokens per sentence")
-    tr.add_argument("--warmup-steps", type=_positive_int, default=4000, help="CustomSchedule warmup")
+    tr.add_argument("--schedule", choices=["budget", "seed"], default="budget",
+                    help="learning rate: 'budget' (default) warms up over --warmup-fraction of the run and decays "
+                         "linearly to 0 at its last step, fitted to --steps or to the steps --time-budget allows "
+                         "(timed on the first steps); 'seed' is the seed's CustomSchedule(d_model, --warmup-steps)")
+    tr.add_argument("--peak-learning-rate", type=_positive_float, default=2e-3,
+                    help="peak of the 'budget' schedule (default 2e-3)")
+    tr.add_argument("--warmup-fraction", type=_fraction, default=0.1,
+                    help="warmup share of the 'budget' schedule (default 0.1)")
+    tr.add_argument("--schedule-steps", type=_positive_int,
+                    help="fit the 'budget' schedule to this many steps (default: --steps, or timed from --time-budget)")
+    tr.add_argument("--warmup-steps", type=_positive_int, default=4000, help="CustomSchedule warmup ('seed' schedule)")
     tr.add_argument("--label-smoothing", type=float, default=0.1)
     tr.add_argument("--eval-every", type=_positive_int, help="dev loss every N steps")
     tr.add_argument("--beam-size", type=_positive_int, default=1, help="beam size for the BLEU evaluation")
@@ -155,6 +172,8 @@ def _train_translator(args):
         args.out, data=args.data, src_col=args.src_col, tgt_col=args.tgt_col, dev_data=args.dev_data,
         preset=args.preset, steps=args.steps, time_budget=time_budget, batch_size=args.batch_size,
         vocab_size=args.vocab_size, max_length=args.max_length, warmup_steps=args.warmup_steps,
+        schedule=args.schedule, peak_learning_rate=args.peak_learning_rate, warmup_fraction=args.warmup_fraction,
+        schedule_steps=args.schedule_steps,
         label_smoothing=args.label_smoothing, dev_size=args.dev_size, max_pairs=args.max_pairs,
         eval_every=args.eval_every, bleu_beam_size=args.beam_size, jit_compile=False if args.no_jit else "auto",
         mixed_precision=args.mixed_precision, seed=args.seed, verbose=0 if args.quiet else 1)

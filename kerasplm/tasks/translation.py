@@ -32,9 +32,17 @@ from kerasplm.data import (group_references, make_translation_dataset, read_para
                            train_dev_split)
 from kerasplm.models.transformer import Transformer, TransformerConfig, get_preset
 from kerasplm.text import WordPieceTokenizer, build_wordpiece_vocab, write_vocab
-from kerasplm.training import CustomSchedule, Trainer, fused_masked_cross_entropy
+from kerasplm.training import BudgetSchedule, CustomSchedule, Trainer, fused_masked_cross_entropy
 
 DEFAULT_PRESET = "transformer_seed"
+# The job's default learning-rate schedule ("budget"): BudgetSchedule fitted to the steps the run will
+# make; "seed" is the seed's CustomSchedule(d_model, warmup_steps). Measured in benchmarks/RESULTS.md.
+SCHEDULES = ("budget", "seed")
+DEFAULT_PEAK_LEARNING_RATE = 2e-3
+DEFAULT_WARMUP_FRACTION = 0.1
+# A time-budgeted run first makes TRACE_STEPS steps (tracing the train step's bucket shapes), then times
+# TIMED_STEPS steps to estimate how many steps the rest of the budget allows.
+TRACE_STEPS, TIMED_STEPS = 20, 60
 SEED_SENTENCES = ["¿Puedo tomar prestado este libro?", "Hace mucho frío aquí.", "Esta es mi vida.",
                   "¿Todavía están en casa?", "Trata de averiguarlo."]
 
@@ -171,6 +179,77 @@ def _prepare_data(data, src_col, tgt_col, dev_data, dev_size, max_pairs, seed):
     return (train_src, train_tgt), (dev_src, dev_tgt), (dev_sources, dev_refs)
 
 
+def _make_schedule(train_config, d_model):
+    """The optimizer's schedule from a run config's "train" section (configs without "schedule" predate
+    the option and used the seed's)."""
+    if train_config.get("schedule", "seed") == "seed":
+        return CustomSchedule(d_model, train_config["warmup_steps"])
+    # Until a time-budgeted run has timed its first steps, warmup spans twice the timing steps.
+    provisional = 2 * (TRACE_STEPS + TIMED_STEPS) / max(train_config["warmup_fraction"], 1e-3)
+    return BudgetSchedule(train_config["peak_learning_rate"], train_config.get("schedule_steps") or provisional,
+                          warmup_fraction=train_config["warmup_fraction"])
+
+
+def _fit_schedule_to_budget(trainer, train_ds, schedule, time_budget):
+    """Make TRACE_STEPS untimed steps, time TIMED_STEPS more (again if one of them traced a new bucket
+    shape), then fit ``schedule`` to the steps the rest of ``time_budget`` allows.
+
+    Returns ``(total_steps, seconds_per_step)``; the run stops early if the budget runs out first.
+    """
+    started = time.monotonic()
+    trainer.fit(train_ds, steps=trainer.step + TRACE_STEPS, time_budget=time_budget, log_every=0)
+    seconds_per_step = None
+    for _ in range(2):
+        if trainer.stop_reason != "steps":
+            break
+        first, traces, t = trainer.step, trainer.trace_count, time.monotonic()
+        remaining = time_budget - (t - started)
+        trainer.fit(train_ds, steps=first + TIMED_STEPS, time_budget=remaining, log_every=0)
+        seconds_per_step = (time.monotonic() - t) / max(trainer.step - first, 1)
+        if trainer.trace_count == traces:
+            break
+    if seconds_per_step is None or trainer.stop_reason != "steps":  # the budget ran out while timing
+        total = trainer.step
+    else:
+        remaining = time_budget - (time.monotonic() - started)
+        total = trainer.step + max(int(remaining / seconds_per_step), 1)
+    schedule.set_total_steps(total)
+    return total, seconds_per_step
+
+
+def _mean_target_tokens(tgt_tokenizer, tgt_texts, sample=2000):
+    """Mean predicted target tokens per pair (length with [START], [END] minus one) over a sample."""
+    lengths = tgt_tokenizer.tokenize(tf.constant(list(tgt_texts[:sample]), tf.string)).row_lengths()
+    return float(tf.reduce_mean(tf.cast(lengths, tf.float32))) - 1.0
+
+
+def _schedule_summary(lr_schedule, train_config):
+    if isinstance(lr_schedule, BudgetSchedule):
+        return {"name": "budget", "peak_learning_rate": lr_schedule.peak_learning_rate,
+                "warmup_steps": int(max(1, round(lr_schedule.warmup_fraction * lr_schedule.total_steps))),
+                "total_steps": lr_schedule.total_steps, "seconds_per_step": train_config.get("seconds_per_step")}
+    return {"name": "seed", "warmup_steps": lr_schedule.warmup_steps, "d_model": lr_schedule.d_model}
+
+
+def _describe_run(summary, train_config, time_budget):
+    """One paragraph a user on a slow machine can read: what the run did and why it ended there."""
+    lines = [f"trained {summary['steps_this_run']} steps in {summary['train_seconds']:.0f}s "
+             f"({summary['steps_per_second']:.2f} steps/s, ~{summary['target_tokens_per_second']:,.0f} target "
+             f"tokens/s; stopped by {summary['stop_reason']}), now at step {summary['step']}"]
+    if train_config.get("schedule", "seed") == "budget":
+        sched = summary["schedule"]
+        fitted = (f"fitted to the {time_budget:.0f}s budget at {1 / sched['seconds_per_step']:.2f} steps/s"
+                  if sched.get("seconds_per_step") else "fitted to --steps")
+        lines.append(f"learning rate: warmup to {sched['peak_learning_rate']:g} over "
+                     f"{sched['warmup_steps']} steps, linear decay to 0 at step {sched['total_steps']} ({fitted})")
+    else:
+        lines.append(f"learning rate: seed CustomSchedule, warmup {train_config['warmup_steps']} steps "
+                     f"(now {summary['final_learning_rate']:.2e})")
+    lines.append(f"held-out BLEU {summary['bleu']:.2f} on {summary['bleu_sentences']} sentences "
+                 f"(beam {summary['bleu_beam_size']}; {summary['bleu_signature']})")
+    return "\n".join(lines)
+
+
 def _restores_global_policy(fn):
     """Run ``fn`` and put the caller's global dtype policy back afterwards (models keep their own)."""
     @functools.wraps(fn)
@@ -186,7 +265,8 @@ def _restores_global_policy(fn):
 @_restores_global_policy
 def train_translator(out, data=None, src_col=1, tgt_col=0, dev_data=None, preset=DEFAULT_PRESET, steps=None,
                      time_budget=None, batch_size=64, vocab_size=8000, max_length=40, warmup_steps=4000,
-                     label_smoothing=0.1, dev_size=1000, max_pairs=None, eval_every=None, bleu_beam_size=1,
+                     schedule="budget", peak_learning_rate=DEFAULT_PEAK_LEARNING_RATE,
+                     warmup_fraction=DEFAULT_WARMUP_FRACTION, schedule_steps=None, label_smoothing=0.1, dev_size=1000, max_pairs=None, eval_every=None, bleu_beam_size=1,
                      bleu_max_sentences=None, jit_compile="auto", mixed_precision=None, seed=0, verbose=1,
                      log=print):
     """Train (or resume) a translator in run directory ``out``; report held-out BLEU.
@@ -195,9 +275,17 @@ def train_translator(out, data=None, src_col=1, tgt_col=0, dev_data=None, preset
     the bundled held-out split. ``src_col``/``tgt_col`` are 0-based TSV columns. Training stops at
     ``steps`` (absolute: a resumed run continues to the same total) or after ``time_budget`` seconds.
     Returns a summary dict (steps, BLEU, timings, sample translations), also written to metrics.json.
+
+    Learning rate (``schedule``): "budget" (default) is :class:`BudgetSchedule` -- linear warmup to
+    ``peak_learning_rate`` over ``warmup_fraction`` of the run, linear decay to 0 at its last step -- fitted
+    to ``schedule_steps``, else to ``steps``, else to the steps ``time_budget`` allows (timed on the first
+    steps). "seed" is the seed's ``CustomSchedule(d_model, warmup_steps)``. A new run records the fitted
+    total in config.json; a resumed run keeps the recorded schedule and stops at its end.
     """
     if steps is None and time_budget is None:
         raise ValueError("give steps or time_budget (or both)")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
     if mixed_precision:
         keras.mixed_precision.set_global_policy(mixed_precision)
     os.makedirs(out, exist_ok=True)
@@ -224,7 +312,9 @@ def train_translator(out, data=None, src_col=1, tgt_col=0, dev_data=None, preset
                   "data": {"path": data and os.path.abspath(data), "src_col": src_col, "tgt_col": tgt_col,
                            "max_length": max_length},
                   "train": {"batch_size": batch_size, "warmup_steps": warmup_steps, "label_smoothing": label_smoothing,
-                            "seed": seed, "vocab_size": vocab_size},
+                            "seed": seed, "vocab_size": vocab_size, "schedule": schedule,
+                            "peak_learning_rate": peak_learning_rate, "warmup_fraction": warmup_fraction,
+                            "schedule_steps": schedule_steps or steps},
                   "kerasplm_version": kerasplm.__version__}
         _atomic_write_json(config_path, config)
     model_config = TransformerConfig(**config["model"])
@@ -236,19 +326,35 @@ def train_translator(out, data=None, src_col=1, tgt_col=0, dev_data=None, preset
     dev_ds = make_translation_dataset(dev_src, dev_tgt, src_tok, tgt_tok, batch_size=batch_size,
                                       max_length=max_length, shuffle=False, drop_long=False)
     ls = config["train"]["label_smoothing"]
+    lr_schedule = _make_schedule(config["train"], model_config.d_model)
     trainer = Trainer(
         model=lambda: Transformer.from_config_object(model_config, name=config["preset"]),
-        optimizer=lambda: keras.optimizers.Adam(CustomSchedule(model_config.d_model, config["train"]["warmup_steps"]),
-                                                beta_1=0.9, beta_2=0.98, epsilon=1e-9),
+        optimizer=lambda: keras.optimizers.Adam(lr_schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9),
         compute_loss=lambda m, b, training: translation_loss(m, b, training, label_smoothing=ls if training else 0.0),
         jit_compile=jit_compile, checkpoint_dir=os.path.join(out, "checkpoints"), checkpoint_every=1000,
         log_dir=os.path.join(out, "logs"), seed=seed, verbose=verbose)
     t_train = time.time()
-    history = trainer.fit(train_ds, steps=steps, time_budget=time_budget, eval_dataset=dev_ds,
+    trainer.fit(train_ds, steps=0)  # builds the model and optimizer and restores the latest checkpoint
+    first_step, train_config = trainer.step, config["train"]
+    if isinstance(lr_schedule, BudgetSchedule):
+        if not train_config.get("schedule_steps"):  # a new time-budgeted run: time it, then fit the schedule
+            total, seconds_per_step = _fit_schedule_to_budget(trainer, train_ds, lr_schedule, time_budget)
+            train_config.update(schedule_steps=total, seconds_per_step=seconds_per_step and round(seconds_per_step, 5))
+            _atomic_write_json(config_path, config)
+            log(f"timed {1 / seconds_per_step:.2f} steps/s: learning-rate schedule fitted to {total} steps"
+                if seconds_per_step else f"the time budget ran out while timing the first steps (step {total})")
+        elif steps is not None and steps > lr_schedule.total_steps:
+            log(f"note: the learning rate reached 0 at step {lr_schedule.total_steps} (recorded schedule); "
+                f"training stops there. Start a new run (or --schedule seed) to train longer.")
+        steps = min(steps or lr_schedule.total_steps, lr_schedule.total_steps)
+    remaining = None if time_budget is None else time_budget - (time.time() - t_train)
+    stop_reason, before = trainer.stop_reason, trainer.step
+    history = trainer.fit(train_ds, steps=steps, time_budget=remaining, eval_dataset=dev_ds,
                           eval_every=eval_every, log_every=50)
+    if trainer.step > before or stop_reason == "steps":  # else the budget ran out while timing
+        stop_reason = trainer.stop_reason
     train_seconds = time.time() - t_train
     _atomic_write_json(os.path.join(out, "history.json"), history)
-    log(f"trained to step {trainer.step} ({trainer.stop_reason}) in {train_seconds:.0f}s")
 
     translator = Translator(trainer.model, src_tok, tgt_tok, config=config, step=trainer.step)
     sources, refs = dev_sources, dev_refs
@@ -258,7 +364,12 @@ def train_translator(out, data=None, src_col=1, tgt_col=0, dev_data=None, preset
     hyps = translator.translate(sources, beam_size=bleu_beam_size)
     bleu = corpus_bleu(hyps, refs)
     samples = dict(zip(SEED_SENTENCES, translator.translate(SEED_SENTENCES, beam_size=bleu_beam_size)))
-    summary = {"step": trainer.step, "stop_reason": trainer.stop_reason, "train_seconds": round(train_seconds, 1),
+    steps_this_run = trainer.step - first_step
+    summary = {"step": trainer.step, "stop_reason": stop_reason, "train_seconds": round(train_seconds, 1),
+               "steps_this_run": steps_this_run, "steps_per_second": round(steps_this_run / train_seconds, 3),
+               "target_tokens_per_second": round(steps_this_run * batch_size
+                                                 * _mean_target_tokens(tgt_tok, train_tgt) / train_seconds),
+               "final_learning_rate": trainer.learning_rate, "schedule": _schedule_summary(lr_schedule, train_config),
                "bleu": round(bleu.score, 2), "bleu_signature": str(bleu), "bleu_sentences": len(sources),
                "bleu_beam_size": bleu_beam_size, "decode_seconds": round(time.time() - t_dec, 1),
                "final_loss": history["loss"][-1] if history.get("loss") else None,
@@ -267,7 +378,7 @@ def train_translator(out, data=None, src_col=1, tgt_col=0, dev_data=None, preset
                "dev_examples": [{"source": s, "translation": h, "references": r}
                                 for s, h, r in list(zip(sources, hyps, refs))[:10]]}
     _atomic_write_json(os.path.join(out, "metrics.json"), summary)
-    log(f"held-out BLEU {bleu.score:.2f} on {len(sources)} sentences ({bleu})")
+    log(_describe_run(summary, train_config, time_budget))
     for s, t in samples.items():
         log(f"  {s}  ->  {t}")
     trainer.close()
