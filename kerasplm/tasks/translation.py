@@ -42,7 +42,7 @@ DEFAULT_PEAK_LEARNING_RATE = 2e-3
 DEFAULT_WARMUP_FRACTION = 0.1
 # A time-budgeted run first makes TRACE_STEPS steps (tracing the train step's bucket shapes), then times
 # TIMED_STEPS steps to estimate how many steps the rest of the budget allows.
-TRACE_STEPS, TIMED_STEPS = 20, 60
+TRACE_STEPS, TIMED_STEPS = 20, 100
 SEED_SENTENCES = ["¿Puedo tomar prestado este libro?", "Hace mucho frío aquí.", "Esta es mi vida.",
                   "¿Todavía están en casa?", "Trata de averiguarlo."]
 

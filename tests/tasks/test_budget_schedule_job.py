@@ -63,12 +63,12 @@ def test_schedule_is_fitted_to_the_steps_the_budget_allows(monkeypatch, shapes, 
     monkeypatch.setattr(translation.time, "monotonic", lambda: clock[0])
     trainer = _TimedTrainer(clock, step_seconds=0.5, trace_seconds=10.0, shapes=shapes)
     schedule = BudgetSchedule(1e-3, total_steps=1000)
-    total, seconds_per_step = translation._fit_schedule_to_budget(trainer, None, schedule, time_budget=100.0)
+    total, seconds_per_step = translation._fit_schedule_to_budget(trainer, None, schedule, time_budget=400.0)
     # A trace inside the timed steps makes the job time them again rather than underestimate the steps.
     timed = translation.TRACE_STEPS + expected_timings * translation.TIMED_STEPS
     assert trainer.step == timed and seconds_per_step == pytest.approx(0.5)
     spent = 0.5 * timed + 10.0 * len(shapes)
-    assert total == timed + int((100.0 - spent) / 0.5) and schedule.total_steps == total
+    assert total == timed + int((400.0 - spent) / 0.5) and schedule.total_steps == total
 
 
 def test_budget_runs_out_while_timing(monkeypatch):
