@@ -66,6 +66,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser():
     from kerasplm.models.transformer import PRESETS
+    from kerasplm.tasks.translation import DEFAULT_PEAK_LEARNING_RATE, DEFAULT_WARMUP_FRACTION
 
     parser = _Parser(prog="kerasplm", description="kerasplm: Transformer, BERT, GPT and ELMo "
                                      "in TensorFlow/Keras, from training to TensorFlow Serving.")
@@ -95,10 +96,10 @@ def build_parser():
                     help="learning rate: 'budget' (default) warms up over --warmup-fraction of the run and decays "
                          "linearly to 0 at its last step, fitted to --steps or to the steps --time-budget allows "
                          "(timed on the first steps); 'seed' is the seed's CustomSchedule(d_model, --warmup-steps)")
-    tr.add_argument("--peak-learning-rate", type=_positive_float, default=2e-3,
-                    help="peak of the 'budget' schedule (default 2e-3)")
-    tr.add_argument("--warmup-fraction", type=_fraction, default=0.1,
-                    help="warmup share of the 'budget' schedule (default 0.1)")
+    tr.add_argument("--peak-learning-rate", type=_positive_float, default=DEFAULT_PEAK_LEARNING_RATE,
+                    help=f"peak of the 'budget' schedule (default {DEFAULT_PEAK_LEARNING_RATE:g})")
+    tr.add_argument("--warmup-fraction", type=_fraction, default=DEFAULT_WARMUP_FRACTION,
+                    help=f"warmup share of the 'budget' schedule (default {DEFAULT_WARMUP_FRACTION:g})")
     tr.add_argument("--schedule-steps", type=_positive_int,
                     help="fit the 'budget' schedule to this many steps (default: --steps, or timed from --time-budget)")
     tr.add_argument("--warmup-steps", type=_positive_int, default=4000, help="CustomSchedule warmup ('seed' schedule)")

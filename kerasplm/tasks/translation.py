@@ -38,7 +38,7 @@ DEFAULT_PRESET = "transformer_seed"
 # The job's default learning-rate schedule ("budget"): BudgetSchedule fitted to the steps the run will
 # make; "seed" is the seed's CustomSchedule(d_model, warmup_steps). Measured in benchmarks/RESULTS.md.
 SCHEDULES = ("budget", "seed")
-DEFAULT_PEAK_LEARNING_RATE = 2e-3
+DEFAULT_PEAK_LEARNING_RATE = 1e-3
 DEFAULT_WARMUP_FRACTION = 0.1
 # A time-budgeted run first makes TRACE_STEPS steps (tracing the train step's bucket shapes), then times
 # TIMED_STEPS steps to estimate how many steps the rest of the budget allows.

@@ -28,7 +28,7 @@ def test_budget_run_records_its_schedule_and_resumes_exactly(tiny_tsv, tmp_path)
     for a, b in zip(straight["translator"].model.weights, resumed["translator"].model.weights):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6, err_msg=a.path)
     assert resumed["steps_this_run"] == 8 and resumed["step"] == 16
-    assert resumed["schedule"] == {"name": "budget", "peak_learning_rate": 2e-3, "warmup_steps": 2,
+    assert resumed["schedule"] == {"name": "budget", "peak_learning_rate": 1e-3, "warmup_steps": 2,
                                    "total_steps": 16, "seconds_per_step": None}
     assert resumed["final_learning_rate"] == 0.0              # decayed to zero at the last step
     # Asking a finished run for more steps stops at the schedule's end (the learning rate is 0 there).
