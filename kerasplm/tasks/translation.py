@@ -239,7 +239,7 @@ def _describe_run(summary, train_config, time_budget):
     if train_config.get("schedule", "seed") == "budget":
         sched = summary["schedule"]
         fitted = (f"fitted to the {time_budget:.0f}s budget at {1 / sched['seconds_per_step']:.2f} steps/s"
-                  if sched.get("seconds_per_step") else "fitted to --steps")
+                  if sched.get("seconds_per_step") else "fitted to the run's steps")
         lines.append(f"learning rate: warmup to {sched['peak_learning_rate']:g} over "
                      f"{sched['warmup_steps']} steps, linear decay to 0 at step {sched['total_steps']} ({fitted})")
     else:
@@ -266,7 +266,8 @@ def _restores_global_policy(fn):
 def train_translator(out, data=None, src_col=1, tgt_col=0, dev_data=None, preset=DEFAULT_PRESET, steps=None,
                      time_budget=None, batch_size=64, vocab_size=8000, max_length=40, warmup_steps=4000,
                      schedule="budget", peak_learning_rate=DEFAULT_PEAK_LEARNING_RATE,
-                     warmup_fraction=DEFAULT_WARMUP_FRACTION, schedule_steps=None, label_smoothing=0.1, dev_size=1000, max_pairs=None, eval_every=None, bleu_beam_size=1,
+                     warmup_fraction=DEFAULT_WARMUP_FRACTION, schedule_steps=None, label_smoothing=0.1,
+                     dev_size=1000, max_pairs=None, eval_every=None, bleu_beam_size=1,
                      bleu_max_sentences=None, jit_compile="auto", mixed_precision=None, seed=0, verbose=1,
                      log=print):
     """Train (or resume) a translator in run directory ``out``; report held-out BLEU.
