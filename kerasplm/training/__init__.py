@@ -11,6 +11,7 @@ from kerasplm.training.losses import (
     fused_masked_cross_entropy,
 )
 from kerasplm.training.schedules import (
+    BudgetSchedule,
     CustomSchedule,
     WarmupCosineDecay,
     WarmupLinearDecay,
@@ -20,6 +21,7 @@ from kerasplm.training.trainer import Trainer
 
 __all__ = [
     "CustomSchedule",
+    "BudgetSchedule",
     "WarmupLinearDecay",
     "WarmupCosineDecay",
     "plot_schedule",

@@ -7,7 +7,7 @@ import math
 import keras
 import tensorflow as tf
 
-__all__ = ["CustomSchedule", "WarmupLinearDecay", "WarmupCosineDecay", "plot_schedule"]
+__all__ = ["CustomSchedule", "WarmupLinearDecay", "WarmupCosineDecay", "BudgetSchedule", "plot_schedule"]
 
 
 @keras.saving.register_keras_serializable(package="kerasplm")
@@ -111,6 +111,59 @@ class WarmupCosineDecay(_WarmupThenDecay):
         alpha = tf.cast(self.alpha, tf.float32)
         cosine = 0.5 * (1.0 + tf.cos(tf.constant(math.pi, tf.float32) * progress))
         return peak * (alpha + (1.0 - alpha) * cosine)
+
+
+
+@keras.saving.register_keras_serializable(package="kerasplm")
+class BudgetSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warmup over the first `warmup_fraction` of the run, then linear decay to zero at its end.
+
+    A schedule fitted to the number of updates a run will actually make (the main job's default for
+    short budgets): CustomSchedule's 4,000 warmup steps never end in a 5-minute run on 2 cores, so the
+    learning rate would still be rising when the budget runs out.
+
+    T = total_steps, W = max(1, warmup_fraction * T):
+      step < W:       lr = peak * step / W
+      W <= step <= T: lr = peak * (T - step) / max(T - W, 1)
+      step > T:       lr = 0
+
+    T is held in a tf.Variable: a time-budgeted run first times some steps, then calls
+    `set_total_steps(estimate)`; the traced train step reads the variable, so it needs no retrace.
+    """
+
+    def __init__(self, peak_learning_rate, total_steps, warmup_fraction=0.1):
+        super().__init__()
+        if not 0.0 <= warmup_fraction <= 1.0:
+            raise ValueError(f"warmup_fraction must be in [0, 1], got {warmup_fraction}")
+        if peak_learning_rate <= 0:
+            raise ValueError(f"peak_learning_rate must be > 0, got {peak_learning_rate}")
+        self.peak_learning_rate = peak_learning_rate
+        self.warmup_fraction = warmup_fraction
+        self._total_steps = tf.Variable(1.0, dtype=tf.float32, trainable=False, name="schedule_total_steps")
+        self.set_total_steps(total_steps)
+
+    @property
+    def total_steps(self):
+        return int(round(float(self._total_steps.numpy())))
+
+    def set_total_steps(self, total_steps):
+        """Refit the schedule to `total_steps` (>= 1) updates."""
+        if total_steps < 1:
+            raise ValueError(f"total_steps must be >= 1, got {total_steps}")
+        self._total_steps.assign(float(total_steps))
+
+    def __call__(self, step):
+        step = tf.cast(step, tf.float32)
+        peak = tf.cast(self.peak_learning_rate, tf.float32)
+        total = tf.convert_to_tensor(self._total_steps)
+        warmup = tf.maximum(self.warmup_fraction * total, 1.0)
+        rising = peak * step / warmup
+        falling = peak * tf.maximum(total - step, 0.0) / tf.maximum(total - warmup, 1.0)
+        return tf.where(step < warmup, rising, falling)
+
+    def get_config(self):
+        return {"peak_learning_rate": self.peak_learning_rate, "total_steps": self.total_steps,
+                "warmup_fraction": self.warmup_fraction}
 
 
 def plot_schedule(schedule, steps=40000, ax=None):

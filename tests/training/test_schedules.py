@@ -5,7 +5,10 @@ import matplotlib
 import numpy as np
 import pytest
 
-from kerasplm.training import CustomSchedule, WarmupCosineDecay, WarmupLinearDecay, plot_schedule
+import tensorflow as tf
+
+from kerasplm.training import (BudgetSchedule, CustomSchedule, WarmupCosineDecay, WarmupLinearDecay,
+                              plot_schedule)
 
 matplotlib.use("Agg")
 
@@ -37,6 +40,7 @@ def test_custom_schedule_peaks_at_warmup():
         CustomSchedule(256, warmup_steps=50),
         WarmupLinearDecay(1e-4, warmup_steps=10, total_steps=100, end_learning_rate=1e-6),
         WarmupCosineDecay(6e-4, warmup_steps=10, total_steps=100, alpha=0.1),
+        BudgetSchedule(2e-3, total_steps=100, warmup_fraction=0.1),
     ],
 )
 def test_schedule_serialization_round_trip(schedule):
@@ -97,3 +101,55 @@ def test_plot_schedule_returns_axes():
     x, y = ax.lines[0].get_data()
     assert len(x) == 500
     np.testing.assert_allclose(y[100], transformer_lr(100, 128, 100), rtol=1e-5)
+
+
+def budget_lr(step, peak, total, fraction):
+    warmup = max(fraction * total, 1.0)
+    if step < warmup:
+        return peak * step / warmup
+    return peak * max(total - step, 0.0) / max(total - warmup, 1.0)
+
+
+@pytest.mark.parametrize("total, fraction", [(100, 0.1), (1000, 0.05), (7, 0.0), (50, 1.0)])
+def test_budget_schedule_formula(total, fraction):
+    schedule = BudgetSchedule(2e-3, total_steps=total, warmup_fraction=fraction)
+    steps = np.arange(0, total + 20)
+    expected = [budget_lr(s, 2e-3, total, fraction) for s in steps]
+    np.testing.assert_allclose(np.array(schedule(steps)), expected, rtol=1e-5, atol=1e-9)
+
+
+def test_budget_schedule_key_points():
+    schedule = BudgetSchedule(1e-3, total_steps=200, warmup_fraction=0.1)
+    values = {s: float(schedule(s)) for s in (0, 10, 20, 110, 200, 250)}
+    assert values[0] == 0.0                                   # starts at zero
+    assert values[10] == pytest.approx(0.5e-3)                # halfway up the warmup
+    assert values[20] == pytest.approx(1e-3)                  # the peak ends the warmup (10% of 200)
+    assert values[110] == pytest.approx(0.5e-3)               # halfway down the decay
+    assert values[200] == 0.0 and values[250] == 0.0          # zero at the end and after it
+    assert int(np.argmax(np.array(schedule(np.arange(201))))) == 20
+
+
+def test_budget_schedule_refit_needs_no_retrace():
+    schedule = BudgetSchedule(1e-3, total_steps=1000, warmup_fraction=0.1)
+    traces = []
+
+    @tf.function
+    def lr(step):
+        traces.append(1)
+        return schedule(step)
+
+    assert float(lr(tf.constant(50))) == pytest.approx(0.5e-3)
+    schedule.set_total_steps(200)                             # warmup is now 20 steps
+    assert float(lr(tf.constant(50))) == pytest.approx(1e-3 * 150 / 180)
+    assert len(traces) == 1 and schedule.total_steps == 200
+    assert schedule.get_config() == {"peak_learning_rate": 1e-3, "total_steps": 200, "warmup_fraction": 0.1}
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(peak_learning_rate=1e-3, total_steps=0), "total_steps must be >= 1"),
+    (dict(peak_learning_rate=1e-3, total_steps=10, warmup_fraction=1.5), "warmup_fraction must be in"),
+    (dict(peak_learning_rate=0.0, total_steps=10), "peak_learning_rate must be > 0"),
+])
+def test_budget_schedule_rejects_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        BudgetSchedule(**kwargs)
