@@ -22,13 +22,28 @@ _VERSION_RE = re.compile(r"[0-9]+")
 _TMP_RE = re.compile(r"\.(?:tmp|old)-[0-9]+-(?P<pid>[0-9]+)-[0-9a-f]+")
 
 
-def list_version_numbers(base):
-    """Integer-named entries of ``base`` (complete or not), ascending."""
+SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
+_MAX_VERSION = 2**63 - 1  # TF Serving's versions are int64
+
+
+def list_version_numbers(base, complete=False):
+    """Integer-named version directories of ``base``, ascending (the one version listing of kerasplm).
+
+    With ``complete=True`` only versions that hold a ``saved_model.pb`` (or ``.pbtxt``) count: what a
+    server may load. Temporary siblings (``.tmp-3-xxxx``) never count; neither do numbers beyond int64.
+    """
     try:
         names = os.listdir(base)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return []
-    return sorted(int(n) for n in names if _VERSION_RE.fullmatch(n))
+    versions = []
+    for name in names:
+        if not _VERSION_RE.fullmatch(name) or len(name) > 19 or int(name) > _MAX_VERSION:
+            continue
+        if complete and not any(os.path.isfile(os.path.join(base, name, f)) for f in SAVED_MODEL_FILES):
+            continue
+        versions.append(int(name))
+    return sorted(versions)
 
 
 def next_version(base):

@@ -21,20 +21,18 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
 from dataclasses import dataclass
 
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the tensorflow-text ops the exported graphs use)
 
+from kerasplm.export.atomic import SAVED_MODEL_FILES as _SAVED_MODEL_FILES, list_version_numbers
 from kerasplm.serving.api import RequestError
 from kerasplm.serving.config import ModelConfig
 
 logger = logging.getLogger(__name__)
 
-_VERSION_RE = re.compile(r"[0-9]+")
-_SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
 
 
 @dataclass
@@ -56,23 +54,9 @@ class LoadedVersion:
 
 
 def list_versions(model_base_path: str) -> list[int]:
-    """Complete version directories under ``model_base_path``, newest first.
-
-    A version is an integer-named directory holding ``saved_model.pb`` (or ``.pbtxt``); temporary
-    siblings (``.tmp-3-xxxx``) and directories still being written are skipped.
-    """
-    try:
-        names = os.listdir(model_base_path)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    versions = []
-    for name in names:
-        if not _VERSION_RE.fullmatch(name) or len(name) > 19 or int(name) >= 2**63:  # int64, as TF Serving
-            continue
-        path = os.path.join(model_base_path, name)
-        if any(os.path.isfile(os.path.join(path, f)) for f in _SAVED_MODEL_FILES):
-            versions.append(int(name))
-    return sorted(versions, reverse=True)
+    """Complete version directories under ``model_base_path``, newest first (see
+    :func:`kerasplm.export.atomic.list_version_numbers`)."""
+    return list_version_numbers(model_base_path, complete=True)[::-1]
 
 
 def load_version(model_base_path: str, version: int) -> LoadedVersion:
