@@ -19,6 +19,16 @@ from kerasplm.layers.dropout import Dropout
 NEG_INF = -1e9
 
 
+def clone_initializer(initializer):
+    """A fresh instance of a Keras initializer (name, dict or object), one per layer.
+
+    Why: an unseeded Keras 3 initializer draws its seed when constructed, so ONE instance shared by
+    several layers gives them identical initial weights (every projection of a block the same).
+    """
+    initializer = keras.initializers.get(initializer)
+    return initializer.__class__.from_config(initializer.get_config())
+
+
 def scaled_dot_product_attention(q, k, v, mask=None, dropout=None):
     """Attention(Q, K, V) = softmax(Q Kᵀ / sqrt(d_k) + mask · -1e9) V   (paper eq. 1).
 
@@ -129,11 +139,11 @@ class MultiHeadAttention(keras.layers.Layer):
         self.depth = d_model // num_heads
         self.dropout = dropout
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        dense = dict(kernel_initializer=self.kernel_initializer)
-        self.wq = keras.layers.Dense(d_model, name="wq", **dense)
-        self.wk = keras.layers.Dense(d_model, name="wk", **dense)
-        self.wv = keras.layers.Dense(d_model, name="wv", **dense)
-        self.dense = keras.layers.Dense(d_model, name="dense", **dense)
+        init = self.kernel_initializer
+        self.wq = keras.layers.Dense(d_model, name="wq", kernel_initializer=clone_initializer(init))
+        self.wk = keras.layers.Dense(d_model, name="wk", kernel_initializer=clone_initializer(init))
+        self.wv = keras.layers.Dense(d_model, name="wv", kernel_initializer=clone_initializer(init))
+        self.dense = keras.layers.Dense(d_model, name="dense", kernel_initializer=clone_initializer(init))
         if dropout > 0:
             self.attention_dropout = Dropout(dropout, name="attention_dropout")
 

@@ -23,6 +23,7 @@ import math
 import keras
 import tensorflow as tf
 
+from kerasplm.layers.attention import clone_initializer
 from kerasplm.layers.dropout import Dropout
 from kerasplm.layers.position import positional_encoding
 
@@ -55,22 +56,24 @@ class EmbeddingMixin:
         self.embedding_layer_norm_epsilon = layer_norm_epsilon
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
         width = embedding_size or d_model
-        init = dict(embeddings_initializer=self.embeddings_initializer)
-        self.embedding = keras.layers.Embedding(vocab_size, width, name="embedding", **init)
+        def init():
+            return dict(embeddings_initializer=clone_initializer(self.embeddings_initializer))
+
+        self.embedding = keras.layers.Embedding(vocab_size, width, name="embedding", **init())
         if position_embedding == "sinusoidal":
             self.pos_encoding = positional_encoding(maximum_position_encoding, width)
         else:
             self.position_embedding = keras.layers.Embedding(maximum_position_encoding, width,
-                                                             name="position_embedding", **init)
+                                                             name="position_embedding", **init())
         if num_segments:
-            self.segment_embedding = keras.layers.Embedding(num_segments, width, name="segment_embedding", **init)
+            self.segment_embedding = keras.layers.Embedding(num_segments, width, name="segment_embedding", **init())
         if normalize:
             self.embedding_layernorm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon,
                                                                        name="embedding_layernorm")
         self.dropout = Dropout(rate)
         if width != d_model:
-            self.embedding_projection = keras.layers.Dense(d_model, kernel_initializer=self.embeddings_initializer,
-                                                           name="embedding_projection")
+            self.embedding_projection = keras.layers.Dense(
+                d_model, kernel_initializer=clone_initializer(self.embeddings_initializer), name="embedding_projection")
 
     def _build_embedding(self):
         width = self.embedding_size or self.d_model

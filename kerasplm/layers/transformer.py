@@ -24,7 +24,7 @@ translator's one-position form of it.
 import keras
 import tensorflow as tf
 
-from kerasplm.layers.attention import MultiHeadAttention, write_cache
+from kerasplm.layers.attention import MultiHeadAttention, clone_initializer, write_cache
 from kerasplm.layers.dropout import Dropout
 
 
@@ -58,10 +58,10 @@ def get_activation(name):
 
 def point_wise_feed_forward_network(d_model, dff, name=None, activation="relu", kernel_initializer="glorot_uniform"):
     """FFN(x) = act(x W1 + b1) W2 + b2  (paper eq. 2, act = ReLU): ``(..., d_model) -> (..., d_model)``."""
-    init = keras.initializers.get(kernel_initializer)
     return keras.Sequential(
-        [keras.layers.Dense(dff, activation=get_activation(activation), kernel_initializer=init, name="dense_1"),
-         keras.layers.Dense(d_model, kernel_initializer=init, name="dense_2")],
+        [keras.layers.Dense(dff, activation=get_activation(activation), name="dense_1",
+                            kernel_initializer=clone_initializer(kernel_initializer)),
+         keras.layers.Dense(d_model, kernel_initializer=clone_initializer(kernel_initializer), name="dense_2")],
         name=name,
     )
 

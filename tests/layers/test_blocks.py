@@ -261,3 +261,19 @@ def test_layer_lists_are_checkpointed_automatically(tmp_path):
 
     assert saved_count(_Stack(), "tracked") == len(_Stack().blocks) * 2 == 6
     assert saved_count(_UntrackedStack(), "untracked") == 0  # why the mixin exists
+
+
+def test_layers_sharing_an_initializer_object_get_different_weights():
+    # An unseeded Keras initializer instance returns the same values on every call: each layer must
+    # get its own copy, or every projection of a block starts identical.
+    init = keras.initializers.TruncatedNormal(stddev=0.02)
+    layer = EncoderLayer(8, 2, 8, kernel_initializer=init)
+    layer(tf.zeros((1, 2, 8)))
+    kernels = [layer.mha.wq.kernel, layer.mha.wk.kernel, layer.mha.wv.kernel, layer.mha.dense.kernel,
+               layer.ffn.layers[0].kernel, layer.ffn.layers[1].kernel]
+    for i, a in enumerate(kernels):
+        for b in kernels[i + 1:]:
+            assert not np.allclose(a.numpy(), b.numpy())
+    emb = TransformerEmbedding(8, 8, 8, position_embedding="learned", embeddings_initializer=init)
+    emb(tf.zeros((1, 2), tf.int32))
+    assert not np.allclose(emb.embedding.embeddings.numpy(), emb.position_embedding.embeddings.numpy())
