@@ -24,6 +24,7 @@ import keras
 import tensorflow as tf
 
 from kerasplm.layers.tracking import TracksLayerLists
+from kerasplm.text.preprocessing import Preprocessor  # noqa: F401  (re-exported: the base of every preprocessor)
 from kerasplm.models import presets as preset_registry
 
 
@@ -114,39 +115,3 @@ class Task(TracksLayerLists, keras.Model):
         config = dict(config)
         config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
         return cls(**config)
-
-
-class Preprocessor(tf.Module):
-    """Base of in-graph preprocessors: strings -> the backbone's input dict, all TensorFlow ops.
-
-    Subclasses own a tokenizer and the special token ids, and implement ``__call__``. The helper
-    ``pad_and_truncate`` is the shared last step.
-    """
-
-    def __init__(self, sequence_length, pad_id=0, name=None):
-        super().__init__(name=name)
-        if not isinstance(sequence_length, int) or sequence_length <= 0:
-            raise ValueError(f"sequence_length must be a positive integer, got {sequence_length!r}")
-        self.sequence_length = sequence_length
-        self.pad_id = pad_id
-
-    @property
-    def special_token_ids(self):
-        """Dict name -> id of the special tokens this preprocessor inserts (at least ``pad``)."""
-        return {"pad": self.pad_id}
-
-    def pad_and_truncate(self, ids, keep_last=None):
-        """Ragged ``ids (batch, None)`` -> dense int ``(batch, sequence_length)``, right-padded with
-        ``pad_id``; rows longer than ``sequence_length`` are cut, and if ``keep_last`` is an id (e.g.
-        [END]/[SEP]) a cut row still ends with it."""
-        ids = tf.RaggedTensor.from_tensor(ids) if isinstance(ids, tf.Tensor) else ids
-        width = self.sequence_length
-        dense = ids[:, :width].to_tensor(default_value=tf.cast(self.pad_id, ids.dtype), shape=[None, width])
-        if keep_last is None:
-            return dense
-        last_column = tf.range(width, dtype=tf.int64)[tf.newaxis, :] == width - 1
-        cut_end = tf.logical_and(ids.row_lengths()[:, tf.newaxis] > width, last_column)
-        return tf.where(cut_end, tf.cast(keep_last, ids.dtype), dense)
-
-    def __call__(self, inputs):
-        raise NotImplementedError(f"{type(self).__name__}.__call__")

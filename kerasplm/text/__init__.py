@@ -3,7 +3,7 @@
 Tokenizers (:mod:`kerasplm.text.wordpiece`) know normalization and vocabulary only; preprocessors
 (:mod:`kerasplm.text.preprocessing`) own the special tokens, packing, truncation and padding.
 """
-from kerasplm.text.preprocessing import TranslatorPreprocessor, pack_segments, pad_packed
+from kerasplm.text.preprocessing import Preprocessor, TranslatorPreprocessor, pack_segments, pad_packed
 from kerasplm.text.wordpiece import (
     WordPieceTokenizer,
     build_wordpiece_vocab,
@@ -13,4 +13,4 @@ from kerasplm.text.wordpiece import (
 )
 
 __all__ = ["WordPieceTokenizer", "build_wordpiece_vocab", "read_vocab", "write_vocab", "sanitize_utf8",
-           "TranslatorPreprocessor", "pack_segments", "pad_packed"]
+           "Preprocessor", "TranslatorPreprocessor", "pack_segments", "pad_packed"]

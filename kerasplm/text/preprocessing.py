@@ -7,6 +7,7 @@ eager code and inside an exported ``tf.Module``:
 * :func:`pack_segments`: one or more segments packed as ``[start] A [end]`` or ``[start] A [end] B [end]``
   (BERT: ``[CLS] A [SEP] B [SEP]``) with segment ids, trimmed to a total length;
 * :func:`pad_packed`: packed ragged ids -> dense model inputs at a fixed width, with the input mask;
+* :class:`Preprocessor`: the base class of every family's preprocessor (a ``tf.Module``);
 * :class:`TranslatorPreprocessor`: the Transformer translator's [START]/[END] rule for the source and the
   target, its truncation (the cut keeps [END]) and the decoding's inverse (stop at [END], detokenize).
 
@@ -55,6 +56,45 @@ def pad_packed(token_ids, segment_ids, sequence_length, pad_id=0):
     return {"token_ids": token_ids, "segment_ids": segment_ids, "input_mask": input_mask}
 
 
+class Preprocessor(tf.Module):
+    """Base of in-graph preprocessors: strings -> a model's input ids, TensorFlow ops only (so they export).
+
+    A subclass owns its tokenizer(s) and the special tokens it inserts (``special_token_ids``) and implements
+    ``__call__``. Special-token-aware truncation is :func:`pack_segments` (it trims the word pieces, then adds
+    the special tokens, so a cut sequence still ends with [END] / [SEP]); :meth:`pad_and_truncate` is the
+    dense, fixed-width last step.
+
+    Args:
+      sequence_length: the model's input width (None: the subclass decides per call).
+      pad_id: the padding id (0 in every kerasplm vocabulary and in BERT's).
+    """
+
+    def __init__(self, sequence_length=None, pad_id=0, name=None):
+        super().__init__(name=name)
+        if sequence_length is not None and (isinstance(sequence_length, bool) or not isinstance(sequence_length, int)
+                                            or sequence_length <= 0):
+            raise ValueError(f"sequence_length must be a positive integer or None, got {sequence_length!r}")
+        self.sequence_length = sequence_length
+        self.pad_id = pad_id
+
+    @property
+    def special_token_ids(self):
+        """Dict name -> id of the special tokens this preprocessor inserts (at least ``pad``)."""
+        return {"pad": self.pad_id}
+
+    def pad_and_truncate(self, ids, sequence_length=None):
+        """Ragged (or dense) ``ids (batch, None)`` -> dense ``(batch, sequence_length)``, cut to the width and
+        right-padded with ``pad_id``."""
+        width = sequence_length or self.sequence_length
+        if width is None:
+            raise ValueError("pad_and_truncate needs a sequence_length")
+        ids = tf.RaggedTensor.from_tensor(ids) if isinstance(ids, tf.Tensor) else ids
+        return ids[:, :width].to_tensor(default_value=tf.cast(self.pad_id, ids.dtype), shape=[None, width])
+
+    def __call__(self, inputs):
+        raise NotImplementedError(f"{type(self).__name__}.__call__")
+
+
 def _special_ids(tokenizer, side):
     """(start, end) ids of a translator vocabulary; ValueError naming what is missing."""
     missing = [t for t in TranslatorPreprocessor.special_tokens if t not in tokenizer.special_tokens]
@@ -73,7 +113,7 @@ def _check_length(name, value):
     return value
 
 
-class TranslatorPreprocessor(tf.Module):
+class TranslatorPreprocessor(Preprocessor):
     """The translator's special tokens: ``[START] pieces [END]`` on both sides, cut to a maximum length.
 
     A sentence longer than the maximum keeps its first ``max_length - 2`` word pieces and still ends with
@@ -87,13 +127,21 @@ class TranslatorPreprocessor(tf.Module):
     special_tokens = DEFAULT_RESERVED_TOKENS   # [PAD]=0, [UNK], [START], [END]
 
     def __init__(self, src_tokenizer, tgt_tokenizer, max_source_length=None, max_target_length=None, name=None):
-        super().__init__(name=name)
+        super().__init__(sequence_length=_check_length("max_source_length", max_source_length), pad_id=0, name=name)
         self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
         self.src_start_id, self.src_end_id = _special_ids(src_tokenizer, "source")
         self.start_id, self.end_id = _special_ids(tgt_tokenizer, "target")
-        self.pad_id = 0
-        self.max_source_length = _check_length("max_source_length", max_source_length)
+        self.max_source_length = max_source_length
         self.max_target_length = _check_length("max_target_length", max_target_length)
+
+    @property
+    def special_token_ids(self):
+        return {"pad": self.pad_id, "start": self.start_id, "end": self.end_id,
+                "source_start": self.src_start_id, "source_end": self.src_end_id}
+
+    def __call__(self, strings):
+        """The model's source input: ``source_ids``."""
+        return self.source_ids(strings)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def source_ids(self, strings):

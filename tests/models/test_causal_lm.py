@@ -106,11 +106,11 @@ def test_trainer_fits_a_causal_lm_through_the_task_loss():
     assert history["loss"][-1] < 0.5 * history["loss"][0]
 
 
-def test_preprocessor_pads_and_truncates_keeping_the_last_id():
+def test_preprocessor_pads_and_truncates():
     pre = Preprocessor(sequence_length=4, pad_id=0)
     ids = tf.ragged.constant([[2, 5, 6, 7, 8, 3], [2, 5, 3]], tf.int64)
     assert pre.pad_and_truncate(ids).numpy().tolist() == [[2, 5, 6, 7], [2, 5, 3, 0]]
-    assert pre.pad_and_truncate(ids, keep_last=3).numpy().tolist() == [[2, 5, 6, 3], [2, 5, 3, 0]]
+    assert pre.pad_and_truncate(ids, sequence_length=2).numpy().tolist() == [[2, 5], [2, 5]]
     assert pre.special_token_ids == {"pad": 0}
     with pytest.raises(ValueError, match="sequence_length"):
         Preprocessor(sequence_length=0)
