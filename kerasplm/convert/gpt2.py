@@ -142,3 +142,25 @@ def load_gpt2(directory, allow_pickle=False):
     config = config_from_hf(hf_config)
     model = GPT(backbone=GPTBackbone.from_config_object(config, name="gpt2"))
     return set_gpt2_weights(model, tensors)
+
+
+def convert_gpt2_to_run(source, out, allow_pickle=False):
+    """Writes the HF GPT-2 checkpoint in ``source`` as a kerasplm run directory ``out`` (family "gpt":
+    ``config.json`` and ``checkpoints/``; load it with ``kerasplm.tasks.run_dir.load_run``). Returns the
+    :class:`GPT`. ``out`` must not hold a run already."""
+    import dataclasses  # noqa: PLC0415
+
+    import tensorflow as tf  # noqa: PLC0415
+
+    from kerasplm.tasks.run_dir import RunDir  # noqa: PLC0415
+
+    run = RunDir(out)
+    if run.exists():
+        raise FileExistsError(f"{run.config_path} exists: convert into a new directory")
+    model = load_gpt2(source, allow_pickle=allow_pickle)
+    step = tf.Variable(0, dtype=tf.int64)
+    tf.train.CheckpointManager(tf.train.Checkpoint(model=model, step=step), run.checkpoint_dir, max_to_keep=1).save()
+    # config.json last: a run directory is valid only once its config exists.
+    run.write_config("gpt", "causal_lm", "gpt2", dataclasses.asdict(model.backbone.config),
+                     {"converted_from": os.path.abspath(source)})
+    return model

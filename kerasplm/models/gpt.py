@@ -108,3 +108,18 @@ class GPT(CausalLM):
 
 register_presets("gpt", GPTBackbone, PRESETS, num_parameters=num_parameters,
                  description="GPT-1 / GPT-2 / GPT-3 decoder-only language models")
+
+
+def load_gpt_from_run(run, config):
+    """The loader of family "gpt" runs (``kerasplm.tasks.run_dir.load_run``): a :class:`GPT` of the stored
+    config with the latest checkpoint's weights."""
+    try:
+        model_config = GPTConfig(**config["model"]).validate()
+    except (TypeError, ValueError) as e:
+        raise run.error(run.CONFIG, f"bad GPT model config ({e})") from None
+    model = GPT(backbone=GPTBackbone.from_config_object(model_config, name=config["preset"]))
+    import tensorflow as tf  # noqa: PLC0415
+
+    step = tf.Variable(0, dtype=tf.int64)
+    run.restore(model=model, step=step)
+    return model

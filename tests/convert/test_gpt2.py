@@ -106,3 +106,23 @@ def test_pickle_needs_opt_in_and_config_errors(hf_dir, tmp_path):
                                                       "reorder_and_upcast_attn": True}))
     with pytest.raises(ValueError, match="reorder_and_upcast_attn=True.*activation_function='swish'"):
         load_gpt2(str(tmp_path), allow_pickle=True)
+
+
+def test_cli_converts_into_a_run_directory_that_loads(hf_dir, tmp_path, capsys):
+    from kerasplm import cli
+    from kerasplm.tasks.run_dir import load_run
+
+    out = tmp_path / "run"
+    assert cli.main(["convert", "gpt2", "--from", hf_dir[0], "--out", str(out)]) == 0
+    assert "wrote" in capsys.readouterr().out
+    config = json.loads((out / "config.json").read_text())
+    assert config["family"] == "gpt" and config["model"]["num_layers"] == 2
+    model = load_run(str(out))
+    with torch.no_grad():
+        theirs = hf_dir[1](torch.tensor([PROMPTS[0]])).logits[0].numpy()
+    assert np.max(np.abs(model(tf.constant([PROMPTS[0]]), training=False).numpy()[0] - theirs)) <= 1e-4
+    assert cli.main(["convert", "gpt2", "--from", hf_dir[0], "--out", str(out)]) == 2
+    assert "config.json exists" in capsys.readouterr().err
+    assert cli.main(["convert", "gpt2", "--from", str(tmp_path / "nowhere"), "--out", str(tmp_path / "r2")]) == 2
+    assert "cannot read the GPT-2 config" in capsys.readouterr().err
+    assert not (tmp_path / "r2").exists()
