@@ -19,6 +19,7 @@ can run arbitrary code). Every weight is placed through one explicit name map:
 GPT-2's ``Conv1D`` stores its weight as (in, out), which is already a Keras ``Dense`` kernel's layout, so
 no tensor is transposed. Unknown, missing or mis-shaped tensors give one ``ValueError`` listing them all.
 """
+import dataclasses
 import json
 import os
 import re
@@ -148,8 +149,6 @@ def convert_gpt2_to_run(source, out, allow_pickle=False):
     """Writes the HF GPT-2 checkpoint in ``source`` as a kerasplm run directory ``out`` (family "gpt":
     ``config.json`` and ``checkpoints/``; load it with ``kerasplm.tasks.run_dir.load_run``). Returns the
     :class:`GPT`. ``out`` must not hold a run already."""
-    import dataclasses  # noqa: PLC0415
-
     import tensorflow as tf  # noqa: PLC0415
 
     from kerasplm.tasks.run_dir import RunDir  # noqa: PLC0415

@@ -21,6 +21,7 @@ import dataclasses
 import math
 
 import keras
+import tensorflow as tf
 
 from kerasplm.models.causal_lm import CausalLM, CausalLMConfig, DecoderOnlyBackbone
 from kerasplm.models.causal_lm import num_parameters as causal_lm_num_parameters
@@ -118,8 +119,6 @@ def load_gpt_from_run(run, config):
     except (TypeError, ValueError) as e:
         raise run.error(run.CONFIG, f"bad GPT model config ({e})") from None
     model = GPT(backbone=GPTBackbone.from_config_object(model_config, name=config["preset"]))
-    import tensorflow as tf  # noqa: PLC0415
-
     step = tf.Variable(0, dtype=tf.int64)
     run.restore(model=model, step=step)
     return model

@@ -126,3 +126,7 @@ def test_cli_converts_into_a_run_directory_that_loads(hf_dir, tmp_path, capsys):
     assert cli.main(["convert", "gpt2", "--from", str(tmp_path / "nowhere"), "--out", str(tmp_path / "r2")]) == 2
     assert "cannot read the GPT-2 config" in capsys.readouterr().err
     assert not (tmp_path / "r2").exists()
+    config["model"]["colour"] = 1
+    (out / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"config.json: bad GPT model config .*colour"):
+        load_run(str(out))
