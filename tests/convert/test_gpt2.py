@@ -130,3 +130,21 @@ def test_cli_converts_into_a_run_directory_that_loads(hf_dir, tmp_path, capsys):
     (out / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match=r"config.json: bad GPT model config .*colour"):
         load_run(str(out))
+
+
+def test_preset_counts_equal_transformers_counts():
+    """Our formula against transformers' models built on the meta device (no memory, no weights)."""
+    from kerasplm.models import get_preset
+    from kerasplm.models.gpt import num_parameters
+
+    sizes = {"gpt2": (12, 768, 12), "gpt2_medium": (24, 1024, 16), "gpt2_large": (36, 1280, 20),
+             "gpt2_xl": (48, 1600, 25)}
+    with torch.device("meta"):
+        counts = {name: transformers.GPT2Model(transformers.GPT2Config(n_layer=n, n_embd=d, n_head=h)).num_parameters()
+                  for name, (n, d, h) in sizes.items()}
+        counts["gpt1"] = transformers.OpenAIGPTModel(transformers.OpenAIGPTConfig()).num_parameters()
+    assert {name: num_parameters(get_preset(name)) for name in counts} == counts
+    hf_gpt1 = transformers.OpenAIGPTConfig()
+    gpt1 = get_preset("gpt1")
+    assert (gpt1.activation, gpt1.layer_norm_epsilon, gpt1.max_positions) == (hf_gpt1.afn, hf_gpt1.layer_norm_epsilon,
+                                                                              hf_gpt1.n_positions)
