@@ -93,7 +93,30 @@ def build_parser():
     _add_export_parser(commands)
     _add_serve_parser(commands)
     _add_presets_parser(commands)
+    _add_convert_parser(commands)
     return parser
+
+
+def _add_convert_parser(commands):
+    cv = commands.add_parser("convert", help="convert a pretrained checkpoint into a kerasplm run directory",
+                             description="Convert another library's checkpoint into a kerasplm run directory.")
+    families = cv.add_subparsers(dest="family", metavar="FAMILY", required=True)
+    g2 = families.add_parser("gpt2", help="a Hugging Face GPT-2 directory (config.json, model.safetensors)",
+                             description="Convert a Hugging Face GPT-2 directory (save_pretrained: config.json "
+                                         "and model.safetensors) into a new run directory.")
+    g2.add_argument("--from", dest="source", required=True, help="the Hugging Face model directory")
+    g2.add_argument("--out", required=True, help="the new run directory")
+    g2.add_argument("--allow-pickle", action="store_true",
+                    help="also read pytorch_model.bin (unpickling can run code: only for files you trust)")
+    g2.set_defaults(handler=_convert_gpt2)
+
+
+def _convert_gpt2(args):
+    from kerasplm.convert.gpt2 import convert_gpt2_to_run
+
+    model = convert_gpt2_to_run(args.source, args.out, allow_pickle=args.allow_pickle)
+    print(f"wrote {args.out}: GPT-2 with {model.count_params():,} parameters")
+    return 0
 
 
 def _version():
