@@ -1,0 +1,219 @@
+"""Pretrained BERT weights into :class:`kerasplm.models.bert.BertBackbone`.
+
+Two layouts are read:
+
+* a HuggingFace directory: ``config.json`` + ``model.safetensors`` (read with the ``safetensors``
+  package's numpy API), or ``pytorch_model.bin`` only with ``allow_pickle=True`` (unpickling runs
+  arbitrary code from the file, so it is never done silently);
+* Google's original TensorFlow checkpoint: ``bert_config.json`` + ``bert_model.ckpt.*``.
+
+Every weight goes through one explicit name map (:func:`weight_map`): each backbone variable with its
+name in both layouts. Unknown, missing and mis-shaped tensors are collected and reported in one
+``ValueError``; nothing is assigned unless every tensor fits.
+"""
+import dataclasses
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from kerasplm.models.bert import BertBackbone, BertConfig
+
+# Buffers some checkpoints carry that are not weights (HuggingFace's position ids, Google's
+# optimizer state and step counter).
+_IGNORED_SUFFIXES = ("position_ids", "/adam_m", "/adam_v", "global_step")
+
+# How each kind of Keras variable is spelled: (HuggingFace suffix, TF suffix, transpose for HF).
+_KINDS = {"kernel": ("weight", "kernel", True), "bias": ("bias", "bias", False),
+          "embedding": ("weight", None, False), "gamma": ("weight", "gamma", False),
+          "beta": ("bias", "beta", False)}
+
+
+def _dense(path, layer):
+    return [(path, "kernel", layer.kernel), (path, "bias", layer.bias)]
+
+
+def _norm(path, layer):
+    return [(path, "gamma", layer.gamma), (path, "beta", layer.beta)]
+
+
+def weight_map(backbone):
+    """``[(path, kind, variable)]`` for every weight of ``backbone``: ``path`` is a tuple of name parts
+    (``("encoder", ("layer", 0), "attention", "self", "query")``), ``kind`` one of ``_KINDS``."""
+    emb = backbone.embeddings
+    entries = [(("embeddings", "word_embeddings"), "embedding", emb.embedding.embeddings),
+               (("embeddings", "position_embeddings"), "embedding", emb.position_embedding.embeddings),
+               (("embeddings", "token_type_embeddings"), "embedding", emb.segment_embedding.embeddings)]
+    entries += _norm(("embeddings", "LayerNorm"), emb.embedding_layernorm)
+    if hasattr(emb, "embedding_projection"):  # ALBERT's factorized embedding (own HF names not mapped)
+        entries += _dense(("encoder", "embedding_hidden_mapping_in"), emb.embedding_projection)
+    for i, block in enumerate(backbone.blocks):
+        layer = ("encoder", ("layer", i))
+        entries += _dense(layer + ("attention", "self", "query"), block.mha.wq)
+        entries += _dense(layer + ("attention", "self", "key"), block.mha.wk)
+        entries += _dense(layer + ("attention", "self", "value"), block.mha.wv)
+        entries += _dense(layer + ("attention", "output", "dense"), block.mha.dense)
+        entries += _norm(layer + ("attention", "output", "LayerNorm"), block.layernorm1)
+        entries += _dense(layer + ("intermediate", "dense"), block.ffn.layers[0])
+        entries += _dense(layer + ("output", "dense"), block.ffn.layers[1])
+        entries += _norm(layer + ("output", "LayerNorm"), block.layernorm2)
+    entries += _dense(("pooler", "dense"), backbone.pooler)
+    return entries
+
+
+def hf_name(path, kind):
+    """HuggingFace's name, e.g. ``encoder.layer.0.attention.self.query.weight``."""
+    parts = [f"{p[0]}.{p[1]}" if isinstance(p, tuple) else p for p in path]
+    return ".".join(parts + [_KINDS[kind][0]])
+
+
+def tf_name(path, kind):
+    """Google's checkpoint name, e.g. ``bert/encoder/layer_0/attention/self/query/kernel``."""
+    parts = ["bert"] + [f"{p[0]}_{p[1]}" if isinstance(p, tuple) else p for p in path]
+    suffix = _KINDS[kind][1]
+    return "/".join(parts + ([suffix] if suffix else []))
+
+
+def config_from_hf(hf):
+    """A :class:`BertConfig` from a HuggingFace ``config.json`` / Google ``bert_config.json`` dict."""
+    act = hf.get("hidden_act", "gelu")
+    if act != "gelu":
+        raise ValueError(f"hidden_act={act!r} is not supported (BertBackbone uses exact-erf 'gelu')")
+    position = hf.get("position_embedding_type", "absolute")
+    if position != "absolute":
+        raise ValueError(f"position_embedding_type={position!r} is not supported (only 'absolute')")
+    missing = [k for k in ("vocab_size", "num_hidden_layers", "hidden_size", "num_attention_heads",
+                           "intermediate_size") if k not in hf]
+    if missing:
+        raise ValueError(f"BERT config lacks {missing}")
+    return BertConfig(vocab_size=hf["vocab_size"], num_layers=hf["num_hidden_layers"], hidden_size=hf["hidden_size"],
+                      num_heads=hf["num_attention_heads"], intermediate_size=hf["intermediate_size"],
+                      max_positions=hf.get("max_position_embeddings", 512), num_segments=hf.get("type_vocab_size", 2),
+                      dropout=hf.get("hidden_dropout_prob", 0.1),
+                      attention_dropout=hf.get("attention_probs_dropout_prob", 0.1),
+                      layer_norm_epsilon=hf.get("layer_norm_eps", 1e-12),
+                      initializer_range=hf.get("initializer_range", 0.02)).validate()
+
+
+def assign_weights(backbone, tensors, name_fn, transpose_kernels, source):
+    """Assigns ``tensors`` (name -> array) through :func:`weight_map` after checking all of them.
+
+    Raises one ``ValueError`` naming every missing, unknown and mis-shaped tensor of ``source``.
+    """
+    tensors = {k: v for k, v in tensors.items() if not k.endswith(_IGNORED_SUFFIXES)}
+    problems, plan = [], []
+    expected = set()
+    for path, kind, variable in weight_map(backbone):
+        name = name_fn(path, kind)
+        expected.add(name)
+        if name not in tensors:
+            problems.append(f"missing {name} {tuple(variable.shape)}")
+            continue
+        value = np.asarray(tensors[name])
+        if kind == "kernel" and transpose_kernels:
+            value = value.T
+        if value.shape != tuple(variable.shape):
+            problems.append(f"shape of {name}: {value.shape} (as stored{', transposed' if kind == 'kernel' and transpose_kernels else ''}), "
+                            f"expected {tuple(variable.shape)}")
+            continue
+        plan.append((variable, value))
+    problems += [f"unknown {name} {np.shape(tensors[name])}" for name in sorted(set(tensors) - expected)]
+    if problems:
+        raise ValueError(f"{source}: {len(problems)} weight problem(s):\n  " + "\n  ".join(problems))
+    for variable, value in plan:
+        variable.assign(value.astype(variable.dtype))
+    return backbone
+
+
+def _read_json(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise ValueError(f"{path}: not found") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from None
+
+
+def _strip_prefix(tensors):
+    """Accepts ``BertForPreTraining``-style names (``bert.embeddings...``); drops the heads' tensors
+    (``cls.*``) only when the prefix is present (they belong to a task, not the backbone)."""
+    if not any(k.startswith("bert.") for k in tensors):
+        return tensors
+    return {k[len("bert."):]: v for k, v in tensors.items() if k.startswith("bert.")}
+
+
+def read_hf_tensors(directory, allow_pickle=False):
+    """``{name: np.ndarray}`` from ``model.safetensors`` (or ``pytorch_model.bin`` with ``allow_pickle``)."""
+    safetensors_path = os.path.join(directory, "model.safetensors")
+    bin_path = os.path.join(directory, "pytorch_model.bin")
+    if os.path.exists(safetensors_path):
+        from safetensors.numpy import load_file  # noqa: PLC0415 (only conversion needs it)
+
+        try:
+            tensors = load_file(safetensors_path)
+        except Exception as e:  # safetensors raises its own error types for damaged files
+            raise ValueError(f"{safetensors_path}: cannot be read ({e})") from None
+    elif os.path.exists(bin_path):
+        if not allow_pickle:
+            raise ValueError(f"{bin_path}: only a pickle checkpoint is present; loading it runs code stored in "
+                             "the file. Convert it to model.safetensors, or pass allow_pickle=True if you trust it")
+        import torch  # noqa: PLC0415
+
+        state = torch.load(bin_path, map_location="cpu", weights_only=False)
+        tensors = {k: v.float().numpy() for k, v in state.items()}
+    else:
+        raise ValueError(f"{directory}: neither model.safetensors nor pytorch_model.bin found")
+    tensors = _strip_prefix(tensors)
+    # Old checkpoints spell LayerNorm's weights gamma/beta.
+    return {k.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias"): v
+            for k, v in tensors.items()}
+
+
+def load_hf_bert(directory, allow_pickle=False, **config_overrides):
+    """A :class:`BertBackbone` with the weights of a HuggingFace BERT directory.
+
+    ``config_overrides``: BertConfig fields to change (e.g. ``dropout=0.0``).
+    """
+    config = config_from_hf(_read_json(os.path.join(directory, "config.json")))
+    config = dataclasses.replace(config, **config_overrides).validate()
+    backbone = BertBackbone.from_config_object(config)
+    return assign_weights(backbone, read_hf_tensors(directory, allow_pickle), hf_name, True, directory)
+
+
+def load_tf_bert(directory, checkpoint_prefix="bert_model.ckpt", **config_overrides):
+    """A :class:`BertBackbone` from Google's TF layout (``bert_config.json``, ``bert_model.ckpt.*``)."""
+    config = config_from_hf(_read_json(os.path.join(directory, "bert_config.json")))
+    config = dataclasses.replace(config, **config_overrides).validate()
+    prefix = os.path.join(directory, checkpoint_prefix)
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+    except (tf.errors.OpError, ValueError) as e:
+        raise ValueError(f"{prefix}: cannot read the checkpoint ({str(e).splitlines()[0]})") from None
+    tensors = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+               if name.startswith("bert/")}
+    backbone = BertBackbone.from_config_object(config)
+    return assign_weights(backbone, tensors, tf_name, False, prefix)
+
+
+def save_tf_bert(backbone, directory, checkpoint_prefix="bert_model.ckpt"):
+    """Writes ``backbone`` in Google's layout (``bert_config.json`` + checkpoint): the inverse of
+    :func:`load_tf_bert` (used in tests, and to hand weights to tools that read that layout)."""
+    c = backbone.config
+    if c.embedding_size is not None or c.share_layers:
+        raise ValueError("Google's BERT layout has no ALBERT factorization/sharing")
+    os.makedirs(directory, exist_ok=True)
+    names, values = [], []
+    for path, kind, variable in weight_map(backbone):
+        names.append(tf_name(path, kind))
+        values.append(tf.convert_to_tensor(variable))
+    tf.raw_ops.SaveV2(prefix=os.path.join(directory, checkpoint_prefix), tensor_names=names,
+                      shape_and_slices=[""] * len(names), tensors=values)
+    hf = {"vocab_size": c.vocab_size, "num_hidden_layers": c.num_layers, "hidden_size": c.hidden_size,
+          "num_attention_heads": c.num_heads, "intermediate_size": c.intermediate_size, "hidden_act": "gelu",
+          "max_position_embeddings": c.max_positions, "type_vocab_size": c.num_segments,
+          "hidden_dropout_prob": c.dropout, "attention_probs_dropout_prob": c.attention_dropout,
+          "initializer_range": c.initializer_range}
+    with open(os.path.join(directory, "bert_config.json"), "w", encoding="utf-8") as f:
+        json.dump(hf, f, indent=2)
