@@ -93,6 +93,7 @@ def build_parser():
     _add_export_parser(commands)
     _add_serve_parser(commands)
     _add_presets_parser(commands)
+    _add_convert_parser(commands)
     return parser
 
 
@@ -173,6 +174,29 @@ def _add_presets_parser(commands):
                                          "built).")
     pr.add_argument("--family", help="only this family (e.g. transformer)")
     pr.set_defaults(handler=_presets)
+
+
+def _add_convert_parser(commands):
+    cv = commands.add_parser("convert", help="convert pretrained weights into a kerasplm run directory",
+                             description="Convert pretrained weights into a kerasplm run directory.")
+    families = cv.add_subparsers(dest="family", metavar="FAMILY", required=True)
+    cb = families.add_parser("bert", help="a HuggingFace BERT directory or Google's BERT checkpoint",
+                             description="Convert a HuggingFace BERT directory (config.json, model.safetensors, "
+                                         "vocab.txt) or Google's layout (bert_config.json, bert_model.ckpt.*, "
+                                         "vocab.txt) into a run directory.")
+    cb.add_argument("--from", dest="source", required=True, help="the directory holding the weights")
+    cb.add_argument("--out", required=True, help="the run directory to write (must not hold a run)")
+    cb.add_argument("--allow-pickle", action="store_true",
+                    help="read pytorch_model.bin (unpickling runs code from the file: only for trusted files)")
+    cb.set_defaults(handler=_convert_bert)
+
+
+def _convert_bert(args):
+    from kerasplm.convert.bert import convert_bert_to_run
+
+    run = convert_bert_to_run(args.source, args.out, allow_pickle=args.allow_pickle)
+    print(run.path)
+    return 0
 
 
 def _presets(args):

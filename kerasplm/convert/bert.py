@@ -217,3 +217,82 @@ def save_tf_bert(backbone, directory, checkpoint_prefix="bert_model.ckpt"):
           "initializer_range": c.initializer_range}
     with open(os.path.join(directory, "bert_config.json"), "w", encoding="utf-8") as f:
         json.dump(hf, f, indent=2)
+
+
+# ---------------------------------------------------------------------------- run directories
+RUN_FAMILY = "bert"
+
+
+def _sentence_embedding_options(directory):
+    """sentence-transformers' settings of ``directory`` (pooling, normalize, max_seq_length), or None."""
+    modules_path = os.path.join(directory, "modules.json")
+    if not os.path.exists(modules_path):
+        return None
+    modules = _read_json(modules_path)
+    types = [m.get("type", "") for m in modules] if isinstance(modules, list) else []
+    options = {"normalize": any(t.endswith(".Normalize") for t in types)}
+    for module in modules if isinstance(modules, list) else []:
+        if module.get("type", "").endswith(".Pooling"):
+            pooling = _read_json(os.path.join(directory, module.get("path", ""), "config.json"))
+            options["pooling"] = sorted(k[len("pooling_mode_"):] for k, v in pooling.items()
+                                        if k.startswith("pooling_mode_") and v is True)
+    sbert_path = os.path.join(directory, "sentence_bert_config.json")
+    if os.path.exists(sbert_path):
+        options["max_seq_length"] = _read_json(sbert_path).get("max_seq_length")
+    return options
+
+
+def convert_bert_to_run(source, out, allow_pickle=False):
+    """Writes a kerasplm run directory for the BERT weights in ``source`` (a HuggingFace directory, or
+    Google's layout when ``bert_config.json`` is there): config.json (family "bert", preset "custom"),
+    the vocabulary as an asset, a checkpoint of the backbone. Returns the :class:`RunDir`.
+
+    sentence-transformers' pooling / normalize / max_seq_length are recorded in the run's options
+    (``sentence_embedding``) when ``modules.json`` is present. An existing run in ``out`` is not replaced.
+    """
+    from kerasplm.tasks.run_dir import RunDir  # noqa: PLC0415 (tasks import models; keep convert light)
+
+    run = RunDir(out)
+    if run.exists():
+        raise FileExistsError(f"{run.config_path} exists: {out} already holds a run (choose another --out)")
+    google = os.path.exists(os.path.join(source, "bert_config.json"))
+    backbone = load_tf_bert(source) if google else load_hf_bert(source, allow_pickle=allow_pickle)
+    vocab_path = os.path.join(source, "vocab.txt")
+    if not os.path.exists(vocab_path):
+        raise ValueError(f"{vocab_path}: not found (the run needs the model's WordPiece vocabulary)")
+    with open(vocab_path, encoding="utf-8") as f:
+        run.write_text("vocab.txt", f.read())
+    lower_case = True
+    tokenizer_config = os.path.join(source, "tokenizer_config.json")
+    if os.path.exists(tokenizer_config):
+        lower_case = bool(_read_json(tokenizer_config).get("do_lower_case", True))
+    options = {"source": os.path.abspath(source), "format": "google" if google else "huggingface",
+               "lower_case": lower_case}
+    sentence = _sentence_embedding_options(source)
+    if sentence is not None:
+        options["sentence_embedding"] = sentence
+    tf.train.CheckpointManager(tf.train.Checkpoint(model=backbone), run.checkpoint_dir, max_to_keep=1).save()
+    run.write_config(RUN_FAMILY, "backbone", "custom", dataclasses.asdict(backbone.config), options,
+                     assets={"vocab": "vocab.txt"})
+    return run
+
+
+def load_bert_run(run, config):
+    """The :class:`BertBackbone` of a ``bert`` run (``load_run``'s loader); its checkpoint restored.
+    The vocabulary is ``run.asset(config, "vocab")``."""
+    try:
+        model_config = BertConfig(**config["model"]).validate()
+    except TypeError as e:
+        raise run.error(run.CONFIG, f"'model' is not a BERT config ({e})") from None
+    backbone = BertBackbone.from_config_object(model_config)
+    run.restore(model=backbone)
+    return backbone
+
+
+def _register():
+    from kerasplm.tasks.run_dir import register_family  # noqa: PLC0415
+
+    register_family(RUN_FAMILY, load_bert_run)
+
+
+_register()

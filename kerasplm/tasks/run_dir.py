@@ -38,7 +38,8 @@ FORMAT_VERSION = 2
 _REQUIRED = {"family": str, "preset": str, "model": dict, "options": dict}
 
 # family -> loader, or "module:function" (imported on first use, so that registering costs nothing).
-_LOADERS = {"transformer_translator": "kerasplm.tasks.translation:load_translator_from_run"}
+_LOADERS = {"transformer_translator": "kerasplm.tasks.translation:load_translator_from_run",
+            "bert": "kerasplm.convert.bert:load_bert_run"}
 
 
 class RunDirError(ValueError):

@@ -148,3 +148,36 @@ def test_matches_transformers_bert_model(tmp_path):
     for mine, theirs in zip(ours["attentions"], expected.attentions):
         np.testing.assert_allclose(mine.numpy(), theirs.numpy(), atol=1e-5)
     np.testing.assert_allclose(ours["pooled_output"], expected.pooler_output.numpy(), atol=1e-5)
+
+
+def test_cli_convert_writes_a_run_that_load_run_restores(tmp_path, capsys):
+    pytest.importorskip("safetensors")
+    from kerasplm import cli
+    from kerasplm.tasks.run_dir import load_run
+
+    model = tiny(seed=3)
+    source = tmp_path / "hf"
+    write_hf_dir(model, source)
+    (source / "vocab.txt").write_text("".join(f"tok{i}\n" for i in range(40)))
+    (source / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]))
+    (source / "1_Pooling").mkdir()
+    (source / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True,
+                                                                   "pooling_mode_cls_token": False}))
+    (source / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 10}))
+    out = tmp_path / "run"
+    assert cli.main(["convert", "bert", "--from", str(source), "--out", str(out)]) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert (config["family"], config["preset"], config["assets"]) == ("bert", "custom", {"vocab": "vocab.txt"})
+    assert config["model"]["hidden_size"] == 16
+    assert config["options"]["sentence_embedding"] == {"normalize": True, "pooling": ["mean_tokens"],
+                                                        "max_seq_length": 10}
+    assert (out / "vocab.txt").read_text() == (source / "vocab.txt").read_text()
+    loaded = load_run(str(out))
+    np.testing.assert_allclose(outputs(loaded)["sequence_output"], outputs(model)["sequence_output"], atol=1e-6)
+    # A second conversion into the same run directory is refused with a one-line error (exit 2).
+    capsys.readouterr()
+    assert cli.main(["convert", "bert", "--from", str(source), "--out", str(out)]) == 2
+    assert "already holds a run" in capsys.readouterr().err
