@@ -75,6 +75,14 @@ def tf_name(path, kind):
     return "/".join(parts + ([suffix] if suffix else []))
 
 
+# BertConfig field <- HuggingFace / Google config key (the first five are required).
+_CONFIG_KEYS = (("vocab_size", "vocab_size"), ("num_layers", "num_hidden_layers"), ("hidden_size", "hidden_size"),
+                ("num_heads", "num_attention_heads"), ("intermediate_size", "intermediate_size"),
+                ("max_positions", "max_position_embeddings"), ("num_segments", "type_vocab_size"),
+                ("dropout", "hidden_dropout_prob"), ("attention_dropout", "attention_probs_dropout_prob"),
+                ("layer_norm_epsilon", "layer_norm_eps"), ("initializer_range", "initializer_range"))
+
+
 def config_from_hf(hf):
     """A :class:`BertConfig` from a HuggingFace ``config.json`` / Google ``bert_config.json`` dict."""
     act = hf.get("hidden_act", "gelu")
@@ -83,17 +91,15 @@ def config_from_hf(hf):
     position = hf.get("position_embedding_type", "absolute")
     if position != "absolute":
         raise ValueError(f"position_embedding_type={position!r} is not supported (only 'absolute')")
-    missing = [k for k in ("vocab_size", "num_hidden_layers", "hidden_size", "num_attention_heads",
-                           "intermediate_size") if k not in hf]
+    missing = [key for _, key in _CONFIG_KEYS[:5] if key not in hf]
     if missing:
         raise ValueError(f"BERT config lacks {missing}")
-    return BertConfig(vocab_size=hf["vocab_size"], num_layers=hf["num_hidden_layers"], hidden_size=hf["hidden_size"],
-                      num_heads=hf["num_attention_heads"], intermediate_size=hf["intermediate_size"],
-                      max_positions=hf.get("max_position_embeddings", 512), num_segments=hf.get("type_vocab_size", 2),
-                      dropout=hf.get("hidden_dropout_prob", 0.1),
-                      attention_dropout=hf.get("attention_probs_dropout_prob", 0.1),
-                      layer_norm_epsilon=hf.get("layer_norm_eps", 1e-12),
-                      initializer_range=hf.get("initializer_range", 0.02)).validate()
+    return BertConfig(**{field: hf[key] for field, key in _CONFIG_KEYS if key in hf}).validate()
+
+
+def config_to_hf(config):
+    """The inverse of :func:`config_from_hf` (``hidden_act`` "gelu")."""
+    return {**{key: getattr(config, field) for field, key in _CONFIG_KEYS}, "hidden_act": "gelu"}
 
 
 def assign_weights(backbone, tensors, name_fn, transpose_kernels, source):
@@ -210,11 +216,7 @@ def save_tf_bert(backbone, directory, checkpoint_prefix="bert_model.ckpt"):
         values.append(tf.convert_to_tensor(variable))
     tf.raw_ops.SaveV2(prefix=os.path.join(directory, checkpoint_prefix), tensor_names=names,
                       shape_and_slices=[""] * len(names), tensors=values)
-    hf = {"vocab_size": c.vocab_size, "num_hidden_layers": c.num_layers, "hidden_size": c.hidden_size,
-          "num_attention_heads": c.num_heads, "intermediate_size": c.intermediate_size, "hidden_act": "gelu",
-          "max_position_embeddings": c.max_positions, "type_vocab_size": c.num_segments,
-          "hidden_dropout_prob": c.dropout, "attention_probs_dropout_prob": c.attention_dropout,
-          "initializer_range": c.initializer_range}
+    hf = config_to_hf(c)
     with open(os.path.join(directory, "bert_config.json"), "w", encoding="utf-8") as f:
         json.dump(hf, f, indent=2)
 

@@ -36,11 +36,7 @@ def write_hf_dir(model, directory, prefix="", drop=(), extra=None):
     tensors.update(extra or {})
     directory.mkdir(exist_ok=True)
     save_file(tensors, str(directory / "model.safetensors"))
-    c = model.config
-    (directory / "config.json").write_text(json.dumps({
-        "vocab_size": c.vocab_size, "num_hidden_layers": c.num_layers, "hidden_size": c.hidden_size,
-        "num_attention_heads": c.num_heads, "intermediate_size": c.intermediate_size, "hidden_act": "gelu",
-        "max_position_embeddings": c.max_positions, "type_vocab_size": c.num_segments}))
+    (directory / "config.json").write_text(json.dumps(convert.config_to_hf(model.config)))
 
 
 def test_google_tf_checkpoint_roundtrip(tmp_path):
@@ -74,9 +70,7 @@ def test_google_checkpoint_written_by_tf_saver_with_optimizer_slots(tmp_path):
         with tf.compat.v1.Session(graph=graph) as session:
             session.run(tf.compat.v1.global_variables_initializer())
             saver.save(session, str(tmp_path / "bert_model.ckpt"))
-    (tmp_path / "bert_config.json").write_text(json.dumps({
-        "vocab_size": 40, "num_hidden_layers": 2, "hidden_size": 16, "num_attention_heads": 2,
-        "intermediate_size": 32, "hidden_act": "gelu", "max_position_embeddings": 12, "type_vocab_size": 2}))
+    (tmp_path / "bert_config.json").write_text(json.dumps(convert.config_to_hf(model.config)))
     loaded = convert.load_tf_bert(str(tmp_path))
     np.testing.assert_allclose(outputs(loaded)["sequence_output"], outputs(model)["sequence_output"], atol=1e-6)
 
@@ -123,6 +117,8 @@ def test_config_errors(tmp_path):
         convert.config_from_hf({"hidden_act": "relu"})
     with pytest.raises(ValueError, match="lacks"):
         convert.config_from_hf({"vocab_size": 3})
+    config = tiny().config
+    assert convert.config_from_hf(convert.config_to_hf(config)) == config
 
 
 def test_matches_transformers_bert_model(tmp_path):
