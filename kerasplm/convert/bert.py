@@ -117,11 +117,12 @@ def assign_weights(backbone, tensors, name_fn, transpose_kernels, source):
             problems.append(f"missing {name} {tuple(variable.shape)}")
             continue
         value = np.asarray(tensors[name])
-        if kind == "kernel" and transpose_kernels:
+        transposed = kind == "kernel" and transpose_kernels   # PyTorch stores Linear weights (out, in)
+        if transposed:
             value = value.T
         if value.shape != tuple(variable.shape):
-            problems.append(f"shape of {name}: {value.shape} (as stored{', transposed' if kind == 'kernel' and transpose_kernels else ''}), "
-                            f"expected {tuple(variable.shape)}")
+            how = "transposed" if transposed else "as stored"
+            problems.append(f"shape of {name}: {value.shape} ({how}), expected {tuple(variable.shape)}")
             continue
         plan.append((variable, value))
     problems += [f"unknown {name} {np.shape(tensors[name])}" for name in sorted(set(tensors) - expected)]

@@ -56,7 +56,8 @@ class BertConfig:
             raise ValueError(f"BertConfig.hidden_size={self.hidden_size} must be divisible by "
                              f"num_heads={self.num_heads}")
         if self.embedding_size is not None and (not isinstance(self.embedding_size, int) or self.embedding_size <= 0):
-            raise ValueError(f"BertConfig.embedding_size must be None or a positive integer, got {self.embedding_size!r}")
+            raise ValueError("BertConfig.embedding_size must be None or a positive integer, "
+                             f"got {self.embedding_size!r}")
         for name in ("dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"BertConfig.{name} must be in [0, 1), got {getattr(self, name)}")

@@ -110,6 +110,18 @@ def test_pickle_checkpoint_needs_opt_in(tmp_path):
         convert.load_hf_bert(str(tmp_path))
 
 
+def test_pytorch_bin_loads_with_allow_pickle(tmp_path):
+    torch = pytest.importorskip("torch")
+    model = tiny(seed=1)
+    state = {convert.hf_name(path, kind): torch.tensor(v.numpy().T.copy() if kind == "kernel" else v.numpy())
+             for path, kind, v in convert.weight_map(model)}
+    state["embeddings.LayerNorm.gamma"] = state.pop("embeddings.LayerNorm.weight")  # the old spelling
+    torch.save(state, str(tmp_path / "pytorch_model.bin"))
+    (tmp_path / "config.json").write_text(json.dumps(convert.config_to_hf(model.config)))
+    loaded = convert.load_hf_bert(str(tmp_path), allow_pickle=True)
+    np.testing.assert_allclose(outputs(loaded)["sequence_output"], outputs(model)["sequence_output"], atol=1e-6)
+
+
 def test_config_errors(tmp_path):
     with pytest.raises(ValueError, match="config.json: not found"):
         convert.load_hf_bert(str(tmp_path))
