@@ -6,6 +6,9 @@
     kerasplm export translator --run RUN_DIR --to export/translator [--version N] [--overwrite]
     kerasplm serve --model-base-path export/translator --model-name translator [--port 8501]
     kerasplm serve --model-config-file models.config [--port 8501]   # several models (TF Serving's format)
+    kerasplm convert bert --from HF_OR_GOOGLE_DIR --out RUN_DIR       # pretrained weights -> run directory
+    kerasplm convert gpt2 --from HF_DIR --out RUN_DIR
+    kerasplm presets [--family bert]                                  # presets with parameter counts
 
 Every subcommand has ``--help``. Bad flags and unreadable inputs end with a one-line error and exit
 status 2.
@@ -97,20 +100,6 @@ def build_parser():
     return parser
 
 
-def _add_convert_parser(commands):
-    cv = commands.add_parser("convert", help="convert a pretrained checkpoint into a kerasplm run directory",
-                             description="Convert another library's checkpoint into a kerasplm run directory.")
-    families = cv.add_subparsers(dest="family", metavar="FAMILY", required=True)
-    g2 = families.add_parser("gpt2", help="a Hugging Face GPT-2 directory (config.json, model.safetensors)",
-                             description="Convert a Hugging Face GPT-2 directory (save_pretrained: config.json "
-                                         "and model.safetensors) into a new run directory.")
-    g2.add_argument("--from", dest="source", required=True, help="the Hugging Face model directory")
-    g2.add_argument("--out", required=True, help="the new run directory")
-    g2.add_argument("--allow-pickle", action="store_true",
-                    help="also read pytorch_model.bin (unpickling can run code: only for files you trust)")
-    g2.set_defaults(handler=_convert_gpt2)
-
-
 def _convert_gpt2(args):
     from kerasplm.convert.gpt2 import convert_gpt2_to_run
 
@@ -196,6 +185,34 @@ def _add_presets_parser(commands):
                                          "built).")
     pr.add_argument("--family", help="only this family (e.g. transformer)")
     pr.set_defaults(handler=_presets)
+
+
+def _add_convert_parser(commands):
+    cv = commands.add_parser("convert", help="convert pretrained weights into a kerasplm run directory",
+                             description="Convert pretrained weights into a new kerasplm run directory.")
+    families = cv.add_subparsers(dest="family", metavar="FAMILY", required=True)
+    for name, help_text, description, handler in (
+            ("bert", "a HuggingFace BERT directory or Google's BERT checkpoint",
+             "Convert a HuggingFace BERT directory (config.json, model.safetensors, vocab.txt) or Google's "
+             "layout (bert_config.json, bert_model.ckpt.*, vocab.txt) into a run directory.", _convert_bert),
+            ("gpt2", "a HuggingFace GPT-2 directory (config.json, model.safetensors)",
+             "Convert a HuggingFace GPT-2 directory (save_pretrained: config.json and model.safetensors) "
+             "into a run directory.", _convert_gpt2)):
+        family = families.add_parser(name, help=help_text, description=description)
+        family.add_argument("--from", dest="source", required=True, help="the directory holding the weights")
+        family.add_argument("--out", required=True, help="the run directory to write (must not hold a run)")
+        family.add_argument("--allow-pickle", action="store_true",
+                            help="also read pytorch_model.bin (unpickling runs code from the file: only for "
+                                 "files you trust)")
+        family.set_defaults(handler=handler)
+
+
+def _convert_bert(args):
+    from kerasplm.convert.bert import convert_bert_to_run
+
+    run = convert_bert_to_run(args.source, args.out, allow_pickle=args.allow_pickle)
+    print(run.path)
+    return 0
 
 
 def _presets(args):

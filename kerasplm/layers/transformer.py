@@ -143,13 +143,15 @@ class EncoderLayer(_BlockOptions, keras.layers.Layer):
         self.layernorm2.build(shape)
         self.built = True
 
-    def call(self, x, training=None, padding_mask=None):
+    def call(self, x, training=None, padding_mask=None, return_attention=False):
+        """``return_attention=True`` -> ``(output, weights (batch, heads, seq_len, seq_len))`` (BERT's
+        ``output_attentions``); otherwise the output alone (the seed's call)."""
         def attend(h):
             return self.mha(h, h, h, padding_mask, training=training)
 
-        x, _ = self._residual(x, attend, self.layernorm1, self.dropout1, training)
+        x, weights = self._residual(x, attend, self.layernorm1, self.dropout1, training)
         x, _ = self._residual(x, lambda h: (self.ffn(h), None), self.layernorm2, self.dropout2, training)
-        return x
+        return (x, weights) if return_attention else x
 
     def get_config(self):
         return {**super().get_config(), **self._options_config()}

@@ -126,7 +126,8 @@ def test_cli_bad_corpus_is_one_line(tmp_path, capsys):
 
 def test_every_subcommand_has_help():
     for argv in (["--help"], ["train", "translator", "--help"], ["translate", "--help"],
-                 ["export", "translator", "--help"], ["serve", "--help"], ["presets", "--help"]):
+                 ["export", "translator", "--help"], ["serve", "--help"], ["presets", "--help"],
+                 ["convert", "bert", "--help"], ["convert", "gpt2", "--help"]):
         with pytest.raises(SystemExit) as exc:
             cli.main(argv)
         assert exc.value.code == 0

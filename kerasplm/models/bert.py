@@ -1,0 +1,174 @@
+"""BERT (Devlin et al. 2019) and ALBERT (Lan et al. 2019) encoders.
+
+    h_0 = Drop(LN(E_tok[x] + P[pos] + E_seg[s]))     (learned positions, no sqrt(d) scaling)
+          (ALBERT: embedding size E < H, then h_0 W_proj + b: the factorized embedding, section 3.1)
+    h_l = Block_l(h_{l-1})                           (post-LN encoder block, exact-erf GELU, eps 1e-12)
+          (ALBERT: one block reused L times, cross-layer parameter sharing, section 3.1)
+    pooled = tanh(h_L[:, 0] W_p + b_p)               (the [CLS] pooler, BERT section 3)
+
+``BertBackbone`` takes ``{"token_ids", "segment_ids", "padding_mask"}`` (each ``(batch, seq_len)``;
+``padding_mask`` is 1 for real tokens, as HuggingFace's ``attention_mask``) and returns
+``{"sequence_output": (batch, seq_len, H), "pooled_output": (batch, H)}``, plus ``hidden_states`` (L + 1
+tensors: embeddings, then each block) and ``attentions`` (L tensors ``(batch, heads, seq_len, seq_len)``)
+when called with ``output_hidden_states=True`` / ``output_attentions=True``.
+
+Real weights: :mod:`kerasplm.convert.bert` (HuggingFace directories and Google's TF checkpoints).
+"""
+import dataclasses
+
+import keras
+import tensorflow as tf
+
+from kerasplm.layers.embedding import TransformerEmbedding
+from kerasplm.layers.transformer import EncoderLayer
+from kerasplm.models.base import Backbone
+from kerasplm.models.presets import register_presets
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+    """Hyper-parameters of a BERT / ALBERT encoder (HuggingFace's names in brackets where they differ:
+    num_layers [num_hidden_layers], num_heads [num_attention_heads], max_positions
+    [max_position_embeddings], num_segments [type_vocab_size], dropout [hidden_dropout_prob],
+    attention_dropout [attention_probs_dropout_prob], layer_norm_epsilon [layer_norm_eps])."""
+
+    vocab_size: int
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    intermediate_size: int
+    max_positions: int = 512
+    num_segments: int = 2
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    layer_norm_epsilon: float = 1e-12
+    embedding_size: int = None
+    share_layers: bool = False
+    initializer_range: float = 0.02
+
+    def validate(self):
+        for name in ("vocab_size", "num_layers", "hidden_size", "num_heads", "intermediate_size",
+                     "max_positions", "num_segments"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"BertConfig.{name} must be a positive integer, got {value!r}")
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"BertConfig.hidden_size={self.hidden_size} must be divisible by "
+                             f"num_heads={self.num_heads}")
+        if self.embedding_size is not None and (not isinstance(self.embedding_size, int) or self.embedding_size <= 0):
+            raise ValueError("BertConfig.embedding_size must be None or a positive integer, "
+                             f"got {self.embedding_size!r}")
+        for name in ("dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"BertConfig.{name} must be in [0, 1), got {getattr(self, name)}")
+        if not self.layer_norm_epsilon > 0 or not self.initializer_range > 0:
+            raise ValueError("BertConfig.layer_norm_epsilon and initializer_range must be > 0, got "
+                             f"{self.layer_norm_epsilon}, {self.initializer_range}")
+        return self
+
+
+def _bert(num_layers, hidden_size, num_heads, **kwargs):
+    return BertConfig(vocab_size=30522, num_layers=num_layers, hidden_size=hidden_size, num_heads=num_heads,
+                      intermediate_size=4 * hidden_size, **kwargs)
+
+
+PRESETS = {
+    # Turc et al. 2019, "Well-Read Students Learn Better" (the compact BERTs), and the two of the paper.
+    "bert_tiny": _bert(2, 128, 2),
+    "bert_mini": _bert(4, 256, 4),
+    "bert_small": _bert(4, 512, 8),
+    "bert_medium": _bert(8, 512, 8),
+    "bert_base": _bert(12, 768, 12),
+    "bert_large": _bert(24, 1024, 16),
+    "albert_base": BertConfig(vocab_size=30000, num_layers=12, hidden_size=768, num_heads=12,
+                              intermediate_size=3072, embedding_size=128, share_layers=True, dropout=0.0,
+                              attention_dropout=0.0),
+}
+
+
+def num_parameters(config):
+    """Exact weight count: embeddings (+ ALBERT's projection) + blocks (one when shared) + pooler."""
+    h, f = config.hidden_size, config.intermediate_size
+    e = config.embedding_size or h
+    embeddings = (config.vocab_size + config.max_positions + config.num_segments) * e + 2 * e
+    projection = e * h + h if e != h else 0
+    block = 4 * (h * h + h) + (h * f + f) + (f * h + h) + 2 * 2 * h
+    blocks = (1 if config.share_layers else config.num_layers) * block
+    return embeddings + projection + blocks + (h * h + h)
+
+
+@keras.saving.register_keras_serializable(package="kerasplm")
+class BertBackbone(Backbone):
+    """BERT / ALBERT encoder (see the module docstring).
+
+    Args: the fields of :class:`BertConfig`.
+    Call: ``inputs`` dict of int ``token_ids``, ``segment_ids`` (optional, default 0) and ``padding_mask``
+    (optional, 1 = real token, default all real), each ``(batch, seq_len)``; ``training``;
+    ``output_hidden_states``; ``output_attentions`` -> dict of outputs.
+    """
+
+    preset_family = "bert"
+
+    def __init__(self, vocab_size, num_layers, hidden_size, num_heads, intermediate_size, max_positions=512,
+                 num_segments=2, dropout=0.1, attention_dropout=0.1, layer_norm_epsilon=1e-12,
+                 embedding_size=None, share_layers=False, initializer_range=0.02, **kwargs):
+        super().__init__(**kwargs)
+        self.config = BertConfig(vocab_size, num_layers, hidden_size, num_heads, intermediate_size, max_positions,
+                                 num_segments, dropout, attention_dropout, layer_norm_epsilon, embedding_size,
+                                 share_layers, initializer_range).validate()
+        init = keras.initializers.TruncatedNormal(stddev=initializer_range)
+        self.embeddings = TransformerEmbedding(
+            vocab_size, hidden_size, max_positions, dropout, position_embedding="learned", num_segments=num_segments,
+            embedding_size=embedding_size, scale_embeddings=False, normalize=True,
+            layer_norm_epsilon=layer_norm_epsilon, embeddings_initializer=init, name="embeddings")
+
+        def block(name):
+            return EncoderLayer(hidden_size, num_heads, intermediate_size, dropout, normalize_first=False,
+                                activation="gelu", layer_norm_epsilon=layer_norm_epsilon,
+                                attention_dropout=attention_dropout, kernel_initializer=init, name=name)
+
+        # With share_layers one block is reused num_layers times (its weights exist once).
+        self.blocks = [block("block")] if share_layers else [block(f"block{i + 1}") for i in range(num_layers)]
+        self.pooler = keras.layers.Dense(hidden_size, activation="tanh", kernel_initializer=init, name="pooler")
+        self.build()
+
+    @staticmethod
+    def num_parameters(config):
+        return num_parameters(config)
+
+    def build(self, input_shape=None):
+        shape = (None, None, self.config.hidden_size)
+        self.embeddings.build()
+        for block in self.blocks:
+            block.build(shape)
+        self.pooler.build((None, self.config.hidden_size))
+        self.built = True
+
+    def layer_blocks(self):
+        """The block applied at each of the ``num_layers`` positions (the same one when shared)."""
+        return [self.blocks[0 if self.config.share_layers else i] for i in range(self.config.num_layers)]
+
+    def call(self, inputs, training=None, output_hidden_states=False, output_attentions=False):
+        token_ids = inputs["token_ids"]
+        segment_ids = inputs.get("segment_ids")
+        padding_mask = inputs.get("padding_mask")
+        if padding_mask is None:
+            padding_mask = tf.ones_like(token_ids)
+        # kerasplm's convention: 1.0 = may not attend, broadcast over heads and queries.
+        attention_mask = (1.0 - tf.cast(padding_mask, tf.float32))[:, tf.newaxis, tf.newaxis, :]
+        x = self.embeddings(token_ids, segment_ids=segment_ids, training=training)
+        hidden_states, attentions = [x], []
+        for block in self.layer_blocks():
+            x, weights = block(x, training=training, padding_mask=attention_mask, return_attention=True)
+            hidden_states.append(x)
+            attentions.append(weights)
+        outputs = {"sequence_output": x, "pooled_output": self.pooler(x[:, 0])}
+        if output_hidden_states:
+            outputs["hidden_states"] = hidden_states
+        if output_attentions:
+            outputs["attentions"] = attentions
+        return outputs
+
+
+register_presets("bert", BertBackbone, PRESETS, num_parameters=num_parameters,
+                 description="BERT / ALBERT encoder (post-LN, learned positions, segments, [CLS] pooler)")
