@@ -22,7 +22,6 @@ fixed-size key/value cache, :meth:`MultiHeadAttention.call_with_cache`); ``decod
 translator's one-position form of it.
 """
 import keras
-import tensorflow as tf
 
 from kerasplm.layers.attention import MultiHeadAttention, clone_initializer, write_cache
 from kerasplm.layers.dropout import Dropout

@@ -21,7 +21,6 @@ Keras' own ``Model.compute_loss(x, y, y_pred, sample_weight, training)`` is unto
 import dataclasses
 
 import keras
-import tensorflow as tf
 
 from kerasplm.layers.tracking import TracksLayerLists
 from kerasplm.text.preprocessing import Preprocessor  # noqa: F401  (re-exported: the base of every preprocessor)

@@ -4,7 +4,6 @@ Modes print one JSON line starting with "RESULT " and write weights to --out (.n
 """
 import argparse
 import json
-import os
 import sys
 import time
 
