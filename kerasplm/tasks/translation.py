@@ -11,7 +11,6 @@ Example:
 >>> translator.translate(["¿Puedo tomar prestado este libro?"])
 """
 import dataclasses
-import functools
 import os
 import time
 
@@ -22,7 +21,8 @@ import tensorflow as tf
 from kerasplm.data import (group_references, make_translation_dataset, read_parallel_tsv, sample_path,
                            train_dev_split)
 from kerasplm.models.transformer import PRESETS, Transformer, TransformerConfig, get_preset
-from kerasplm.tasks.options import RUN, SESSION, JobOptions, option, resolve_options
+from kerasplm.tasks.job import TrainingOptions, fit_recorded, open_run, restores_global_policy, training_summary
+from kerasplm.tasks.options import RUN, SESSION, option
 from kerasplm.tasks.run_dir import RunDir
 from kerasplm.text import (TranslatorPreprocessor, WordPieceTokenizer, build_wordpiece_vocab, read_vocab,
                            write_vocab)
@@ -119,11 +119,13 @@ class Translator:
 
 
 @dataclasses.dataclass(frozen=True)
-class TranslatorOptions(JobOptions):
+class TranslatorOptions(TrainingOptions):
     """Options of the translator job (``train_translator`` keywords and ``kerasplm train translator`` flags).
 
     RUN options are stored in the run's config.json and kept on resume; SESSION options apply to one
-    invocation. Adding an option is one line here (see :mod:`kerasplm.tasks.options`).
+    invocation (the common ones — steps, time budget, precision, XLA — come from
+    :class:`kerasplm.tasks.job.TrainingOptions`). Adding an option is one line here (see
+    :mod:`kerasplm.tasks.options`).
     """
     # data
     data: str = option(None, "tab-separated parallel corpus (default: the bundled Tatoeba sample)", file=True,
@@ -142,22 +144,11 @@ class TranslatorOptions(JobOptions):
     warmup_steps: int = option(4000, "CustomSchedule warmup steps", kind=int, minimum=0, exclusive_minimum=True)
     label_smoothing: float = option(0.1, "label smoothing ε of the training loss", kind=float, minimum=0,
                                     maximum=1, exclusive_maximum=True)
-    seed: int = option(0, "seed of the data split, shuffle, initialization and dropout", kind=int)
     # this invocation
-    steps: int = option(None, "train to this global step (a resumed run continues to the same total)",
-                        kind=int, minimum=0, exclusive_minimum=True, scope=SESSION)
-    time_budget: float = option(None, "seconds of training", kind=float, minimum=0, exclusive_minimum=True,
-                                scope=SESSION)
-    eval_every: int = option(None, "held-out loss every N steps", kind=int, minimum=0, exclusive_minimum=True, scope=SESSION)
     bleu_beam_size: int = option(1, "beam size for the BLEU evaluation", flag="--beam-size", kind=int, minimum=0, exclusive_minimum=True,
                                  scope=SESSION)
     bleu_max_sentences: int = option(None, "score BLEU on at most this many held-out sentences", kind=int,
                                      minimum=1, scope=SESSION)
-    mixed_precision: str = option(None, "Keras dtype policy for training",
-                                  choices=["mixed_bfloat16", "mixed_float16"], scope=SESSION)
-    jit_compile: object = option("auto", "do not XLA-compile the train step", flag="--no-jit", const=False,
-                                 choices=["auto", True, False], scope=SESSION)
-    verbose: int = option(1, "no progress bar", flag="--quiet", const=0, kind=int, minimum=0, scope=SESSION)
 
     def check(self):
         if self.src_col == self.tgt_col:
@@ -228,32 +219,7 @@ def _prepare_data(options):
     return (train_src, train_tgt), (dev_src, dev_tgt), (dev_sources, dev_refs)
 
 
-def _restores_global_policy(fn):
-    """Run ``fn`` and put the caller's global dtype policy back afterwards (models keep their own)."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        previous = keras.mixed_precision.global_policy()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            keras.mixed_precision.set_global_policy(previous)
-    return wrapper
-
-
-def _open_run(out, options, overrides):
-    """(RunDir, resolved options, stored config or None, previous history); refuses conflicting resumes."""
-    run = RunDir(out)
-    config, history = None, {}
-    if run.exists():
-        config = run.read_config(family=FAMILY, what="translator")
-        _model_config(run, config)
-        history = run.read_history()
-    stored = config["options"] if config else None
-    options, _ = resolve_options(TranslatorOptions, options, overrides, stored=stored, where=out)
-    return run, options, config, history
-
-
-@_restores_global_policy
+@restores_global_policy
 def train_translator(out, options=None, log=print, **overrides):
     """Train (or resume) a translator in run directory ``out``; report held-out BLEU.
 
@@ -266,11 +232,8 @@ def train_translator(out, options=None, log=print, **overrides):
     :class:`kerasplm.tasks.options.OptionsConflict`. Returns a summary dict (steps, BLEU, timings, sample
     translations; also written to metrics.json) whose "translator" is the trained :class:`Translator`.
     """
-    run, o, config, previous_history = _open_run(out, options, overrides)
-    if o.steps is None and o.time_budget is None:
-        raise ValueError("give steps or time_budget (or both)")
-    if o.mixed_precision:
-        keras.mixed_precision.set_global_policy(o.mixed_precision)
+    run, o, config, previous_history = open_run(out, FAMILY, TranslatorOptions, options, overrides,
+                                                what="translator", check_config=_model_config)
     t0 = time.time()
     (train_src, train_tgt), (dev_src, dev_tgt), (dev_sources, dev_refs) = _prepare_data(o)
     log(f"data: {len(train_src)} training pairs, {len(dev_sources)} held-out source sentences "
@@ -308,19 +271,10 @@ def train_translator(out, options=None, log=print, **overrides):
                                                              label_smoothing=o.label_smoothing if training else 0.0),
         jit_compile=o.jit_compile, checkpoint_dir=run.checkpoint_dir, checkpoint_every=1000,
         log_dir=run.log_dir, seed=o.seed, verbose=o.verbose)
-    t_train = time.time()
-    try:
-        history = trainer.fit(train_ds, steps=o.steps, time_budget=o.time_budget, eval_dataset=dev_ds,
-                              eval_every=o.eval_every, log_every=50)
-    finally:  # keep what this session logged, even if it failed: history.json spans every session
-        if trainer.start_step is not None and (trainer.history.get("step") or trainer.history.get("eval_step")):
-            run.append_history(previous_history, trainer.history, trainer.start_step)
-    train_seconds = time.time() - t_train
+    history, train_seconds = fit_recorded(run, trainer, previous_history, train_ds, o, eval_dataset=dev_ds)
     log(f"trained to step {trainer.step} ({trainer.stop_reason}) in {train_seconds:.0f}s")
     translator = Translator(trainer.model, src_tok, tgt_tok, config=config, step=trainer.step)
-    summary = {"step": trainer.step, "stop_reason": trainer.stop_reason, "train_seconds": round(train_seconds, 1),
-               "final_loss": history["loss"][-1] if history.get("loss") else None,
-               "eval_loss": history["eval_loss"][-1] if history.get("eval_loss") else None}
+    summary = training_summary(trainer, history, train_seconds)
     if trainer.stop_reason == "sigterm":  # preemption: the grace period is short, skip BLEU
         log(f"stopped by SIGTERM; checkpoint saved at step {trainer.step}: run the same command to resume")
         trainer.close()

@@ -1,0 +1,101 @@
+"""What every training job shares: its session options, opening/resuming a run directory, and fitting.
+
+A family's job (``train_translator``, ``train_bert``, ``train_gpt``, ``train_elmo``) is:
+
+1. an options dataclass that inherits :class:`TrainingOptions` (steps, time budget, evaluation,
+   precision, XLA, progress) and adds its own RUN options (data, preset, vocabulary, seed …);
+2. ``run, options, config, history = open_run(out, FAMILY, OptionsClass, options, overrides,
+   check_config=...)`` — a fresh directory or a resume with the stored RUN options;
+3. its data, tokenizer assets and model config; then ``run.write_config(...)`` once the run is valid;
+4. ``fit_recorded(run, trainer, history, train_ds, options, ...)`` — the Trainer's fit with the history
+   of every session appended to ``history.json`` even when the session fails;
+5. its own evaluation, ``run.write_json(run.METRICS, summary)``, and a loader registered with
+   :func:`kerasplm.tasks.run_dir.register_family`.
+
+Decorate the job with :func:`restores_global_policy` when it sets a mixed-precision policy.
+"""
+import dataclasses
+import functools
+import time
+
+import keras
+
+from kerasplm.tasks.options import RUN, SESSION, JobOptions, option, resolve_options
+from kerasplm.tasks.run_dir import RunDir
+
+__all__ = ["TrainingOptions", "open_run", "fit_recorded", "restores_global_policy", "training_summary"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingOptions(JobOptions):
+    """The options every training job has: its seed (RUN: stored, kept on resume) and the SESSION options
+    that apply to one invocation (a resume may change them)."""
+    seed: int = option(0, "seed of the data split, shuffle, initialization and dropout", kind=int, scope=RUN)
+    steps: int = option(None, "train to this global step (a resumed run continues to the same total)",
+                        kind=int, minimum=0, exclusive_minimum=True, scope=SESSION)
+    time_budget: float = option(None, "seconds of training", kind=float, minimum=0, exclusive_minimum=True,
+                                scope=SESSION)
+    eval_every: int = option(None, "held-out loss every N steps", kind=int, minimum=0, exclusive_minimum=True,
+                             scope=SESSION)
+    mixed_precision: str = option(None, "Keras dtype policy for training",
+                                  choices=["mixed_bfloat16", "mixed_float16"], scope=SESSION)
+    jit_compile: object = option("auto", "do not XLA-compile the train step", flag="--no-jit", const=False,
+                                 choices=["auto", True, False], scope=SESSION)
+    verbose: int = option(1, "no progress bar", flag="--quiet", const=0, kind=int, minimum=0, scope=SESSION)
+
+
+def restores_global_policy(fn):
+    """Run ``fn`` and put the caller's global dtype policy back afterwards (models keep their own)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        previous = keras.mixed_precision.global_policy()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            keras.mixed_precision.set_global_policy(previous)
+    return wrapper
+
+
+def open_run(out, family, options_cls, options=None, overrides=None, what=None, check_config=None):
+    """Open run directory ``out`` for a (possibly resumed) job of ``family``.
+
+    Returns ``(run, options, config, history)``: ``config`` and ``history`` are the stored ones (``None``
+    and ``{}`` for a fresh directory). On resume the stored RUN options win; asking for a different one
+    raises :class:`kerasplm.tasks.options.OptionsConflict`. ``check_config(run, config)`` validates the
+    stored model config (raise ``run.error(...)``) before anything is trained. Also sets the mixed-precision
+    policy the options ask for, and refuses a job with neither ``steps`` nor ``time_budget``.
+    """
+    run = RunDir(out)
+    config, history = None, {}
+    if run.exists():
+        config = run.read_config(family=family, what=what or family)
+        if check_config is not None:
+            check_config(run, config)
+        history = run.read_history()
+    stored = config["options"] if config else None
+    options, _ = resolve_options(options_cls, options, overrides, stored=stored, where=out)
+    if options.steps is None and options.time_budget is None:
+        raise ValueError("give steps or time_budget (or both)")
+    if options.mixed_precision:
+        keras.mixed_precision.set_global_policy(options.mixed_precision)
+    return run, options, config, history
+
+
+def fit_recorded(run, trainer, previous_history, train_ds, options, eval_dataset=None, log_every=50):
+    """``trainer.fit`` for ``options.steps`` / ``options.time_budget``, appending this session's history
+    to the run's ``history.json`` (also when the session fails). Returns ``(history, train_seconds)``."""
+    t0 = time.time()
+    try:
+        history = trainer.fit(train_ds, steps=options.steps, time_budget=options.time_budget,
+                              eval_dataset=eval_dataset, eval_every=options.eval_every, log_every=log_every)
+    finally:  # keep what this session logged, even if it failed: history.json spans every session
+        if trainer.start_step is not None and (trainer.history.get("step") or trainer.history.get("eval_step")):
+            run.append_history(previous_history, trainer.history, trainer.start_step)
+    return history, time.time() - t0
+
+
+def training_summary(trainer, history, train_seconds):
+    """The part of a job's summary (and ``metrics.json``) every job reports."""
+    return {"step": trainer.step, "stop_reason": trainer.stop_reason, "train_seconds": round(train_seconds, 1),
+            "final_loss": history["loss"][-1] if history.get("loss") else None,
+            "eval_loss": history["eval_loss"][-1] if history.get("eval_loss") else None}
