@@ -56,13 +56,16 @@ def restores_global_policy(fn):
     return wrapper
 
 
-def open_run(out, family, options_cls, options=None, overrides=None, what=None, check_config=None):
+def open_run(out, family, options_cls, options=None, overrides=None, what=None, check_config=None,
+             legacy_options=None):
     """Open run directory ``out`` for a (possibly resumed) job of ``family``.
 
     Returns ``(run, options, config, history)``: ``config`` and ``history`` are the stored ones (``None``
     and ``{}`` for a fresh directory). On resume the stored RUN options win; asking for a different one
     raises :class:`kerasplm.tasks.options.OptionsConflict`. ``check_config(run, config)`` validates the
-    stored model config (raise ``run.error(...)``) before anything is trained. Also sets the mixed-precision
+    stored model config (raise ``run.error(...)``) before anything is trained. ``legacy_options`` are the
+    values RUN options had before they existed (a run stored without them resumes as it was trained, not with
+    today's default). Also sets the mixed-precision
     policy the options ask for, and refuses a job with neither ``steps`` nor ``time_budget``.
     """
     run = RunDir(out)
@@ -72,7 +75,7 @@ def open_run(out, family, options_cls, options=None, overrides=None, what=None, 
         if check_config is not None:
             check_config(run, config)
         history = run.read_history()
-    stored = config["options"] if config else None
+    stored = {**(legacy_options or {}), **config["options"]} if config else None
     options, _ = resolve_options(options_cls, options, overrides, stored=stored, where=out)
     if options.steps is None and options.time_budget is None:
         raise ValueError("give steps or time_budget (or both)")
@@ -81,16 +84,22 @@ def open_run(out, family, options_cls, options=None, overrides=None, what=None, 
     return run, options, config, history
 
 
-def fit_recorded(run, trainer, previous_history, train_ds, options, eval_dataset=None, log_every=50):
+def fit_recorded(run, trainer, previous_history, train_ds, options, eval_dataset=None, log_every=50,
+                 session_start_step=None):
     """``trainer.fit`` for ``options.steps`` / ``options.time_budget``, appending this session's history
-    to the run's ``history.json`` (also when the session fails). Returns ``(history, train_seconds)``."""
+    to the run's ``history.json`` (also when the session fails). Returns ``(history, train_seconds)``.
+
+    ``session_start_step``: the step this session resumed from, when the job already called
+    ``trainer.fit`` before (default: where this fit starts).
+    """
     t0 = time.time()
     try:
         history = trainer.fit(train_ds, steps=options.steps, time_budget=options.time_budget,
                               eval_dataset=eval_dataset, eval_every=options.eval_every, log_every=log_every)
     finally:  # keep what this session logged, even if it failed: history.json spans every session
-        if trainer.start_step is not None and (trainer.history.get("step") or trainer.history.get("eval_step")):
-            run.append_history(previous_history, trainer.history, trainer.start_step)
+        start = trainer.start_step if session_start_step is None else session_start_step
+        if start is not None and (trainer.history.get("step") or trainer.history.get("eval_step")):
+            run.append_history(previous_history, trainer.history, start)
     return history, time.time() - t0
 
 

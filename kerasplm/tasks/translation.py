@@ -26,9 +26,17 @@ from kerasplm.tasks.options import RUN, SESSION, option
 from kerasplm.tasks.run_dir import RunDir
 from kerasplm.text import (TranslatorPreprocessor, WordPieceTokenizer, build_wordpiece_vocab, read_vocab,
                            write_vocab)
-from kerasplm.training import CustomSchedule, Trainer, fused_masked_cross_entropy
+from kerasplm.training import BudgetSchedule, CustomSchedule, Trainer, fused_masked_cross_entropy
 
 DEFAULT_PRESET = "transformer_seed"
+# The job's default learning-rate schedule ("budget"): BudgetSchedule fitted to the steps the run will make;
+# "seed" is the seed's CustomSchedule(d_model, warmup_steps). Measured in benchmarks/RESULTS.md.
+SCHEDULES = ("budget", "seed")
+DEFAULT_PEAK_LEARNING_RATE = 1e-3
+DEFAULT_WARMUP_FRACTION = 0.1
+# A time-budgeted run first makes TRACE_STEPS steps (tracing the train step's bucket shapes), then times
+# TIMED_STEPS steps to estimate how many steps the rest of the budget allows.
+TRACE_STEPS, TIMED_STEPS = 20, 60
 FAMILY = "transformer_translator"
 ASSETS = {"source_vocab": "src_vocab.txt", "target_vocab": "tgt_vocab.txt"}
 SEED_SENTENCES = ["¿Puedo tomar prestado este libro?", "Hace mucho frío aquí.", "Esta es mi vida.",
@@ -138,10 +146,23 @@ class TranslatorOptions(TrainingOptions):
     max_pairs: int = option(None, "read at most this many pairs of --data", kind=int, minimum=0, exclusive_minimum=True)
     # model and training
     preset: str = option(DEFAULT_PRESET, "model preset", choices=lambda: sorted(PRESETS))
+    dropout: float = option(None, "dropout rate of the model (default: the preset's, 0.1 for transformer_seed)",
+                            kind=float, minimum=0, maximum=1, exclusive_maximum=True)
     batch_size: int = option(64, "sentence pairs per global batch", kind=int, minimum=0, exclusive_minimum=True)
     vocab_size: int = option(8000, "WordPiece vocabulary size per language", kind=int, minimum=0, exclusive_minimum=True)
     max_length: int = option(40, "max tokens per sentence, [START]/[END] included", kind=int, minimum=3)
-    warmup_steps: int = option(4000, "CustomSchedule warmup steps", kind=int, minimum=0, exclusive_minimum=True)
+    schedule: str = option("budget", "learning rate: 'budget' = linear warmup over --warmup-fraction of the run "
+                           "to --peak-learning-rate, linear decay to 0 at its last step (fitted to --steps or "
+                           "to the steps --time-budget allows); 'seed' = the seed's CustomSchedule",
+                           choices=list(SCHEDULES))
+    peak_learning_rate: float = option(DEFAULT_PEAK_LEARNING_RATE, "peak learning rate of the budget schedule",
+                                       kind=float, minimum=0, exclusive_minimum=True)
+    warmup_fraction: float = option(DEFAULT_WARMUP_FRACTION, "warmup share of the budget schedule", kind=float,
+                                    minimum=0, maximum=1)
+    schedule_steps: int = option(None, "steps the budget schedule spans (default: --steps, else fitted to the "
+                                 "time budget; recorded in the run)", kind=int, minimum=0, exclusive_minimum=True)
+    warmup_steps: int = option(4000, "CustomSchedule warmup steps (--schedule seed)", kind=int, minimum=0,
+                               exclusive_minimum=True)
     label_smoothing: float = option(0.1, "label smoothing ε of the training loss", kind=float, minimum=0,
                                     maximum=1, exclusive_maximum=True)
     # this invocation
@@ -219,6 +240,73 @@ def _prepare_data(options):
     return (train_src, train_tgt), (dev_src, dev_tgt), (dev_sources, dev_refs)
 
 
+def _make_schedule(options, d_model):
+    """The optimizer's learning-rate schedule for the job's options."""
+    if options.schedule == "seed":
+        return CustomSchedule(d_model, options.warmup_steps)
+    total = options.schedule_steps or options.steps
+    if total is None:  # fitted once the first steps are timed; until then warmup spans the timing steps twice
+        total = 2 * (TRACE_STEPS + TIMED_STEPS) / max(options.warmup_fraction, 1e-3)
+    return BudgetSchedule(options.peak_learning_rate, total, warmup_fraction=options.warmup_fraction)
+
+
+def _fit_schedule_to_budget(trainer, train_ds, schedule, time_budget):
+    """Make TRACE_STEPS untimed steps, time TIMED_STEPS more (again if one of them traced a new bucket
+    shape), then fit ``schedule`` to the steps the rest of ``time_budget`` allows.
+
+    Returns ``(total_steps, seconds_per_step)`` (``seconds_per_step`` is None when the budget ran out
+    while timing; the schedule then ends where the run stopped).
+    """
+    started = time.monotonic()
+    trainer.fit(train_ds, steps=trainer.step + TRACE_STEPS, time_budget=time_budget, log_every=0)
+    seconds_per_step = None
+    for _ in range(2):
+        if trainer.stop_reason != "steps":
+            break
+        first, traces, t = trainer.step, trainer.trace_count, time.monotonic()
+        trainer.fit(train_ds, steps=first + TIMED_STEPS, time_budget=time_budget - (t - started), log_every=0)
+        seconds_per_step = (time.monotonic() - t) / max(trainer.step - first, 1)
+        if trainer.trace_count == traces:
+            break
+    if seconds_per_step is None or trainer.stop_reason != "steps":  # the budget ran out while timing
+        seconds_per_step, total = None, trainer.step
+    else:
+        total = trainer.step + max(int((time_budget - (time.monotonic() - started)) / seconds_per_step), 1)
+    schedule.set_total_steps(total)
+    return total, seconds_per_step
+
+
+def _mean_target_tokens(tgt_tokenizer, tgt_texts, sample=2000):
+    """Mean predicted target tokens per pair ([START] pieces [END], minus one) over a sample of pairs."""
+    lengths = tgt_tokenizer.tokenize(tf.constant(list(tgt_texts[:sample]), tf.string)).row_lengths()
+    return float(tf.reduce_mean(tf.cast(lengths, tf.float32))) + 1.0
+
+
+def _schedule_summary(schedule, options):
+    if isinstance(schedule, BudgetSchedule):
+        return {"name": "budget", "peak_learning_rate": schedule.peak_learning_rate,
+                "warmup_steps": int(max(1, round(schedule.warmup_fraction * schedule.total_steps))),
+                "total_steps": schedule.total_steps}
+    return {"name": "seed", "warmup_steps": schedule.warmup_steps, "d_model": schedule.d_model}
+
+
+def _describe_run(summary, options):
+    """What the run did and why it ended there, in a few lines a user on a slow machine can read."""
+    lines = [f"trained {summary['steps_this_run']} steps in {summary['train_seconds']:.0f}s "
+             f"({summary['steps_per_second']:.2f} steps/s, ~{summary['target_tokens_per_second']:,} target tokens/s; "
+             f"stopped by {summary['stop_reason']}), now at step {summary['step']}"]
+    schedule = summary["schedule"]
+    if schedule["name"] == "budget":
+        lines.append(f"learning rate: warmup to {schedule['peak_learning_rate']:g} over {schedule['warmup_steps']} "
+                     f"steps, linear decay to 0 at step {schedule['total_steps']}")
+    else:
+        lines.append(f"learning rate: the seed's CustomSchedule, warmup {schedule['warmup_steps']} steps "
+                     f"(now {summary['final_learning_rate']:.2e})")
+    lines.append(f"held-out BLEU {summary['bleu']:.2f} on {summary['bleu_sentences']} sentences "
+                 f"(beam {summary['bleu_beam_size']}; {summary['bleu_signature']})")
+    return "\n".join(lines)
+
+
 @restores_global_policy
 def train_translator(out, options=None, log=print, **overrides):
     """Train (or resume) a translator in run directory ``out``; report held-out BLEU.
@@ -233,7 +321,8 @@ def train_translator(out, options=None, log=print, **overrides):
     translations; also written to metrics.json) whose "translator" is the trained :class:`Translator`.
     """
     run, o, config, previous_history = open_run(out, FAMILY, TranslatorOptions, options, overrides,
-                                                what="translator", check_config=_model_config)
+                                                what="translator", check_config=_model_config,
+                                                legacy_options={"schedule": "seed"})
     t0 = time.time()
     (train_src, train_tgt), (dev_src, dev_tgt), (dev_sources, dev_refs) = _prepare_data(o)
     log(f"data: {len(train_src)} training pairs, {len(dev_sources)} held-out source sentences "
@@ -252,7 +341,9 @@ def train_translator(out, options=None, log=print, **overrides):
                                               reserved_tokens=TranslatorPreprocessor.special_tokens), path)
     src_tok, tgt_tok = WordPieceTokenizer(src_vocab_path), WordPieceTokenizer(tgt_vocab_path)
     if config is None:
-        model_config = get_preset(o.preset, input_vocab_size=src_tok.vocab_size, target_vocab_size=tgt_tok.vocab_size)
+        rate = {} if o.dropout is None else {"rate": o.dropout}
+        model_config = get_preset(o.preset, input_vocab_size=src_tok.vocab_size, target_vocab_size=tgt_tok.vocab_size,
+                                  **rate)
     log(f"vocabularies: source {src_tok.vocab_size}, target {tgt_tok.vocab_size} WordPiece tokens; "
         f"{time.time() - t0:.1f}s")
 
@@ -260,21 +351,49 @@ def train_translator(out, options=None, log=print, **overrides):
                                         max_length=o.max_length, shuffle=True, seed=o.seed, repeat=True)
     dev_ds = make_translation_dataset(dev_src, dev_tgt, src_tok, tgt_tok, batch_size=o.batch_size,
                                       max_length=o.max_length, shuffle=False, drop_long=False)
+    if config is None and o.schedule == "budget" and o.schedule_steps is None and o.steps is not None:
+        o = o.replace(schedule_steps=o.steps)  # recorded, so that a resume keeps the same schedule
     if config is None:  # the run is valid: from now on this directory holds a run to resume
         config = run.write_config(FAMILY, "translation", o.preset, dataclasses.asdict(model_config), o.stored(RUN),
                                   assets=ASSETS)
+    lr_schedule = _make_schedule(o, model_config.d_model)
     trainer = Trainer(
         model=lambda: Transformer.from_config_object(model_config, name=config["preset"]),
-        optimizer=lambda: keras.optimizers.Adam(CustomSchedule(model_config.d_model, o.warmup_steps),
-                                                beta_1=0.9, beta_2=0.98, epsilon=1e-9),
+        optimizer=lambda: keras.optimizers.Adam(lr_schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9),
         compute_loss=lambda m, b, training: translation_loss(m, b, training,
                                                              label_smoothing=o.label_smoothing if training else 0.0),
         jit_compile=o.jit_compile, checkpoint_dir=run.checkpoint_dir, checkpoint_every=1000,
         log_dir=run.log_dir, seed=o.seed, verbose=o.verbose)
-    history, train_seconds = fit_recorded(run, trainer, previous_history, train_ds, o, eval_dataset=dev_ds)
+    t_train = time.time()
+    trainer.fit(train_ds, steps=0)  # builds the model and optimizer and restores the latest checkpoint
+    first_step, session = trainer.step, o
+    if isinstance(lr_schedule, BudgetSchedule):
+        if o.schedule_steps is None:  # a new time-budgeted run: time its first steps, then fit the schedule
+            total, seconds_per_step = _fit_schedule_to_budget(trainer, train_ds, lr_schedule, o.time_budget)
+            config = run.write_config(FAMILY, "translation", config["preset"], config["model"],
+                                      {**config["options"], "schedule_steps": total}, assets=ASSETS)
+            log(f"timed {1 / seconds_per_step:.2f} steps/s: learning-rate schedule fitted to {total} steps"
+                if seconds_per_step else f"the time budget ran out while timing the first steps (step {total})")
+        elif o.steps is not None and o.steps > lr_schedule.total_steps:
+            log(f"note: the learning rate reaches 0 at step {lr_schedule.total_steps} (the run's recorded "
+                f"schedule); training stops there. Start a new run (or use --schedule seed) to train longer.")
+        remaining = None if o.time_budget is None else max(o.time_budget - (time.time() - t_train), 1e-3)
+        session = o.replace(steps=min(o.steps or lr_schedule.total_steps, lr_schedule.total_steps),
+                            time_budget=remaining)
+    history, _ = fit_recorded(run, trainer, previous_history, train_ds, session, eval_dataset=dev_ds,
+                              session_start_step=first_step)
+    train_seconds = time.time() - t_train
     log(f"trained to step {trainer.step} ({trainer.stop_reason}) in {train_seconds:.0f}s")
     translator = Translator(trainer.model, src_tok, tgt_tok, config=config, step=trainer.step)
     summary = training_summary(trainer, history, train_seconds)
+    steps_this_run = trainer.step - first_step
+    summary.update({"steps_this_run": steps_this_run,
+                    "steps_per_second": round(steps_this_run / max(train_seconds, 1e-9), 3),
+                    "target_tokens_per_second": round(steps_this_run * o.batch_size
+                                                      * _mean_target_tokens(tgt_tok, train_tgt)
+                                                      / max(train_seconds, 1e-9)),
+                    "final_learning_rate": float(trainer.learning_rate),
+                    "schedule": _schedule_summary(lr_schedule, o)})
     if trainer.stop_reason == "sigterm":  # preemption: the grace period is short, skip BLEU
         log(f"stopped by SIGTERM; checkpoint saved at step {trainer.step}: run the same command to resume")
         trainer.close()
@@ -294,7 +413,7 @@ def train_translator(out, options=None, log=print, **overrides):
                     "dev_examples": [{"source": s, "translation": h, "references": r}
                                      for s, h, r in list(zip(sources, hyps, refs))[:10]]})
     run.write_json(run.METRICS, summary)
-    log(f"held-out BLEU {bleu.score:.2f} on {len(sources)} sentences ({bleu})")
+    log(_describe_run(summary, o))
     for s, t in samples.items():
         log(f"  {s}  ->  {t}")
     trainer.close()

@@ -47,7 +47,10 @@ def tiny_translator(tmp_path_factory):
         write_vocab(build_wordpiece_vocab(texts, vocab_size=200, learn_params=dict(lower_thresh=1)), paths[name])
     src_tok, tgt_tok = WordPieceTokenizer(paths["src"]), WordPieceTokenizer(paths["tgt"])
     tf.keras.utils.set_random_seed(3)
-    model = Transformer.from_preset("transformer_tiny", src_tok.vocab_size, tgt_tok.vocab_size)
+    # 64 positions: the bad-input battery's 5,000-word input is cut to 64 tokens, so its (random-weight,
+    # never-ending) decode runs 64 steps rather than the ~1,000 of the preset's 1,000 positions.
+    model = Transformer.from_preset("transformer_tiny", src_tok.vocab_size, tgt_tok.vocab_size, pe_input=64,
+                                    pe_target=64)
     translator = Translator(model, src_tok, tgt_tok, step=7,
                             config={"family": "transformer_translator", "preset": "transformer_tiny"})
     translator.vocab_paths = paths

@@ -246,6 +246,7 @@ def test_format_1_translator_runs_still_load_and_resume_with_the_whole_history(r
     assert json.loads(Path(out, "history.json").read_text())["step"] == [2]
     summary = train_translator(out, steps=4, log=lambda *_: None, verbose=0, bleu_max_sentences=1)
     assert summary["step"] == 4
+    assert summary["schedule"]["name"] == "seed"      # trained before --schedule existed: it keeps the seed's
     history = json.loads(Path(out, "history.json").read_text())
     assert history["step"] == [2, 4] and history["eval_step"] == [2, 4]
     assert len(history["loss"]) == len(history["learning_rate"]) == 2
