@@ -281,7 +281,8 @@ class BytePairTokenizer(tf.Module):
         # left-to-right scan, every other pair merges (the 1st, 3rd, ... of each run of candidates).
         run = tf.cumsum(tf.cast(~candidate, tf.int64))                  # run id: a non-candidate starts one
         seen = tf.cumsum(tf.cast(candidate, tf.int64))                  # candidates so far, inclusive
-        before_run = tf.math.unsorted_segment_max(tf.where(candidate, tf.zeros_like(seen), seen), run, tf.size(run, tf.int64) + 1)
+        seen_at_run_start = tf.where(candidate, tf.zeros_like(seen), seen)
+        before_run = tf.math.unsorted_segment_max(seen_at_run_start, run, tf.size(run, tf.int64) + 1)
         chosen = candidate & ((seen - tf.gather(before_run, run)) % 2 == 1)
         chosen_left = tf.concat([chosen, [False]], 0)                   # symbol i becomes the merged symbol
         absorbed = tf.concat([[False], chosen], 0)                      # symbol i + 1 disappears

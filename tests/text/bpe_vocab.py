@@ -5,7 +5,8 @@ import random
 WORDS = ("the quick brown fox jumps over lazy dog I'll don't it's we're they've you'd she'll can't isn't "
          "Hello World naïve café résumé Ærøskøbing Straße Привет мир пример 中文 字符 日本語 한국어 "
          "hello world tokenizer byte pair encoding").split()
-EXTRAS = ["123", "2024", "3.14", "!!!", "...", "?!", "--", "😀", "👍🏽", "👨‍👩‍👧", "🇫🇷", "\t", "\n", "  ", "\n\n"]
+EXTRAS = ["123", "2024", "3.14", "!!!", "...", "?!", "--", "😀", "👍🏽", "👨‍👩‍👧", "🇫🇷",
+          "\t", "\n", "  ", "\n\n"]
 
 
 def generated_corpus(lines=400, seed=0):
