@@ -10,18 +10,12 @@ import tensorflow as tf
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
-regex = pytest.importorskip("regex")
+pytest.importorskip("regex")
 pytest.importorskip("tokenizers")
 
-from kerasplm.text.bpe import (  # noqa: E402
-    _NEW_DIGITS,
-    _NEW_LETTERS,
-    GPT2_SPLIT_PATTERN,
-    BytePairTokenizer,
-    byte_alphabet,
-)
+from kerasplm.text.bpe import _NEW_DIGITS, _NEW_LETTERS, BytePairTokenizer  # noqa: E402
 from tests.export.contract import run_isolated  # noqa: E402
-from tests.text.bpe_vocab import train_gpt2_vocab  # noqa: E402
+from tests.text.bpe_vocab import gpt2_reference_ids, read_merge_ranks, train_gpt2_vocab  # noqa: E402
 
 EMOJI = "😀 👍🏽 👨‍👩‍👧‍👦 🏳️‍🌈 🇯🇵 ❤️"
 CASES = {
@@ -41,29 +35,6 @@ CASES = {
     "single_space": " ",
     "unicode16": "\U00013460\U00013461 x\U000116d0\U000116d1 1\u1c89",
 }
-
-
-def gpt2_reference_ids(text, vocab, ranks):
-    """GPT-2's algorithm (Radford et al. 2019, section 2.2) in plain Python: regex pieces, bytes -> symbols,
-    then in each piece merge the lowest-ranked pair (every occurrence, left to right) until none ranks."""
-    alphabet, ids = byte_alphabet(), []
-    for piece in regex.findall(GPT2_SPLIT_PATTERN, text):
-        word = [alphabet[b] for b in piece.encode("utf-8")]
-        while len(word) > 1:
-            pair = min(zip(word, word[1:]), key=lambda p: ranks.get(p, float("inf")))
-            if pair not in ranks:
-                break
-            merged, i = [], 0
-            while i < len(word):
-                if word[i:i + 2] == list(pair):
-                    merged.append(word[i] + word[i + 1])
-                    i += 2
-                else:
-                    merged.append(word[i])
-                    i += 1
-            word = merged
-        ids += [vocab[symbol] for symbol in word]
-    return ids
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +76,7 @@ def test_ids_equal_hf_and_gpt2_algorithm_and_round_trip(ours, hf, vocab_dir):
     assert all(len(row) > 0 for row, text in zip(ids, texts) if text)
     with open(os.path.join(vocab_dir, "vocab.json"), encoding="utf-8") as f:
         vocab = json.load(f)
-    with open(os.path.join(vocab_dir, "merges.txt"), encoding="utf-8") as f:
-        ranks = {tuple(line.split()): i for i, line in enumerate(f.read().splitlines()[1:])}
+    ranks = read_merge_ranks(os.path.join(vocab_dir, "merges.txt"))
     for label, text in CASES.items():   # the `regex` module knows other Unicode letters than tokenizers does
         if label not in ("special", "unicode16"):
             assert gpt2_reference_ids(text, vocab, ranks) == ids[texts.index(text)], label
