@@ -1,4 +1,4 @@
-"""GPT-2's byte-level BPE tokenizer as a `tf.Module`: plain TensorFlow + tensorflow-text ops, so it exports.
+"""GPT-2's byte-level BPE tokenizer as a `tf.Module` of plain TensorFlow ops, so it exports with a model.
 
 Radford et al. 2019, section 2.2 ("Input Representation"): BPE runs on UTF-8 **bytes**, so every string
 has a tokenization and no token is unknown; to keep merges within word-like pieces, text is first split by
@@ -31,7 +31,6 @@ import json
 import os
 
 import tensorflow as tf
-import tensorflow_text as tf_text
 
 from kerasplm.text.wordpiece import sanitize_utf8
 
@@ -65,7 +64,7 @@ _PIECE_PATTERN = (rf"'s|'t|'re|'ve|'m|'ll|'d| ?[{_LETTER}]+| ?[{_DIGIT}]+| ?[^{_
 # A whitespace character, then the last one of its run and the non-space after it: the cut goes between
 # the two whitespace characters. (Matches cannot overlap: each ends on a non-space.)
 _CUT_PATTERN = rf"([{_SPACE}])([{_SPACE}][^{_SPACE}])"
-# Never in sanitized UTF-8 text, so it can mark cuts for tf.strings.split.
+# Marks piece boundaries for tf.strings.split: never in sanitized UTF-8 text, never matched by RE2.
 _CUT = b"\xff"
 
 END_OF_TEXT = "<|endoftext|>"
@@ -142,7 +141,7 @@ def _default_special_tokens(vocab):
 
 class BytePairTokenizer(tf.Module):
     """GPT-2's byte-level BPE over a ``vocab.json`` + ``merges.txt`` pair; ``tokenize`` and ``detokenize`` are
-    graph functions of TensorFlow / tensorflow-text ops only (they run in a SavedModel without kerasplm).
+    graph functions of TensorFlow ops only (they run in a SavedModel without kerasplm).
 
     Ids are those of Hugging Face's ``GPT2Tokenizer`` on the same files (no special token added; a special
     token written in the text maps to its id). Every merge's two symbols and its result must be in the
@@ -164,6 +163,8 @@ class BytePairTokenizer(tf.Module):
         missing = {name: token for name, token in special.items() if token not in ids}
         if missing:
             raise ValueError(f"{vocab_json}: special tokens {missing} are not in the vocabulary")
+        if any(not token or any(c.isspace() for c in token) for token in special.values()):
+            raise ValueError(f"special tokens must be non-empty and without whitespace, got {special}")
         self._special = special
         alphabet = byte_alphabet()
         absent = [symbol for symbol in alphabet if symbol not in ids]
@@ -234,18 +235,19 @@ class BytePairTokenizer(tf.Module):
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def pre_tokenize(self, strings):
-        """Strings [batch] -> the pieces BPE works within, ragged [batch, (pieces)] (steps 1-3)."""
+        """Strings [batch] -> the pieces BPE works within, ragged [batch, (pieces)] (steps 1-3).
+
+        Every boundary is marked with the byte 0xFF, then the text is split there once. Sanitized text never
+        holds that byte and RE2 matches no character class on it, so a mark also stops every later match:
+        special tokens are marked first, then the whitespace cuts, then the end of every piece.
+        """
         text = sanitize_utf8(strings)
-        if self._special:                                               # cut special tokens out
+        if self._special:
             text = tf.strings.regex_replace(text, self._special_pattern, _CUT + b"\\0" + _CUT)
-        segments = tf.strings.split(text, sep=_CUT)                     # [batch, (segments)]
-        segments_flat = segments.flat_values
-        cut = tf.strings.regex_replace(segments_flat, _CUT_PATTERN, b"\\1" + _CUT + b"\\2")
-        if self._special:                                               # never cut inside a special token
-            cut = tf.where(tf.strings.regex_full_match(segments_flat, self._special_pattern), segments_flat, cut)
-        parts = tf.strings.split(cut, sep=_CUT)                         # [segments, (parts)]
-        pieces = tf_text.regex_split(parts.flat_values, self._piece_pattern, self._piece_pattern)
-        return segments.with_flat_values(parts.with_flat_values(pieces)).merge_dims(1, -1)
+        text = tf.strings.regex_replace(text, _CUT_PATTERN, b"\\1" + _CUT + b"\\2")
+        text = tf.strings.regex_replace(text, self._piece_pattern, b"\\0" + _CUT)
+        pieces = tf.strings.split(text, sep=_CUT)                       # [batch, (pieces)], some empty
+        return tf.ragged.boolean_mask(pieces, tf.strings.length(pieces) > 0)
 
     def _bpe(self, pieces):
         """Pieces [n] (strings) -> token ids, ragged [n, (tokens)] (steps 4-6)."""
@@ -259,37 +261,45 @@ class BytePairTokenizer(tf.Module):
         if self._special:
             symbols = tf.where(tf.gather(special_ids, rows) >= 0, tf.gather(special_ids, rows), symbols)
         num_pieces = tf.shape(pieces, out_type=tf.int64)[0]
-        symbols, rows, _ = tf.while_loop(
-            lambda symbols, rows, merged: merged,
-            lambda symbols, rows, merged: self._merge_best_pairs(symbols, rows, num_pieces),
-            (symbols, rows, tf.constant(True)),
-            shape_invariants=(tf.TensorShape([None]), tf.TensorShape([None]), tf.TensorShape([])))
-        return tf.RaggedTensor.from_value_rowids(symbols, rows, nrows=num_pieces)
+        # Pieces leave the loop once nothing in them merges (their symbols are stored per step and put back
+        # in piece order at the end), so each step works only on the pieces still merging.
+        done = tf.TensorArray(tf.int64, size=0, dynamic_size=True, infer_shape=False, element_shape=[None])
 
-    def _merge_best_pairs(self, symbols, rows, num_pieces):
+        def step(i, symbols, rows, done_symbols, done_rows):
+            symbols, rows, finished = self._merge_best_pairs(symbols, rows)
+            (symbols, finished_symbols), (rows, finished_rows) = (
+                tf.dynamic_partition(x, tf.cast(finished, tf.int32), 2) for x in (symbols, rows))
+            return (i + 1, symbols, rows, done_symbols.write(i, finished_symbols),
+                    done_rows.write(i, finished_rows))
+
+        *_, done_symbols, done_rows = tf.while_loop(
+            lambda i, symbols, *_: (i == 0) | (tf.size(symbols) > 0), step,
+            (tf.constant(0), symbols, rows, done, done),
+            shape_invariants=(tf.TensorShape([]), tf.TensorShape([None]), tf.TensorShape([None]), None, None))
+        rows = done_rows.concat()
+        order = tf.argsort(rows, stable=True)                           # a piece's symbols stay in order
+        return tf.RaggedTensor.from_value_rowids(tf.gather(done_symbols.concat(), order), tf.gather(rows, order),
+                                                 nrows=num_pieces)
+
+    def _merge_best_pairs(self, symbols, rows):
         """One BPE step over all pieces at once. ``symbols`` [m] int64 (flat, piece by piece), ``rows`` [m]
         their piece. In every piece, the adjacent pair with the lowest merge rank is merged wherever it
-        occurs, left to right. Returns (symbols, rows, whether anything merged)."""
+        occurs, left to right. Returns (symbols, rows, finished [m]: the symbol's piece had nothing to merge).
+        """
         size = tf.constant(self.vocab_size, tf.int64)
         no_rank = tf.constant(tf.int64.max, tf.int64)
-        left, right, pair_rows = symbols[:-1], symbols[1:], rows[:-1]   # pair i = symbols i, i+1
-        merge = self._merges.lookup(left * size + right)
-        rank = tf.where((pair_rows == rows[1:]) & (merge >= 0), merge // size, no_rank)
-        best = tf.math.unsorted_segment_min(rank, pair_rows, num_pieces)  # [n]
-        candidate = (rank < no_rank) & (rank == tf.gather(best, pair_rows))
-        # Occurrences of one pair overlap only in a run of one repeated symbol ("a a a"): there, as in a
-        # left-to-right scan, every other pair merges (the 1st, 3rd, ... of each run of candidates).
-        run = tf.cumsum(tf.cast(~candidate, tf.int64))                  # run id: a non-candidate starts one
-        seen = tf.cumsum(tf.cast(candidate, tf.int64))                  # candidates so far, inclusive
-        seen_at_run_start = tf.where(candidate, tf.zeros_like(seen), seen)
-        before_run = tf.math.unsorted_segment_max(seen_at_run_start, run, tf.size(run, tf.int64) + 1)
-        chosen = candidate & ((seen - tf.gather(before_run, run)) % 2 == 1)
-        chosen_left = tf.concat([chosen, [False]], 0)                   # symbol i becomes the merged symbol
-        absorbed = tf.concat([[False], chosen], 0)                      # symbol i + 1 disappears
-        merged = tf.concat([merge % size, [0]], 0)
-        symbols = tf.where(chosen_left, merged, symbols)
-        keep = ~absorbed
-        return tf.boolean_mask(symbols, keep), tf.boolean_mask(rows, keep), tf.reduce_any(chosen)
+        left, right = symbols[:-1], symbols[1:]                        # pair i = symbols i, i+1
+        merge = tf.concat([self._merges.lookup(left * size + right), [-1]], 0)   # [m]: the last has no pair
+        rank = tf.where((rows == tf.concat([rows[1:], [-1]], 0)) & (merge >= 0), merge // size, no_rank)
+        best = tf.math.segment_min(rank, rows)                          # [pieces] (rows are sorted)
+        candidate = (rank < no_rank) & (rank == tf.gather(best, rows))
+        chosen = tf.cond(tf.reduce_any(candidate[1:] & candidate[:-1]), lambda: _every_other(candidate),
+                         lambda: candidate)                              # symbol i becomes the merged symbol
+        absorbed = tf.concat([[False], chosen[:-1]], 0)                 # symbol i + 1 disappears
+        symbols = tf.where(chosen, merge % size, symbols)
+        finished = tf.gather(best == no_rank, rows)
+        kept = tf.where(~absorbed)[:, 0]
+        return tf.gather(symbols, kept), tf.gather(rows, kept), tf.gather(finished, kept)
 
     @tf.function
     def detokenize(self, ids):
@@ -306,6 +316,16 @@ class BytePairTokenizer(tf.Module):
     def get_vocab_size(self):
         """Number of tokens in the vocabulary (int32 scalar)."""
         return tf.shape(self._token_bytes)[0]
+
+
+def _every_other(candidate):
+    """Occurrences of one pair overlap only in a run of one repeated symbol ("a a a"): there, as in GPT-2's
+    left-to-right scan, only the 1st, 3rd, ... pair of each run of consecutive ``candidate`` pairs merges."""
+    run = tf.cumsum(tf.cast(~candidate, tf.int64))                      # run id: a non-candidate starts one
+    seen = tf.cumsum(tf.cast(candidate, tf.int64))                      # candidates so far, inclusive
+    seen_at_run_start = tf.where(candidate, tf.zeros_like(seen), seen)
+    before_run = tf.math.unsorted_segment_max(seen_at_run_start, run, tf.size(run, tf.int64) + 1)
+    return candidate & ((seen - tf.gather(before_run, run)) % 2 == 1)
 
 
 def _re2_escape(literal):
