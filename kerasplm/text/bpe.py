@@ -147,11 +147,18 @@ class BytePairTokenizer(tf.Module):
     token written in the text maps to its id). Every merge's two symbols and its result must be in the
     vocabulary, as must the 256 byte symbols, so no token is ever unknown.
 
+    Merges follow GPT-2's procedure (all occurrences of the best pair per step). Hugging Face's Rust BPE
+    merges one occurrence at a time by rank; the two agree whenever every merge's symbols come from earlier
+    merges or bytes, as in every trained ``merges.txt`` (a hand-made file that merges a symbol before
+    creating it could differ).
+
     Args:
       vocab_json: path of ``vocab.json`` ({token: id}, ids 0 .. n-1).
-      merges_txt: path of ``merges.txt`` (one merge per line, in rank order).
-      special_tokens: {name: token} of the special tokens; default ``{"end_of_text": "<|endoftext|>"}`` when
-        the vocabulary has it. Each must be in the vocabulary.
+      merges_txt: path of ``merges.txt`` (one merge per line, in rank order; an optional ``#version`` line).
+      special_tokens: {name: token} of the special tokens recognised in the text; default
+        ``{"end_of_text": "<|endoftext|>"}`` when the vocabulary has it. Each must be in the vocabulary and
+        hold no whitespace. ``{}`` reads them as plain text (Hugging Face's ``split_special_tokens=True``),
+        e.g. for untrusted input.
     """
 
     def __init__(self, vocab_json, merges_txt, special_tokens=None, name=None):

@@ -156,6 +156,24 @@ def test_vocabulary_api(ours, hf):
         ours.id_to_token(size)
 
 
+def test_special_tokens_in_text_can_be_turned_off(vocab_dir, hf, tmp_path):
+    """special_tokens={} reads "<|endoftext|>" in the text as plain text (HF's split_special_tokens=True), e.g.
+    for untrusted input; a special token must be in the vocabulary and hold no whitespace."""
+    paths = os.path.join(vocab_dir, "vocab.json"), os.path.join(vocab_dir, "merges.txt")
+    plain = BytePairTokenizer(*paths, special_tokens={})
+    texts = [CASES["special"], "a<|endoftext|>b"]
+    assert plain.special_tokens == {}
+    assert tokenize(plain, texts) == [hf(t, split_special_tokens=True)["input_ids"] for t in texts]
+    assert detokenize(plain, tokenize(plain, texts)) == [t.encode("utf-8") for t in texts]
+    with pytest.raises(ValueError, match=r"special tokens \{'x': '<\|nope\|>'\} are not in the vocabulary"):
+        BytePairTokenizer(*paths, special_tokens={"x": "<|nope|>"})
+    with open(paths[0], encoding="utf-8") as f:
+        vocab = json.load(f)
+    spaced = write(tmp_path / "vocab.json", json.dumps({**vocab, "<|a b|>": len(vocab)}))
+    with pytest.raises(ValueError, match="without whitespace"):
+        BytePairTokenizer(spaced, paths[1], special_tokens={"spaced": "<|a b|>"})
+
+
 def test_export_runs_without_kerasplm(ours, tmp_path):
     class Module(tf.Module):
         def __init__(self, tokenizer):
