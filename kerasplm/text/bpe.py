@@ -135,6 +135,20 @@ def read_bpe_merges(path):
     return merges
 
 
+def _merge_table(merges_txt, ids, vocab_json):
+    """(keys, values) of the merge table: the pair of symbol ids (left * V + right) -> rank * V + the id of
+    the merged symbol (V the vocabulary size), so one int64 lookup per pair gives both."""
+    size, keys, values = len(ids), [], []
+    for rank, (lineno, left, right) in enumerate(read_bpe_merges(merges_txt)):
+        for symbol in (left, right, left + right):
+            if symbol not in ids:
+                raise ValueError(f"{merges_txt}: line {lineno}: {symbol!r} (of the merge {left} {right}) is "
+                                 f"not in the vocabulary {vocab_json}")
+        keys.append(ids[left] * size + ids[right])
+        values.append(rank * size + ids[left + right])
+    return keys, values
+
+
 def _default_special_tokens(vocab):
     return {"end_of_text": END_OF_TEXT} if END_OF_TEXT in vocab else {}
 
@@ -178,17 +192,8 @@ class BytePairTokenizer(tf.Module):
         if absent:
             raise ValueError(f"{vocab_json}: {len(absent)} of GPT-2's 256 byte symbols are not in the vocabulary "
                              f"(first: {absent[0]!r}); it is not a byte-level BPE vocabulary")
-        size = len(tokens)
-        keys, values = [], []
-        for rank, (lineno, left, right) in enumerate(read_bpe_merges(merges_txt)):
-            for symbol in (left, right, left + right):
-                if symbol not in ids:
-                    raise ValueError(f"{merges_txt}: line {lineno}: {symbol!r} (of the merge {left} {right}) is "
-                                     f"not in the vocabulary {vocab_json}")
-            keys.append(ids[left] * size + ids[right])
-            values.append(rank * size + ids[left + right])
+        keys, values = _merge_table(merges_txt, ids, vocab_json)
         self.num_merges = len(keys)
-        # Pair of symbol ids (left * V + right) -> rank * V + id of the merged symbol; -1 when no merge.
         self._merges = tf.lookup.StaticHashTable(
             tf.lookup.KeyValueTensorInitializer(tf.constant(keys, tf.int64, shape=[len(keys)]),
                                                 tf.constant(values, tf.int64, shape=[len(values)])), -1)
