@@ -300,14 +300,16 @@ class BytePairTokenizer(tf.Module):
         """
         size = tf.constant(self.vocab_size, tf.int64)
         no_rank = tf.constant(tf.int64.max, tf.int64)
-        left, right = symbols[:-1], symbols[1:]                        # pair i = symbols i, i+1
-        merge = tf.concat([self._merges.lookup(left * size + right), [-1]], 0)   # [m]: the last has no pair
-        rank = tf.where((rows == tf.concat([rows[1:], [-1]], 0)) & (merge >= 0), merge // size, no_rank)
+        # Pair i = symbols i and i + 1 (the last symbol is paired with a dummy: row -1, never the same piece).
+        next_symbols = tf.concat([symbols[1:], tf.zeros_like(symbols[:1])], 0)
+        next_rows = tf.concat([rows[1:], -tf.ones_like(rows[:1])], 0)
+        merge = self._merges.lookup(symbols * size + next_symbols)     # [m]
+        rank = tf.where((rows == next_rows) & (merge >= 0), merge // size, no_rank)
         best = tf.math.segment_min(rank, rows)                          # [pieces] (rows are sorted)
         candidate = (rank < no_rank) & (rank == tf.gather(best, rows))
         chosen = tf.cond(tf.reduce_any(candidate[1:] & candidate[:-1]), lambda: _every_other(candidate),
                          lambda: candidate)                              # symbol i becomes the merged symbol
-        absorbed = tf.concat([[False], chosen[:-1]], 0)                 # symbol i + 1 disappears
+        absorbed = tf.concat([tf.zeros_like(chosen[:1]), chosen[:-1]], 0)   # symbol i + 1 disappears
         symbols = tf.where(chosen, merge % size, symbols)
         finished = tf.gather(best == no_rank, rows)
         kept = tf.where(~absorbed)[:, 0]

@@ -14,7 +14,7 @@ pytest.importorskip("regex")
 pytest.importorskip("tokenizers")
 
 from kerasplm.text.bpe import _NEW_DIGITS, _NEW_LETTERS, BytePairTokenizer  # noqa: E402
-from tests.export.contract import run_isolated  # noqa: E402
+from tests.export.contract import check_bad_inputs, run_isolated  # noqa: E402
 from tests.text.bpe_vocab import gpt2_reference_ids, read_merge_ranks, train_gpt2_vocab  # noqa: E402
 
 EMOJI = "😀 👍🏽 👨‍👩‍👧‍👦 🏳️‍🌈 🇯🇵 ❤️"
@@ -73,6 +73,8 @@ def test_ids_equal_hf_and_gpt2_algorithm_and_round_trip(ours, hf, vocab_dir):
     texts = list(CASES.values())
     ids = check_against_hf(ours, hf, texts)
     assert ids[list(CASES).index("empty")] == []
+    assert tokenize(ours, []) == [] and tokenize(ours, ["", ""]) == [[], []]
+    assert detokenize(ours, [[], []]) == [b"", b""]
     assert all(len(row) > 0 for row, text in zip(ids, texts) if text)
     with open(os.path.join(vocab_dir, "vocab.json"), encoding="utf-8") as f:
         vocab = json.load(f)
@@ -183,7 +185,8 @@ def test_export_runs_without_kerasplm(ours, tmp_path):
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
         def round_trip(self, text):
             ids = self.tokenizer.tokenize(text)
-            return {"token_ids": ids.to_tensor(-1), "text": self.tokenizer.detokenize(ids)}
+            return {"token_ids": ids.to_tensor(0), "lengths": ids.row_lengths(),
+                    "text": self.tokenizer.detokenize(ids)}
 
     module = Module(ours)
     path = str(tmp_path / "1")
@@ -191,8 +194,14 @@ def test_export_runs_without_kerasplm(ours, tmp_path):
     texts = [CASES["emoji"], CASES["tabs_newlines"], "", b"ab\xff cd"]
     (out,) = run_isolated(path, [("serving_default", {"text": texts})])
     expected = tokenize(ours, texts[:3]) + [ours.tokenize(tf.constant([texts[3]])).to_list()[0]]
-    assert [[i for i in row if i >= 0] for row in out["token_ids"]] == expected
+    assert [row[:n] for row, n in zip(out["token_ids"], out["lengths"])] == expected
     assert out["text"] == texts[:3] + ["ab\ufffd cd"]
+
+    def round_trips(texts, outputs):   # valid UTF-8 comes back unchanged
+        for text, back in zip(texts, outputs["text"]):
+            assert isinstance(text, bytes) or back == text.encode("utf-8")
+
+    check_bad_inputs(path, "serving_default", "text", output_check=round_trips)
 
 
 def write(path, text):
