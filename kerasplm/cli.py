@@ -104,7 +104,9 @@ def _convert_gpt2(args):
     from kerasplm.convert.gpt2 import convert_gpt2_to_run
 
     model = convert_gpt2_to_run(args.source, args.out, allow_pickle=args.allow_pickle)
-    print(f"wrote {args.out}: GPT-2 with {model.count_params():,} parameters")
+    tokenizer = ("with its BPE tokenizer" if os.path.exists(os.path.join(args.out, "merges.txt"))
+                 else f"without a tokenizer ({args.source} has no vocab.json and merges.txt)")
+    print(f"wrote {args.out}: GPT-2 with {model.count_params():,} parameters, {tokenizer}")
     return 0
 
 

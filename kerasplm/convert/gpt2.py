@@ -148,7 +148,11 @@ def load_gpt2(directory, allow_pickle=False):
 def convert_gpt2_to_run(source, out, allow_pickle=False):
     """Writes the HF GPT-2 checkpoint in ``source`` as a kerasplm run directory ``out`` (family "gpt":
     ``config.json`` and ``checkpoints/``; load it with ``kerasplm.tasks.run_dir.load_run``). Returns the
-    :class:`GPT`. ``out`` must not hold a run already."""
+    :class:`GPT`. ``out`` must not hold a run already.
+
+    When ``source`` has GPT-2's tokenizer files (``vocab.json`` and ``merges.txt``), they are copied as the
+    run's assets ``bpe_vocab`` and ``bpe_merges`` (:func:`kerasplm.text.bpe.load_bpe_tokenizer`); without
+    them the run has no tokenizer (``config["assets"]`` is empty)."""
     import tensorflow as tf  # noqa: PLC0415
 
     from kerasplm.tasks.run_dir import RunDir  # noqa: PLC0415
@@ -157,9 +161,40 @@ def convert_gpt2_to_run(source, out, allow_pickle=False):
     if run.exists():
         raise FileExistsError(f"{run.config_path} exists: convert into a new directory")
     model = load_gpt2(source, allow_pickle=allow_pickle)
+    tokenizer_files = _tokenizer_files(source, model.backbone.config.vocab_size)
     step = tf.Variable(0, dtype=tf.int64)
     tf.train.CheckpointManager(tf.train.Checkpoint(model=model, step=step), run.checkpoint_dir, max_to_keep=1).save()
+    for name, text in tokenizer_files.items():
+        run.write_text(name, text)
     # config.json last: a run directory is valid only once its config exists.
     run.write_config("gpt", "causal_lm", "gpt2", dataclasses.asdict(model.backbone.config),
-                     {"converted_from": os.path.abspath(source)})
+                     {"converted_from": os.path.abspath(source)}, assets=BPE_ASSETS if tokenizer_files else None)
     return model
+
+
+# The run directory's tokenizer assets (kerasplm.text.bpe.load_bpe_tokenizer reads them).
+BPE_ASSETS = {"bpe_vocab": "vocab.json", "bpe_merges": "merges.txt"}
+
+
+def _tokenizer_files(source, model_vocab_size):
+    """{file name: text} of the byte-level BPE tokenizer in ``source`` (checked: it parses, and its ids fit
+    the model), or {} when ``source`` has neither ``vocab.json`` nor ``merges.txt``."""
+    from kerasplm.text.bpe import read_bpe_merges, read_bpe_vocab  # noqa: PLC0415
+
+    paths = {name: os.path.join(source, name) for name in BPE_ASSETS.values()}
+    present = [name for name, path in paths.items() if os.path.exists(path)]
+    if not present:
+        return {}
+    if len(present) < len(paths):
+        missing = next(path for name, path in paths.items() if name not in present)
+        raise ValueError(f"{missing}: not found (a GPT-2 tokenizer needs both vocab.json and merges.txt)")
+    vocab_size = len(read_bpe_vocab(paths["vocab.json"]))
+    read_bpe_merges(paths["merges.txt"])
+    if vocab_size > model_vocab_size:
+        raise ValueError(f"{paths['vocab.json']}: {vocab_size} tokens, but the model embeds only "
+                         f"{model_vocab_size}: not this model's tokenizer")
+    files = {}
+    for name, path in paths.items():
+        with open(path, encoding="utf-8", newline="") as f:
+            files[name] = f.read()
+    return files

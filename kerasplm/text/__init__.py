@@ -1,8 +1,10 @@
 """Tokenizers and preprocessors as `tf.Module`s: in-graph text processing that exports with the model.
 
-Tokenizers (:mod:`kerasplm.text.wordpiece`) know normalization and vocabulary only; preprocessors
-(:mod:`kerasplm.text.preprocessing`) own the special tokens, packing, truncation and padding.
+Tokenizers (:mod:`kerasplm.text.wordpiece`; GPT-2's byte-level BPE in :mod:`kerasplm.text.bpe`) know
+normalization and vocabulary only; preprocessors (:mod:`kerasplm.text.preprocessing`) own the special tokens,
+packing, truncation and padding.
 """
+from kerasplm.text.bpe import BytePairTokenizer, load_bpe_tokenizer
 from kerasplm.text.preprocessing import Preprocessor, TranslatorPreprocessor, pack_segments, pad_packed
 from kerasplm.text.wordpiece import (
     WordPieceTokenizer,
@@ -12,5 +14,5 @@ from kerasplm.text.wordpiece import (
     write_vocab,
 )
 
-__all__ = ["WordPieceTokenizer", "build_wordpiece_vocab", "read_vocab", "write_vocab", "sanitize_utf8",
-           "Preprocessor", "TranslatorPreprocessor", "pack_segments", "pad_packed"]
+__all__ = ["BytePairTokenizer", "load_bpe_tokenizer", "WordPieceTokenizer", "build_wordpiece_vocab", "read_vocab",
+           "write_vocab", "sanitize_utf8", "Preprocessor", "TranslatorPreprocessor", "pack_segments", "pad_packed"]

@@ -114,9 +114,9 @@ def test_cli_converts_into_a_run_directory_that_loads(hf_dir, tmp_path, capsys):
 
     out = tmp_path / "run"
     assert cli.main(["convert", "gpt2", "--from", hf_dir[0], "--out", str(out)]) == 0
-    assert "wrote" in capsys.readouterr().out
+    assert "without a tokenizer" in capsys.readouterr().out
     config = json.loads((out / "config.json").read_text())
-    assert config["family"] == "gpt" and config["model"]["num_layers"] == 2
+    assert config["family"] == "gpt" and config["model"]["num_layers"] == 2 and config["assets"] == {}
     model = load_run(str(out))
     with torch.no_grad():
         theirs = hf_dir[1](torch.tensor([PROMPTS[0]])).logits[0].numpy()
@@ -130,6 +130,51 @@ def test_cli_converts_into_a_run_directory_that_loads(hf_dir, tmp_path, capsys):
     (out / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match=r"config.json: bad GPT model config .*colour"):
         load_run(str(out))
+
+
+def test_convert_copies_the_bpe_tokenizer(hf_dir, tmp_path, capsys):
+    """vocab.json + merges.txt become the run's assets; the tokenizer loaded from the run gives HF's ids."""
+    from kerasplm import cli
+    from kerasplm.tasks.run_dir import RunDir, RunDirError
+    from kerasplm.text.bpe import load_bpe_tokenizer
+    from tests.text.bpe_vocab import train_gpt2_vocab
+
+    source = tmp_path / "hf"
+    source.mkdir()
+    train_gpt2_vocab(source, vocab_size=300)
+    vocab_size = len(json.loads((source / "vocab.json").read_text(encoding="utf-8")))
+    torch.manual_seed(0)
+    transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, n_positions=32,
+                                                         vocab_size=vocab_size)).save_pretrained(source)
+    out = tmp_path / "run"
+    assert cli.main(["convert", "gpt2", "--from", str(source), "--out", str(out)]) == 0
+    assert "with its BPE tokenizer" in capsys.readouterr().out
+    run = RunDir(out)
+    config = run.read_config("gpt")
+    assert config["assets"] == {"bpe_vocab": "vocab.json", "bpe_merges": "merges.txt"}
+    for name in config["assets"].values():
+        assert (out / name).read_bytes() == (source / name).read_bytes()
+    tokenizer = load_bpe_tokenizer(run, config)
+    hf_tokenizer = transformers.GPT2Tokenizer.from_pretrained(str(source))
+    texts = ["Hello world, I'll say naïve 中文 😀!<|endoftext|>", "  x\n\n"]
+    assert tokenizer.tokenize(tf.constant(texts)).to_list() == [hf_tokenizer(t)["input_ids"] for t in texts]
+
+    (out / "merges.txt").write_text("#version: 0.2\nĠ t h\n", encoding="utf-8")
+    with pytest.raises(RunDirError, match=r"merges.txt: line 2: expected two symbols separated by one space"):
+        load_bpe_tokenizer(run, config)
+    os.remove(out / "vocab.json")
+    with pytest.raises(RunDirError, match=r"vocab.json: missing"):
+        load_bpe_tokenizer(run, config)
+
+    # Refused before anything is written: a tokenizer larger than the model's vocabulary, half a tokenizer.
+    for name in ("config.json", "model.safetensors"):
+        (source / name).write_bytes((tmp_path.joinpath(hf_dir[0], name)).read_bytes())   # vocab_size 100
+    assert cli.main(["convert", "gpt2", "--from", str(source), "--out", str(tmp_path / "r2")]) == 2
+    assert f"{vocab_size} tokens, but the model embeds only 100" in capsys.readouterr().err
+    os.remove(source / "merges.txt")
+    assert cli.main(["convert", "gpt2", "--from", str(source), "--out", str(tmp_path / "r2")]) == 2
+    assert "merges.txt: not found (a GPT-2 tokenizer needs both" in capsys.readouterr().err
+    assert not (tmp_path / "r2").exists()
 
 
 def test_preset_counts_equal_transformers_counts():
