@@ -39,6 +39,7 @@ import numpy as np
 import tensorflow as tf
 
 from kerasplm.layers.dropout import Dropout
+from kerasplm.layers.tracking import TracksLayerLists
 from kerasplm.models.base import Backbone, Task
 from kerasplm.models.presets import register_presets
 from kerasplm.text.characters import MAX_CHARACTERS, NUM_CHARACTERS, add_sentence_boundaries
@@ -157,7 +158,7 @@ class Highway(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="kerasplm")
-class CharacterEncoder(keras.layers.Layer):
+class CharacterEncoder(TracksLayerLists, keras.layers.Layer):
     """x_k from token k's characters: ``char_ids (batch, T, C)`` int -> ``(batch, T, P)``.
 
     embedding (n_characters, dim) -> per width w: Conv1D(w) 'valid' -> max over the C - w + 1 positions
@@ -487,7 +488,7 @@ class ScalarMix(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="kerasplm")
-class ElmoEmbedder(keras.layers.Layer):
+class ElmoEmbedder(TracksLayerLists, keras.layers.Layer):
     """ELMo for a downstream Keras model: a frozen :class:`ElmoBiLM` plus ``num_mixes`` trainable :class:`ScalarMix`.
 
     Call: ``char_ids (batch, n, C)`` of the sentence's tokens only (``word_char_ids`` rows, 0 rows after each
