@@ -239,6 +239,7 @@ class ProjectedLSTMCell(keras.layers.Layer):
                                               initializer=init)
         self.built = True
 
+    @tf.autograph.experimental.do_not_convert  # plain TensorFlow ops: no need to convert (faster tracing)
     def call(self, inputs, states, training=None):
         c_prev, m_prev = states[0], states[1]
         gates = tf.matmul(tf.concat([inputs, m_prev], axis=-1), tf.cast(self.kernel, inputs.dtype))
@@ -372,8 +373,10 @@ class ElmoLanguageModel(Task):
     of the same tokens, −1 at padding) -> ``{"losses": {"forward": (S, C), "backward": (S, C)}}``: the summed
     negative log-likelihoods of each direction and their token counts, so exp(forward_loss) and
     exp(backward_loss) are exact perplexities. With ``num_sampled`` > 0 (and < vocab) training uses
-    ``tf.nn.sampled_softmax_loss`` (log-uniform sampler: the vocabulary must be sorted by frequency, as
-    bilm-tf's is); evaluation always uses the full softmax.
+    ``tf.nn.sampled_softmax_loss`` with log-uniform negatives (the vocabulary must be sorted by frequency, as
+    bilm-tf's is; drawn with replacement by :meth:`_sample_candidates`, where bilm-tf's default sampler draws
+    unique ones); evaluation always uses the full softmax. ``tf.nn.sampled_softmax_loss`` removes accidental
+    hits with ``ComputeAccidentalHits``, which has no XLA kernel: sampled-softmax steps run without XLA.
     """
 
     backbone_class = ElmoBiLM
@@ -384,6 +387,7 @@ class ElmoLanguageModel(Task):
             raise ValueError(f"vocab_size must be positive, got {vocab_size}")
         self.vocab_size, self.num_sampled = int(vocab_size), int(num_sampled)
         self.output_dropout = Dropout(backbone.config.dropout, name="output_dropout")
+        self.sampler_seed = keras.random.SeedGenerator(0, name="softmax_sampler")
         self.build()
 
     def build(self, input_shape=None):
@@ -408,6 +412,21 @@ class ElmoLanguageModel(Task):
         out = self.backbone(char_ids, training=training)
         return {"forward_logits": self.logits(out["forward"][-1]), "backward_logits": self.logits(out["backward"][-1])}
 
+    def _sample_candidates(self, labels):
+        """Log-uniform (Zipfian) negatives, P(k) = log((k+2)/(k+1)) / log(V+1), drawn with replacement from a
+        stateless generator seeded by a checkpointed SeedGenerator (so a resumed run draws what an
+        uninterrupted one would). Returns ``sampled_values`` for ``tf.nn.sampled_softmax_loss``."""
+        seed = tf.cast(tf.math.floormod(self.sampler_seed.next(), tf.int32.max - 1), tf.int32)
+        log_range = tf.math.log(float(self.vocab_size + 1))
+        u = tf.random.stateless_uniform([self.num_sampled], seed=seed)
+        sampled = tf.minimum(tf.cast(tf.floor(tf.exp(u * log_range)), tf.int64) - 1, self.vocab_size - 1)
+
+        def expected(k):
+            k = tf.cast(k, tf.float32)
+            return self.num_sampled * tf.math.log((k + 2.0) / (k + 1.0)) / log_range
+
+        return sampled, expected(labels), expected(sampled)
+
     def _nll_sum(self, hidden, sources, targets, training):
         """Σ −log p(target | hidden) over positions whose token and target are real (ids ≥ 0), and their count."""
         valid = (sources >= 0) & (targets >= 0)
@@ -417,7 +436,8 @@ class ElmoLanguageModel(Task):
             flat_h = tf.reshape(hidden, [-1, hidden.shape[-1]])
             flat_labels = tf.reshape(tf.cast(labels, tf.int64), [-1, 1])
             nll = tf.nn.sampled_softmax_loss(self.softmax_weights, self.softmax_bias, flat_labels, flat_h,
-                                             self.num_sampled, self.vocab_size)
+                                             self.num_sampled, self.vocab_size,
+                                             sampled_values=self._sample_candidates(flat_labels))
             nll = tf.reshape(nll, tf.shape(labels))
         else:
             nll = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=self.logits(hidden))
