@@ -189,16 +189,18 @@ class Elmo:
     def char_ids(self, sentences):
         """Whitespace-tokenized ``sentences`` -> ``(char_ids (batch, n + 2, C) with <S>/</S>, tokens list)``."""
         tokens = tf.strings.split(tf.constant(list(sentences), tf.string))
-        return sentence_char_ids(tokens, self.bilm.config.max_characters_per_token), tokens.to_list()
+        return sentence_char_ids(tokens, self.bilm.config.max_characters_per_token), tokens
 
     def embed(self, sentences):
         """``{"elmo_layers": (batch, L+1, n, 2P), "mask": (batch, n), "tokens": list of lists}`` (numpy;
-        ``<S>``/``</S>`` dropped)."""
+        ``<S>``/``</S>`` dropped, 0 past each sentence's end)."""
         ids, tokens = self.char_ids(sentences)
         out = self.bilm(ids, training=False)
         n = ids.shape[1] - 2
-        return {"elmo_layers": out["layers"][:, :, 1:n + 1].numpy(), "mask": out["mask"][:, 2:].numpy(),
-                "tokens": [[t.decode("utf-8", "replace") for t in row] for row in tokens]}
+        mask = tf.sequence_mask(tokens.row_lengths(), n)
+        layers = out["layers"][:, :, 1:n + 1] * tf.cast(mask, out["layers"].dtype)[:, None, :, None]
+        return {"elmo_layers": layers.numpy(), "mask": mask.numpy(),
+                "tokens": [[t.decode("utf-8", "replace") for t in row] for row in tokens.to_list()]}
 
     def embedder(self, num_mixes=1, layer_norm=False):
         """A fresh :class:`ElmoEmbedder` (trainable mixes) over this frozen biLM."""
