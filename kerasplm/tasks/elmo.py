@@ -206,6 +206,43 @@ class Elmo:
         """A fresh :class:`ElmoEmbedder` (trainable mixes) over this frozen biLM."""
         return ElmoEmbedder(self.bilm, num_mixes=num_mixes, layer_norm=layer_norm)
 
+    def nearest_contexts(self, word, query, sentences, layer=-1, k=5):
+        """The paper's "play" example (table 4): the ``k`` sentences whose use of ``word`` is closest (cosine of
+        ``layer``'s representation, default the top biLSTM layer) to its use in ``query``.
+
+        Returns ``[(similarity, sentence)]``, best first, over the sentences of ``sentences`` containing ``word``
+        (its first occurrence in each).
+        """
+        def vectors(texts):
+            out = self.embed(texts)
+            rows = []
+            for i, tokens in enumerate(out["tokens"]):
+                rows.append(out["elmo_layers"][i, layer, tokens.index(word)] if word in tokens else None)
+            return rows
+
+        (q,) = vectors([query])
+        if q is None:
+            raise ValueError(f"{word!r} is not a token of the query {query!r}")
+        hits = [(s, v) for s, v in zip(sentences, vectors(sentences)) if v is not None]
+        scored = [(float(v @ q / (np.linalg.norm(v) * np.linalg.norm(q) + 1e-12)), s) for s, v in hits]
+        return sorted(scored, key=lambda pair: -pair[0])[:k]
+
+
+def plot_mix_weights(mix, ax=None, title=None):
+    """Bar chart of a :class:`kerasplm.models.elmo.ScalarMix`'s softmax-normalised layer weights s_j (γ in the
+    title); layer 0 is the character-CNN token layer. Returns the matplotlib Axes."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(4, 3))
+    weights = mix.layer_weights.numpy()
+    labels = ["token"] + [f"biLSTM {j}" for j in range(1, len(weights))]
+    ax.bar(labels, weights)
+    ax.set_ylabel("s_j")
+    ax.set_ylim(0, max(1.0, float(weights.max())))
+    ax.set_title(title or f"ELMo layer weights (γ = {float(mix.gamma.numpy()):.2f})")
+    return ax
+
 
 def _model_config(run, config):
     model = config["model"]

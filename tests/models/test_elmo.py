@@ -192,3 +192,23 @@ def test_embedder_in_a_downstream_model_trains_only_the_mix(tiny_bilm):
     full = tiny_bilm(add_sentence_boundaries(ids))["layers"].numpy()
     np.testing.assert_allclose(layers[0, :, :3], full[0, :, 1:4], atol=1e-6)
     assert (layers[1, :, 2:] == 0).all()
+
+
+def test_plot_helpers_and_nearest_contexts(tiny_bilm):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from kerasplm.tasks.elmo import Elmo, plot_mix_weights
+
+    mix = ScalarMix(3, initial_weights=[0.0, 1.0, 2.0])
+    mix.build()
+    ax = plot_mix_weights(mix)
+    heights = [p.get_height() for p in ax.patches]
+    np.testing.assert_allclose(heights, np.exp([0, 1, 2]) / np.exp([0, 1, 2]).sum(), rtol=1e-6)
+    elmo = Elmo(tiny_bilm, ["<S>", "</S>", "<UNK>"])
+    candidates = ["we play chess", "they watch a play tonight", "no such word", "kids play outside"]
+    ranked = elmo.nearest_contexts("play", "kids play outside", candidates, k=5)
+    assert [s for _, s in ranked][0] == "kids play outside" and ranked[0][0] == pytest.approx(1.0, abs=1e-5)
+    assert len(ranked) == 3 and ranked[1][0] >= ranked[2][0]
+    with pytest.raises(ValueError, match="not a token of the query"):
+        elmo.nearest_contexts("play", "nothing here", candidates)
