@@ -470,6 +470,7 @@ class ScalarMix(keras.layers.Layer):
         self.num_layers, self.layer_norm = int(num_layers), bool(layer_norm)
         self.initial_weights = list(initial_weights) if initial_weights is not None else [0.0] * self.num_layers
         self.initial_gamma = float(initial_gamma)
+        self.supports_masking = True  # the (batch, T) mask of the layers is the output's mask too
         if len(self.initial_weights) != self.num_layers:
             raise ValueError(f"initial_weights has {len(self.initial_weights)} values for {num_layers} layers")
 

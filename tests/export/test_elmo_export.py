@@ -66,3 +66,18 @@ def test_cli_exports_a_converted_run(tmp_path):
     assert main(["export", "elmo", "--run", run.path, "--to", str(tmp_path / "export")]) == 0
     assert read_metadata(tmp_path / "export" / "1")["preset"] == "custom"
     assert main(["export", "elmo", "--run", run.path, "--to", str(tmp_path / "export"), "--version", "1"]) == 2
+
+
+def test_kerasplm_serve_answers_predict(exported, elmo):
+    """`kerasplm serve`'s predict path (row format, one row per chunk) returns the biLM's vectors."""
+    import os
+
+    from kerasplm.serving.api import predict
+    from kerasplm.serving.models import load_version
+
+    loaded = load_version(os.path.dirname(exported), int(os.path.basename(exported)))
+    reply = predict(loaded, {"instances": [{"sentences": s} for s in SENTENCES]}, batch_chunk_size=1)
+    rows = reply["predictions"]
+    assert rows[1]["tokens"] == ["a", "dog", "", ""] and rows[2]["mask"] == [True, False, False, False]
+    ref = elmo.embed(SENTENCES)["elmo_layers"]
+    np.testing.assert_allclose(np.array([r["layer_2"] for r in rows]), ref[:, 2], atol=1e-5)
