@@ -90,3 +90,10 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     assert "no such file or directory" in err and err.count("\n") == 1
     assert main(["train", "elmo", "--steps", "1", "--out", str(tmp_path / "r")]) == 2
     assert "give a corpus" in capsys.readouterr().err
+
+
+def test_elmo_subcommands_have_help():
+    for argv in (["train", "elmo", "--help"], ["export", "elmo", "--help"], ["convert", "elmo", "--help"]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 0
