@@ -524,14 +524,22 @@ class ElmoEmbedder(TracksLayerLists, keras.layers.Layer):
     def __init__(self, bilm, num_mixes=1, layer_norm=False, **kwargs):
         super().__init__(**kwargs)
         self.bilm = bilm
-        self.bilm.trainable = False
+        self._freeze_bilm()
         self.num_mixes, self.layer_norm = int(num_mixes), bool(layer_norm)
         n = bilm.config.n_layers + 1
         self.mixes = [ScalarMix(n, layer_norm=layer_norm, name=f"scalar_mix_{i}") for i in range(self.num_mixes)]
 
+    def _freeze_bilm(self):
+        # Setting trainable on the biLM alone did not reach its sub-layers' variables in a model reloaded from
+        # a .keras file (they came back trainable), so every variable is frozen explicitly.
+        self.bilm.trainable = False
+        for weight in self.bilm.weights:
+            weight.trainable = False
+
     def build(self, input_shape=None):
         for mix in self.mixes:
             mix.build()
+        self._freeze_bilm()
         self.built = True
 
     def call(self, char_ids):

@@ -300,6 +300,10 @@ def train_elmo(out, options=None, log=print, **overrides):
     ``time_budget`` seconds or on SIGTERM; an existing run in ``out`` is resumed with its stored options.
     Returns the summary (also metrics.json) with ``"elmo"``: the trained :class:`Elmo`.
     """
+    if overrides.get("corpus"):  # stored absolute, so a resume from another directory finds it
+        overrides["corpus"] = os.path.abspath(overrides["corpus"])
+    if options is not None and options.corpus:
+        options = options.replace(corpus=os.path.abspath(options.corpus))
     run, o, config, previous_history = open_run(out, FAMILY, ElmoOptions, options, overrides, what="ELMo",
                                                 check_config=_model_config)
     t0 = time.time()

@@ -169,7 +169,7 @@ def test_scalar_mix_is_equation_1(layer_norm):
     np.testing.assert_allclose(got, 1.5 * sum(s[j] * hs[j] for j in range(3)), rtol=1e-5, atol=1e-6)
 
 
-def test_embedder_in_a_downstream_model_trains_only_the_mix(tiny_bilm):
+def test_embedder_in_a_downstream_model_trains_only_the_mix(tiny_bilm, tmp_path):
     ids = sentence_char_ids(tokens(SENTENCES), add_boundaries=False)          # (3, 4, 50)
     embedder = ElmoEmbedder(tiny_bilm, num_mixes=2)
     char_in = keras.Input((None, 50), dtype="int32")
@@ -187,6 +187,11 @@ def test_embedder_in_a_downstream_model_trains_only_the_mix(tiny_bilm):
     grads = tape.gradient(loss, mix_weights + tiny_bilm.weights)
     assert all(g is not None and np.abs(g).max() > 0 for g in grads[:4])        # s_j and γ of both mixes
     assert all(g is None for g in grads[4:])                                      # the frozen biLM
+    # a .keras round trip keeps the biLM frozen (it once came back trainable)
+    path = str(tmp_path / "downstream.keras")
+    model.save(path)
+    reloaded = keras.models.load_model(path)
+    assert len(reloaded.trainable_weights) == len(model.trainable_weights)
     # the representations are the biLM's without <S>/</S>
     layers = embedder(ids)["layers"].numpy()
     full = tiny_bilm(add_sentence_boundaries(ids))["layers"].numpy()
