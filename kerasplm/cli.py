@@ -210,7 +210,7 @@ def _add_convert_parser(commands):
 
 
 def _add_elmo_parsers(train_families, export_families, convert_families):
-    """``kerasplm train elmo``, ``export elmo`` and ``convert elmo`` (handlers in kerasplm.tasks/export/convert.elmo)."""
+    """``kerasplm train elmo``, ``export elmo`` and ``convert elmo`` (handlers call kerasplm's elmo modules)."""
     from kerasplm.tasks.elmo import ElmoOptions
     from kerasplm.tasks.options import add_options_to_parser
 

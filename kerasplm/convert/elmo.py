@@ -107,7 +107,10 @@ def _read_hdf5(path):
     arrays = {}
     try:
         with h5py.File(path, "r") as f:
-            f.visititems(lambda name, obj: arrays.__setitem__(name, obj[...]) if isinstance(obj, h5py.Dataset) else None)
+            def keep(name, obj):
+                if isinstance(obj, h5py.Dataset):
+                    arrays[name] = obj[...]
+            f.visititems(keep)
     except OSError as e:
         raise ValueError(f"{path}: not a readable HDF5 file ({e})") from None
     return arrays

@@ -66,6 +66,7 @@ def export_elmo(elmo, model_base_path, version=None, overwrite=False, embedder=N
     module = ElmoModule(embedder)
     mix = embedder.mixes[0]
     metadata = {"preset": elmo.config.get("preset"), "step": elmo.step, "num_layers": module.num_layers,
-                "dim": 2 * embedder.bilm.config.output_dim, "mix_weights": [float(s) for s in mix.layer_weights.numpy()],
+                "dim": 2 * embedder.bilm.config.output_dim,
+                "mix_weights": [float(s) for s in mix.layer_weights.numpy()],
                 "mix_gamma": float(mix.gamma.numpy()), "vocab_size": len(elmo.vocab)}
     return save_version(module, model_base_path, version=version, overwrite=overwrite, metadata=metadata)

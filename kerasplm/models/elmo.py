@@ -2,7 +2,8 @@
 
 The biLM (paper §3.1, eq. of the objective)::
 
-    maximise  Σ_k [ log p(t_k | t_1..t_{k-1}; Θ_x, Θ→_LSTM, Θ_s) + log p(t_k | t_{k+1}..t_N; Θ_x, Θ←_LSTM, Θ_s) ]
+    maximise  Σ_k [ log p(t_k | t_1..t_{k-1}; Θ_x, Θ→_LSTM, Θ_s)
+                  + log p(t_k | t_{k+1}..t_N; Θ_x, Θ←_LSTM, Θ_s) ]
 
 * token representation x_k (Θ_x, shared by both directions): the character CNN of Kim et al. (2016) —
   character embedding (dim 16) of the token's UTF-8 bytes (:mod:`kerasplm.text.characters`), one
@@ -97,7 +98,8 @@ class ElmoConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"ElmoConfig.{name} must be a positive integer, got {value!r}")
         if not self.filters or any(w <= 0 or n <= 0 for w, n in self.filters):
-            raise ValueError(f"ElmoConfig.filters must be (width, count) pairs of positive integers, got {self.filters}")
+            raise ValueError(f"ElmoConfig.filters must be (width, count) pairs of positive integers, "
+                             f"got {self.filters}")
         if self.max_characters_per_token < max(3, max(w for w, _ in self.filters)):
             raise ValueError(f"max_characters_per_token={self.max_characters_per_token} is shorter than the widest "
                              f"filter or than bow + one byte + eow")
@@ -477,7 +479,8 @@ class ScalarMix(keras.layers.Layer):
     def build(self, input_shape=None):
         self.scalars = self.add_weight(name="scalars", shape=(self.num_layers,),
                                        initializer=keras.initializers.Constant(self.initial_weights))
-        self.gamma = self.add_weight(name="gamma", shape=(), initializer=keras.initializers.Constant(self.initial_gamma))
+        self.gamma = self.add_weight(name="gamma", shape=(),
+                                     initializer=keras.initializers.Constant(self.initial_gamma))
         self.built = True
 
     @property

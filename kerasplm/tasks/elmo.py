@@ -11,7 +11,8 @@ has no train split). The word vocabulary (asset ``vocab.txt``, bilm-tf's format)
 of the sampled softmax assumes that order).
 
 Optimisation as bilm-tf: Adagrad (learning rate 0.2, initial accumulator 1.0), global gradient norm
-clipped to 10. Sampled-softmax steps are not XLA-compiled (no XLA kernel for its accidental-hit removal). The held-out evaluation reports each direction's perplexity, exp(forward_loss) and
+clipped to 10. Sampled-softmax steps are not XLA-compiled (its accidental-hit removal has no XLA kernel).
+The held-out evaluation reports each direction's perplexity, exp(forward_loss) and
 exp(backward_loss), exactly (sums over tokens, full softmax).
 
 Run directory: family ``elmo``, task ``language_model``, ``config["model"] = {"bilm": ElmoConfig fields,
@@ -340,7 +341,8 @@ def train_elmo(out, options=None, log=print, **overrides):
             metrics = {k: history[f"eval_{k}"][-1] for k in ("forward_loss", "backward_loss")}
         else:
             metrics = trainer.evaluate(lambda: heldout.dataset(o.batch_size, limit=o.eval_windows))
-        summary.update({"heldout_forward_loss": metrics["forward_loss"], "heldout_backward_loss": metrics["backward_loss"],
+        summary.update({"heldout_forward_loss": metrics["forward_loss"],
+                        "heldout_backward_loss": metrics["backward_loss"],
                         "forward_perplexity": math.exp(metrics["forward_loss"]),
                         "backward_perplexity": math.exp(metrics["backward_loss"]),
                         "training_tokens": train.num_tokens, "vocab_size": len(vocab), "sampled_softmax": sampled})

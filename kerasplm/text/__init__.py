@@ -1,8 +1,10 @@
 """Tokenizers and preprocessors as `tf.Module`s: in-graph text processing that exports with the model.
 
 Tokenizers (:mod:`kerasplm.text.wordpiece`) know normalization and vocabulary only; preprocessors
-(:mod:`kerasplm.text.preprocessing`) own the special tokens, packing, truncation and padding.
+(:mod:`kerasplm.text.preprocessing`) own the special tokens, packing, truncation and padding;
+:mod:`kerasplm.text.characters` turns tokens into ELMo's (bilm-tf's) character ids.
 """
+from kerasplm.text.characters import sentence_char_ids, word_char_ids
 from kerasplm.text.preprocessing import Preprocessor, TranslatorPreprocessor, pack_segments, pad_packed
 from kerasplm.text.wordpiece import (
     WordPieceTokenizer,
@@ -13,4 +15,4 @@ from kerasplm.text.wordpiece import (
 )
 
 __all__ = ["WordPieceTokenizer", "build_wordpiece_vocab", "read_vocab", "write_vocab", "sanitize_utf8",
-           "Preprocessor", "TranslatorPreprocessor", "pack_segments", "pad_packed"]
+           "Preprocessor", "TranslatorPreprocessor", "pack_segments", "pad_packed", "sentence_char_ids", "word_char_ids"]

@@ -6,7 +6,6 @@ import os
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from kerasplm.cli import main
 from kerasplm.tasks.elmo import Elmo, WindowedCorpus, build_vocab, read_sentences
@@ -37,7 +36,9 @@ def runs(corpus, tmp_path_factory):
     return {"resumed": resumed, "straight": straight, "first": first, "second": second, "whole": whole}
 
 
-def test_windows_and_vocabulary():
+def test_windows_and_vocabulary(tmp_path):
+    (tmp_path / "c.txt").write_text("b a . a zz\n\n = Head =\n")
+    assert read_sentences(str(tmp_path / "c.txt")) == [["b", "a", "."], ["a", "zz"], ["=", "Head", "="]]
     sentences = [["b", "a", "."], ["a", "zz"]]
     vocab = build_vocab(sentences, 2)
     assert vocab == ["<S>", "</S>", "<UNK>", "a", "."]
