@@ -93,10 +93,10 @@ def build_parser():
     tl.add_argument("--beam-size", type=_positive_int, default=1, help="1 = greedy (default)")
     tl.set_defaults(handler=_translate)
 
-    _add_export_parser(commands)
+    export_families = _add_export_parser(commands)
     _add_serve_parser(commands)
     _add_presets_parser(commands)
-    _add_convert_parser(commands)
+    _add_elmo_parsers(train_families, export_families, _add_convert_parser(commands))
     return parser
 
 
@@ -131,6 +131,7 @@ def _add_export_parser(commands):
     et.add_argument("--jit-compile", action="store_true",
                     help="XLA-compile the decoding loop (TF Serving on CPU then needs --xla_cpu_compilation_enabled)")
     et.set_defaults(handler=_export_translator)
+    return families
 
 
 def _port(text):
@@ -207,6 +208,58 @@ def _add_convert_parser(commands):
                             help="also read pytorch_model.bin (unpickling runs code from the file: only for "
                                  "files you trust)")
         family.set_defaults(handler=handler)
+    return families
+
+
+def _add_elmo_parsers(train_families, export_families, convert_families):
+    """``kerasplm train elmo``, ``export elmo`` and ``convert elmo`` (handlers call kerasplm's elmo modules)."""
+    from kerasplm.tasks.elmo import ElmoOptions
+    from kerasplm.tasks.options import add_options_to_parser
+
+    tr = train_families.add_parser("elmo", help="an ELMo biLM (character CNN + forward/backward LSTMs)",
+                                   description="Train an ELMo biLM on a text corpus and report held-out forward "
+                                               "and backward perplexity.")
+    add_options_to_parser(tr, ElmoOptions)
+    tr.add_argument("--out", default="runs/elmo", help="run directory (an existing run is resumed)")
+    tr.set_defaults(handler=_train_elmo)
+    ex = export_families.add_parser("elmo", help="export an ELMo run",
+                                    description="Export an ELMo run: sentences in, per-token layers and mix out.")
+    ex.add_argument("--run", required=True, help="run directory (kerasplm train elmo / convert elmo)")
+    ex.add_argument("--to", default="export/elmo", help="model base path (default export/elmo)")
+    ex.add_argument("--version", type=_positive_int, help="version number (default: next free)")
+    ex.add_argument("--overwrite", action="store_true", help="replace an existing version")
+    ex.set_defaults(handler=_export_elmo)
+    cv = convert_families.add_parser("elmo", help="AllenNLP bilm-tf weights (options.json, weights.hdf5)",
+                                     description="Convert bilm-tf's options.json + weights.hdf5 + vocabulary "
+                                                 "into a run directory.")
+    cv.add_argument("--options", required=True, type=_existing_file, help="bilm-tf options.json")
+    cv.add_argument("--weights", required=True, type=_existing_file, help="bilm-tf weights.hdf5")
+    cv.add_argument("--vocab", required=True, type=_existing_file, help="vocabulary, one token per line")
+    cv.add_argument("--out", required=True, help="the run directory to write (must not hold a run)")
+    cv.set_defaults(handler=_convert_elmo)
+
+
+def _train_elmo(args):
+    from kerasplm.tasks.elmo import ElmoOptions, train_elmo
+    from kerasplm.tasks.options import options_from_args
+
+    summary = train_elmo(args.out, **options_from_args(args, ElmoOptions))
+    return 128 + signal.SIGTERM if summary["stop_reason"] == "sigterm" else 0
+
+
+def _export_elmo(args):
+    from kerasplm.export.elmo import export_elmo
+    from kerasplm.tasks.elmo import load_elmo
+
+    print(export_elmo(load_elmo(args.run), args.to, version=args.version, overwrite=args.overwrite))
+    return 0
+
+
+def _convert_elmo(args):
+    from kerasplm.convert.elmo import convert_elmo_to_run
+
+    print(convert_elmo_to_run(args.options, args.weights, args.vocab, args.out).path)
+    return 0
 
 
 def _convert_bert(args):

@@ -9,7 +9,8 @@ overwrite rule); each family's module (:mod:`kerasplm.export.translator`, ...) h
 Serving: ``kerasplm serve`` (:mod:`kerasplm.serving`) or TensorFlow Serving (export/README.md).
 """
 from kerasplm.export.base import ExportModule, read_metadata, save_version
+from kerasplm.export.elmo import ElmoModule, export_elmo
 from kerasplm.export.translator import TranslatorModule, export_translator, load_and_translate
 
-__all__ = ["ExportModule", "save_version", "read_metadata", "TranslatorModule", "export_translator",
+__all__ = ["ExportModule", "save_version", "read_metadata", "ElmoModule", "export_elmo", "TranslatorModule", "export_translator",
            "load_and_translate"]

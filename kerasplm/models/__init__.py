@@ -7,6 +7,7 @@ from kerasplm.models import presets
 from kerasplm.models.base import Backbone, ConfigMixin, Preprocessor, Task
 from kerasplm.models.bert import BertBackbone, BertConfig
 from kerasplm.models.causal_lm import CausalLM, CausalLMConfig, DecoderOnlyBackbone
+from kerasplm.models.elmo import ElmoBiLM, ElmoConfig, ElmoEmbedder, ElmoLanguageModel, ScalarMix
 from kerasplm.models.gpt import GPT, GPTBackbone, GPTConfig
 from kerasplm.models.presets import get_preset, list_presets, register_presets
 from kerasplm.models.transformer import PRESETS as TRANSFORMER_PRESETS
@@ -14,7 +15,7 @@ from kerasplm.models.transformer import Decoder, Encoder, Transformer, Transform
 
 __all__ = [
     "Backbone", "BertBackbone", "BertConfig", "CausalLM", "CausalLMConfig", "ConfigMixin", "Decoder",
-    "DecoderOnlyBackbone", "Encoder", "GPT", "GPTBackbone", "GPTConfig",
-    "Preprocessor", "TRANSFORMER_PRESETS", "Task", "Transformer", "TransformerConfig", "get_preset",
+    "DecoderOnlyBackbone", "ElmoBiLM", "ElmoConfig", "ElmoEmbedder", "ElmoLanguageModel", "Encoder", "GPT", "GPTBackbone", "GPTConfig",
+    "Preprocessor", "ScalarMix", "TRANSFORMER_PRESETS", "Task", "Transformer", "TransformerConfig", "get_preset",
     "list_presets", "presets", "register_presets",
 ]

@@ -1,0 +1,83 @@
+"""ELMo export: the SavedModel equals the in-memory biLM, passes the shared contract (isolated load without
+kerasplm, bad-input battery plus one very long token), and `kerasplm export elmo` writes it from a run."""
+import keras
+import numpy as np
+import pytest
+
+from kerasplm.cli import main
+from kerasplm.convert.elmo import convert_elmo_to_run
+from kerasplm.export import read_metadata
+from kerasplm.export.elmo import export_elmo
+from kerasplm.models.elmo import ElmoBiLM, ElmoEmbedder
+from kerasplm.tasks.elmo import Elmo
+from tests.export.contract import check_bad_inputs, run_isolated
+
+SENTENCES = ["the play was good", "a dog", "naïve"]
+
+
+@pytest.fixture(scope="module")
+def elmo():
+    keras.utils.set_random_seed(5)
+    return Elmo(ElmoBiLM.from_preset("elmo_tiny", dropout=0.0), ["<S>", "</S>", "<UNK>"],
+                config={"preset": "elmo_tiny"}, step=0)
+
+
+@pytest.fixture(scope="module")
+def exported(elmo, tmp_path_factory):
+    embedder = ElmoEmbedder(elmo.bilm)
+    embedder.build()
+    embedder.mixes[0].scalars.assign([0.5, -1.0, 2.0])
+    embedder.mixes[0].gamma.assign(0.7)
+    return export_elmo(elmo, str(tmp_path_factory.mktemp("export") / "elmo"), embedder=embedder)
+
+
+def test_saved_model_equals_the_biLM_without_kerasplm(elmo, exported):
+    (out,) = run_isolated(exported, [("serving_default", {"sentences": SENTENCES})])
+    ref = elmo.embed(SENTENCES)
+    assert out["tokens"][1] == ["a", "dog", "", ""] and out["mask"][2] == [True, False, False, False]
+    layers = np.stack([np.asarray(out[f"layer_{j}"]) for j in range(3)], axis=1)
+    np.testing.assert_allclose(layers, ref["elmo_layers"], atol=1e-5)
+    s = np.exp([0.5, -1.0, 2.0]) / np.exp([0.5, -1.0, 2.0]).sum()
+    np.testing.assert_allclose(out["elmo"], 0.7 * np.einsum("j,bjtd->btd", s, ref["elmo_layers"]), atol=1e-5)
+    meta = read_metadata(exported)
+    assert meta["family"] == "elmo" and meta["dim"] == 32 and meta["num_layers"] == 3
+    np.testing.assert_allclose(meta["mix_weights"], s, rtol=1e-5)
+
+
+def test_bad_inputs(exported):
+    def output_check(texts, outputs):
+        for row, text in enumerate(texts):
+            words = text.split() if isinstance(text, str) else text.split()
+            n = len(words)
+            assert outputs["mask"][row].sum() == n
+            assert outputs["elmo"].shape[-1] == 32 and np.isfinite(outputs["elmo"]).all()
+            assert (outputs["elmo"][row, n:] == 0).all()
+
+    alone = check_bad_inputs(exported, "serving_default", "sentences", output_check=output_check,
+                             extra_bad={"long_token": "x" * 20000})
+    assert alone["empty"]["elmo"].shape == (1, 0, 32)
+    assert alone["long_token"]["tokens"][0, 0] == b"x" * 20000
+
+
+def test_cli_exports_a_converted_run(tmp_path):
+    from tests.convert.test_elmo_convert import bilm_tf_arrays, write_files
+
+    run = convert_elmo_to_run(*write_files(tmp_path, bilm_tf_arrays()), tmp_path / "run")
+    assert main(["export", "elmo", "--run", run.path, "--to", str(tmp_path / "export")]) == 0
+    assert read_metadata(tmp_path / "export" / "1")["preset"] == "custom"
+    assert main(["export", "elmo", "--run", run.path, "--to", str(tmp_path / "export"), "--version", "1"]) == 2
+
+
+def test_kerasplm_serve_answers_predict(exported, elmo):
+    """`kerasplm serve`'s predict path (row format, one row per chunk) returns the biLM's vectors."""
+    import os
+
+    from kerasplm.serving.api import predict
+    from kerasplm.serving.models import load_version
+
+    loaded = load_version(os.path.dirname(exported), int(os.path.basename(exported)))
+    reply = predict(loaded, {"instances": [{"sentences": s} for s in SENTENCES]}, batch_chunk_size=1)
+    rows = reply["predictions"]
+    assert rows[1]["tokens"] == ["a", "dog", "", ""] and rows[2]["mask"] == [True, False, False, False]
+    ref = elmo.embed(SENTENCES)["elmo_layers"]
+    np.testing.assert_allclose(np.array([r["layer_2"] for r in rows]), ref[:, 2], atol=1e-5)
