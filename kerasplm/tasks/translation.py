@@ -254,8 +254,8 @@ def _fit_schedule_to_budget(trainer, train_ds, schedule, time_budget):
     """Make TRACE_STEPS untimed steps, time TIMED_STEPS more (again if one of them traced a new bucket
     shape), then fit ``schedule`` to the steps the rest of ``time_budget`` allows.
 
-    Returns ``(total_steps, seconds_per_step)`` (``seconds_per_step`` is None when the budget ran out
-    while timing; the schedule then ends where the run stopped).
+    Returns ``(total_steps, seconds_per_step)``; when the budget runs out while timing, the schedule ends
+    where the run stopped (``seconds_per_step`` is None if not even the first timed steps were made).
     """
     started = time.monotonic()
     trainer.fit(train_ds, steps=trainer.step + TRACE_STEPS, time_budget=time_budget, log_every=0)
@@ -269,7 +269,7 @@ def _fit_schedule_to_budget(trainer, train_ds, schedule, time_budget):
         if trainer.trace_count == traces:
             break
     if seconds_per_step is None or trainer.stop_reason != "steps":  # the budget ran out while timing
-        seconds_per_step, total = None, trainer.step
+        total = trainer.step
     else:
         total = trainer.step + max(int((time_budget - (time.monotonic() - started)) / seconds_per_step), 1)
     schedule.set_total_steps(total)
