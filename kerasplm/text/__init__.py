@@ -1,9 +1,10 @@
 """Tokenizers and preprocessors as `tf.Module`s: in-graph text processing that exports with the model.
 
-Tokenizers (:mod:`kerasplm.text.wordpiece`) know normalization and vocabulary only; preprocessors
-(:mod:`kerasplm.text.preprocessing`) own the special tokens, packing, truncation and padding.
+Tokenizers (:mod:`kerasplm.text.wordpiece`, :mod:`kerasplm.text.sentencepiece`) know normalization and
+vocabulary only; preprocessors (:mod:`kerasplm.text.preprocessing`) own the special tokens, packing, truncation and padding.
 """
 from kerasplm.text.preprocessing import Preprocessor, TranslatorPreprocessor, pack_segments, pad_packed
+from kerasplm.text.sentencepiece import SentencePieceTokenizer, train_sentencepiece
 from kerasplm.text.wordpiece import (
     WordPieceTokenizer,
     build_wordpiece_vocab,
@@ -13,4 +14,5 @@ from kerasplm.text.wordpiece import (
 )
 
 __all__ = ["WordPieceTokenizer", "build_wordpiece_vocab", "read_vocab", "write_vocab", "sanitize_utf8",
-           "Preprocessor", "TranslatorPreprocessor", "pack_segments", "pad_packed"]
+           "SentencePieceTokenizer", "train_sentencepiece", "Preprocessor", "TranslatorPreprocessor",
+           "pack_segments", "pad_packed"]
