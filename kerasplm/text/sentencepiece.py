@@ -46,7 +46,7 @@ def _training_lines(texts_or_path):
         with open(texts_or_path, encoding="utf-8", errors="replace") as f:
             texts = f.read().split(NEWLINE)
     elif isinstance(texts_or_path, (str, os.PathLike)):
-        raise FileNotFoundError(f"corpus file not found: {os.fspath(texts_or_path)} (pass a list of strings "
+        raise FileNotFoundError(f"corpus file not found: {os.fspath(texts_or_path)[:200]} (pass a list of strings "
                                 f"to train on texts)")
     else:
         texts = [line for text in texts_or_path for line in str(text).split(NEWLINE)]
@@ -107,7 +107,7 @@ class SentencePieceTokenizer(tf.Module):
     """A SentencePiece model (a ``.model`` file or its bytes); every method is a graph function.
 
     Token ids are int64. The model file is a ``tf.saved_model.Asset`` (``assets/`` of an export), and its
-    bytes are baked into the graph's tokenizer resource, so a reloaded SavedModel needs only tensorflow and
+    bytes are baked into the graph functions' tokenizer op, so a reloaded SavedModel needs only tensorflow and
     tensorflow_text.
 
     Attributes (Python): ``vocab_size``, ``special_tokens`` (``{"pad": "<pad>", "unk": "<unk>",
@@ -144,7 +144,7 @@ class SentencePieceTokenizer(tf.Module):
             raise ValueError(f"{path}: a SentencePiece model without an unknown token")
         self._unk_id = processor.unk_id()
         self._model_path = tf.saved_model.Asset(path)
-        self._tokenizer = tf_text.SentencepieceTokenizer(model=data, out_type=tf.int32)
+        self._model_bytes = data
         # detokenize accepts dense or ragged ids: trace both so both survive export.
         self.detokenize.get_concrete_function(tf.TensorSpec([None, None], tf.int64))
         self.detokenize.get_concrete_function(tf.RaggedTensorSpec([None, None], tf.int64))
@@ -181,11 +181,17 @@ class SentencePieceTokenizer(tf.Module):
         return self.token_to_id(self._special["end_of_text"]) if "end_of_text" in self._special else None
 
     # Graph functions (exported with the module).
+    def _op(self):
+        """tensorflow-text's tokenizer, built inside each graph function. Its model resource is owned by the
+        op's kernel: built eagerly, it is destroyed when TensorFlow clears its eager kernel cache (which
+        ``tf.random.set_seed`` does); inside a function it lives as long as the function."""
+        return tf_text.SentencepieceTokenizer(model=self._model_bytes, out_type=tf.int32)
+
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def tokenize(self, strings):
         """Strings [batch] -> int64 RaggedTensor [batch, (pieces)]; no special token added. Invalid UTF-8
         bytes become U+FFFD first."""
-        return tf.cast(self._tokenizer.tokenize(sanitize_utf8(strings)), tf.int64)
+        return tf.cast(self._op().tokenize(sanitize_utf8(strings)), tf.int64)
 
     @tf.function
     def detokenize(self, ids):
@@ -196,12 +202,12 @@ class SentencePieceTokenizer(tf.Module):
         size = tf.constant(self.vocab_size, tf.int64)
         unk = tf.constant(self._unk_id, tf.int64)
         ids = tf.ragged.map_flat_values(lambda v: tf.cast(tf.where((v < 0) | (v >= size), unk, v), tf.int32), ids)
-        return self._tokenizer.detokenize(ids)
+        return self._op().detokenize(ids)
 
     @tf.function(input_signature=[])
     def get_vocab_size(self):
         """Number of pieces (int32 scalar)."""
-        return self._tokenizer.vocab_size()
+        return self._op().vocab_size()
 
     @tf.function(input_signature=[])
     def get_model_path(self):
