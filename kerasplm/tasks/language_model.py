@@ -354,6 +354,21 @@ def score_token_ids(model, ids, start_id, max_positions):
     return per_row, n
 
 
+def trim_generated(tokens, stop_ids, max_new_tokens):
+    """Ragged int64 ``[B, (k)]``: each row of generated ``tokens (B, steps)`` up to (not including) its first
+    stop id and at most ``max_new_tokens`` (scalar or ``[B]``) tokens; the padding after them is dropped.
+    (Counting non-padding ids would not do: GPT-2's id 0 is a real token.)"""
+    tokens = tf.cast(tokens, tf.int64)
+    steps = tf.shape(tokens, out_type=tf.int64)[1]
+    length = tf.fill(tf.shape(tokens, out_type=tf.int64)[:1], steps)
+    if stop_ids:
+        is_stop = tf.reduce_any(tokens[:, :, tf.newaxis] == tf.constant(list(stop_ids), tf.int64), axis=-1)
+        first_stop = tf.argmax(tf.cast(is_stop, tf.int32), axis=1, output_type=tf.int64)
+        length = tf.where(tf.reduce_any(is_stop, axis=1), first_stop, length)
+    length = tf.minimum(length, tf.cast(max_new_tokens, tf.int64))
+    return tf.RaggedTensor.from_tensor(tokens, lengths=length)
+
+
 def perplexity(log_likelihood, num_tokens):
     """exp(-log P / n); 1.0 for a line without tokens (an empty mean taken as 0)."""
     return tf.exp(-log_likelihood / tf.cast(tf.maximum(num_tokens, 1), tf.float32))
@@ -437,8 +452,10 @@ class TextGenerator:
             return []
         out = self.generate_ids(prompts, max_new_tokens, temperature, top_k, top_p, num_beams, seed, stop_ids,
                                 jit_compile)
-        texts = [t.decode("utf-8", errors="replace")
-                 for t in self.tokenizer.detokenize(tf.cast(out.tokens, tf.int64)).numpy()]
+        if stop_ids is None:
+            stop_ids = () if self.end_of_text_id is None else (self.end_of_text_id,)
+        ids = trim_generated(out.tokens, stop_ids, max_new_tokens)
+        texts = [t.decode("utf-8", errors="replace") for t in self.tokenizer.detokenize(ids).numpy()]
         for s in stop or ():
             texts = [t.split(s, 1)[0] for t in texts]
         return texts
