@@ -12,6 +12,7 @@
     kerasplm train gpt --corpus input.txt [--preset gpt_tiny --seq-len 128 --steps N --out runs/gpt ...]
     kerasplm generate --run RUN_DIR "prompt" [--max-new-tokens 64 --temperature 0.8 --top-k 40 --seed 0]
     kerasplm score --run RUN_DIR FILE                                 # per-line log-likelihood, perplexity
+    kerasplm export generator --run RUN_DIR --to export/gpt [--max-new-tokens 32]
 
 Every subcommand has ``--help``. Bad flags and unreadable inputs end with a one-line error and exit
 status 2.
@@ -217,6 +218,31 @@ def _add_export_parser(commands):
     et.add_argument("--jit-compile", action="store_true",
                     help="XLA-compile the decoding loop (TF Serving on CPU then needs --xla_cpu_compilation_enabled)")
     et.set_defaults(handler=_export_translator)
+    _add_export_generator_parser(families)
+
+
+def _add_export_generator_parser(families):
+    eg = families.add_parser("generator", help="export a GPT run (generate and score signatures)",
+                             description="Export a GPT run (trained or converted) as a SavedModel: "
+                                         "serving_default (greedy), generate (sampling options) and score.")
+    eg.add_argument("--run", required=True, help="GPT run directory (kerasplm train gpt / convert gpt2)")
+    eg.add_argument("--to", default="export/gpt", help="model base path (default export/gpt)")
+    eg.add_argument("--version", type=_positive_int, help="version number (default: next free)")
+    eg.add_argument("--overwrite", action="store_true", help="replace an existing version")
+    eg.add_argument("--max-new-tokens", type=_positive_int, default=32,
+                    help="serving_default's length and the largest `generate` accepts (default 32)")
+    eg.add_argument("--max-prompt-tokens", type=_positive_int,
+                    help="prompts keep their last N tokens (default: the rest of the model's context)")
+    eg.set_defaults(handler=_export_generator)
+
+
+def _export_generator(args):
+    from kerasplm.export.generator import export_generator
+    from kerasplm.tasks.language_model import load_text_generator
+
+    print(export_generator(load_text_generator(args.run), args.to, version=args.version, overwrite=args.overwrite,
+                           max_new_tokens=args.max_new_tokens, max_prompt_tokens=args.max_prompt_tokens))
+    return 0
 
 
 def _port(text):

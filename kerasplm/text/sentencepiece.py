@@ -96,6 +96,7 @@ def train_sentencepiece(texts_or_path, vocab_size=8000, model_prefix=None, seed=
     if model_prefix is not None:
         path = os.fspath(model_prefix) + ".model"
         directory = os.path.dirname(os.path.abspath(path))
+        os.makedirs(directory, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-spm-")
         with os.fdopen(fd, "wb") as f:
             f.write(data)
