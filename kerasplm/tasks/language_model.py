@@ -482,8 +482,11 @@ def load_run_tokenizer(run, config):
     if "spm_model" in assets:
         return load_sentencepiece_tokenizer(run, config)
     if "bpe_vocab" in assets or "bpe_merges" in assets:
-        from kerasplm.text.bpe import load_bpe_tokenizer  # noqa: PLC0415 (GPT-2's BPE)
-
+        try:
+            from kerasplm.text.bpe import load_bpe_tokenizer  # noqa: PLC0415 (GPT-2's BPE)
+        except ModuleNotFoundError:
+            raise run.error(run.CONFIG, "the run's tokenizer is GPT-2's byte-level BPE (bpe_vocab/bpe_merges), "
+                                        "which this kerasplm lacks (kerasplm.text.bpe)") from None
         return load_bpe_tokenizer(run, config)
     raise run.error(run.CONFIG, "the run has no tokenizer ('assets' names neither 'spm_model' nor "
                                 "'bpe_vocab'/'bpe_merges'): it can be loaded as a model (load_run) but not "

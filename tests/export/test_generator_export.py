@@ -16,7 +16,7 @@ from kerasplm.tasks.run_dir import RunDir
 from kerasplm.text import train_sentencepiece
 from tests.export.contract import check_bad_inputs, run_isolated
 
-PROMPTS = ["the king speaks", "", "a castle and a garden where the queen walks slowly to the king"]
+PROMPTS = ["the king speaks", "", "a garden"]  # each within the export's 16 prompt tokens
 SAMPLING = dict(max_new_tokens=4, temperature=0.9, top_k=12, top_p=0.9, seed=5)
 MAX_NEW = 6
 
@@ -45,7 +45,9 @@ def generator(tiny_run):
 @pytest.fixture(scope="module")
 def exported(tiny_run, tmp_path_factory):
     base = str(tmp_path_factory.mktemp("export") / "gpt")
-    assert cli.main(["export", "generator", "--run", tiny_run, "--to", base, "--max-new-tokens", str(MAX_NEW)]) == 0
+    # One prompt width (16) keeps the export to one traced decoding loop per generation signature.
+    assert cli.main(["export", "generator", "--run", tiny_run, "--to", base, "--max-new-tokens", str(MAX_NEW),
+                     "--max-prompt-tokens", "16"]) == 0
     return base, base + "/1"
 
 
@@ -59,6 +61,7 @@ def _texts(tensor):
 
 
 def test_signatures_equal_the_text_generator(generator, loaded, exported):
+    assert max(len(ids) for ids in generator.tokenizer.tokenize(tf.constant(PROMPTS)).to_list()) <= 16
     greedy = generator.generate(PROMPTS, max_new_tokens=MAX_NEW, jit_compile=False)
     assert _texts(loaded.signatures["serving_default"](prompt=tf.constant(PROMPTS))["text"]) == greedy
     options = {k: tf.constant(v, tf.float32 if isinstance(v, float) else tf.int32) for k, v in SAMPLING.items()}
@@ -74,6 +77,7 @@ def test_signatures_equal_the_text_generator(generator, loaded, exported):
     metadata = read_metadata(exported[1])
     assert metadata["family"] == "gpt" and metadata["training_step"] == 7
     assert metadata["generation"]["max_new_tokens"] == MAX_NEW and metadata["tokenizer"] == "SentencePieceTokenizer"
+    assert metadata["generation"]["prompt_widths"] == [16]
     assert sorted(metadata["signatures"]) == ["generate", "metadata", "score", "serving_default"]
 
 
