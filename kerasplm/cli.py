@@ -9,6 +9,10 @@
     kerasplm convert bert --from HF_OR_GOOGLE_DIR --out RUN_DIR       # pretrained weights -> run directory
     kerasplm convert gpt2 --from HF_DIR --out RUN_DIR
     kerasplm presets [--family bert]                                  # presets with parameter counts
+    kerasplm train gpt --corpus input.txt [--preset gpt_tiny --seq-len 128 --steps N --out runs/gpt ...]
+    kerasplm generate --run RUN_DIR "prompt" [--max-new-tokens 64 --temperature 0.8 --top-k 40 --seed 0]
+    kerasplm score --run RUN_DIR FILE                                 # per-line log-likelihood, perplexity
+    kerasplm export generator --run RUN_DIR --to export/gpt [--max-new-tokens 32]
 
 Every subcommand has ``--help``. Bad flags and unreadable inputs end with a one-line error and exit
 status 2.
@@ -93,11 +97,96 @@ def build_parser():
     tl.add_argument("--beam-size", type=_positive_int, default=1, help="1 = greedy (default)")
     tl.set_defaults(handler=_translate)
 
+    _add_gpt_parsers(commands, train_families)
     export_families = _add_export_parser(commands)
     _add_serve_parser(commands)
     _add_presets_parser(commands)
     _add_elmo_parsers(train_families, export_families, _add_convert_parser(commands))
     return parser
+
+
+def _add_gpt_parsers(commands, train_families):
+    """``train gpt``, ``generate`` and ``score`` (kerasplm.tasks.language_model)."""
+    from kerasplm.tasks.language_model import GPTOptions
+    from kerasplm.tasks.options import add_options_to_parser
+
+    tg = train_families.add_parser(
+        "gpt", help="a GPT language model on a plain-text corpus",
+        description="Train (or resume) a GPT language model on a UTF-8 text file with a SentencePiece BPE "
+                    "vocabulary; reports held-out loss and perplexity. After SIGTERM it saves a checkpoint "
+                    "and exits with status 143 (rerun the command to resume).")
+    add_options_to_parser(tg, GPTOptions)
+    tg.add_argument("--out", default="runs/gpt", help="run directory (default runs/gpt); an existing run is "
+                    "resumed with its stored options")
+    tg.set_defaults(handler=_train_gpt)
+
+    ge = commands.add_parser("generate", help="continue prompts with a GPT run",
+                             description="Generate a continuation of each prompt (arguments, or one per line on "
+                                         "stdin) with a trained or converted GPT run. Temperature 0 = greedy.")
+    ge.add_argument("prompts", nargs="*", help="prompts (default: read stdin)")
+    ge.add_argument("--run", required=True, help="GPT run directory (kerasplm train gpt / convert gpt2)")
+    ge.add_argument("--max-new-tokens", type=_positive_int, default=64, help="tokens to generate (default 64)")
+    ge.add_argument("--temperature", type=_number(float, 0, inclusive=True), default=0.0,
+                    help="sampling temperature; 0 = greedy (default 0)")
+    ge.add_argument("--top-k", type=_positive_int, help="sample from the k most probable tokens")
+    ge.add_argument("--top-p", type=_number(float, 0, inclusive=False), help="nucleus sampling mass in (0, 1]")
+    ge.add_argument("--num-beams", type=_positive_int, default=1, help="beam search with this many beams")
+    ge.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    ge.set_defaults(handler=_generate)
+
+    sc = commands.add_parser("score", help="per-line log-likelihood and perplexity under a GPT run",
+                             description="Print, for each line of FILE ('-' = stdin), its log-likelihood in nats "
+                                         "(given <|endoftext|>), its token count and perplexity, tab-separated.")
+    sc.add_argument("file", help="text file, one sequence per line ('-' for stdin)")
+    sc.add_argument("--run", required=True, help="GPT run directory")
+    sc.set_defaults(handler=_score)
+
+
+def _train_gpt(args):
+    from kerasplm.tasks.language_model import GPTOptions, train_gpt
+    from kerasplm.tasks.options import options_from_args
+
+    summary = train_gpt(args.out, **options_from_args(args, GPTOptions))
+    if summary["stop_reason"] == "sigterm":  # as _train_translator: tell the job controller to restart
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(128 + signal.SIGTERM)
+    for sample in summary.get("samples", []):
+        print(f"  [sample] {sample['prompt']!r} -> {sample['continuation']!r}")
+    return 0
+
+
+def _generate(args):
+    from kerasplm.tasks.language_model import load_text_generator
+
+    prompts = args.prompts or [line.rstrip("\n") for line in sys.stdin]
+    if not prompts:
+        raise CLIError("no prompts (give them as arguments or on stdin)")
+    if args.top_p is not None and args.top_p > 1:
+        raise CLIError(f"--top-p must be in (0, 1], got {args.top_p}")
+    generator = load_text_generator(args.run)
+    texts = generator.generate(prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                               top_k=args.top_k, top_p=args.top_p, num_beams=args.num_beams, seed=args.seed)
+    for prompt, text in zip(prompts, texts):
+        print(prompt + text)
+    return 0
+
+
+def _score(args):
+    from kerasplm.tasks.language_model import load_text_generator
+
+    if args.file == "-":
+        lines = [line.rstrip("\n") for line in sys.stdin]
+    else:
+        if not os.path.isfile(args.file):
+            raise CLIError(f"no such file: {args.file}")
+        with open(args.file, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    generator = load_text_generator(args.run)
+    print("log_likelihood\tnum_tokens\tperplexity")
+    for result in generator.score(lines):
+        print(f"{result['log_likelihood']:.4f}\t{result['num_tokens']}\t{result['perplexity']:.4f}")
+    return 0
 
 
 def _convert_gpt2(args):
@@ -131,7 +220,32 @@ def _add_export_parser(commands):
     et.add_argument("--jit-compile", action="store_true",
                     help="XLA-compile the decoding loop (TF Serving on CPU then needs --xla_cpu_compilation_enabled)")
     et.set_defaults(handler=_export_translator)
+    _add_export_generator_parser(families)
     return families
+
+
+def _add_export_generator_parser(families):
+    eg = families.add_parser("generator", help="export a GPT run (generate and score signatures)",
+                             description="Export a GPT run (trained or converted) as a SavedModel: "
+                                         "serving_default (greedy), generate (sampling options) and score.")
+    eg.add_argument("--run", required=True, help="GPT run directory (kerasplm train gpt / convert gpt2)")
+    eg.add_argument("--to", default="export/gpt", help="model base path (default export/gpt)")
+    eg.add_argument("--version", type=_positive_int, help="version number (default: next free)")
+    eg.add_argument("--overwrite", action="store_true", help="replace an existing version")
+    eg.add_argument("--max-new-tokens", type=_positive_int, default=32,
+                    help="serving_default's length and the largest `generate` accepts (default 32)")
+    eg.add_argument("--max-prompt-tokens", type=_positive_int,
+                    help="prompts keep their last N tokens (default: the rest of the model's context)")
+    eg.set_defaults(handler=_export_generator)
+
+
+def _export_generator(args):
+    from kerasplm.export.generator import export_generator
+    from kerasplm.tasks.language_model import load_text_generator
+
+    print(export_generator(load_text_generator(args.run), args.to, version=args.version, overwrite=args.overwrite,
+                           max_new_tokens=args.max_new_tokens, max_prompt_tokens=args.max_prompt_tokens))
+    return 0
 
 
 def _port(text):

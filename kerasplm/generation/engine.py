@@ -78,7 +78,7 @@ def validate_options(strategy="greedy", temperature=1.0, top_k=None, top_p=None,
 
 
 def run_search(step_fn, state, start_ids, max_lengths, max_length, *, strategy="greedy", seed=None,
-               temperature=1.0, top_k=None, top_p=None, beam_size=4, alpha=0.6, end_id=3, pad_id=0):
+               temperature=1.0, top_k=None, top_p=None, beam_size=4, alpha=0.6, end_id=3, pad_id=0, choose=None):
     """The one search loop of kerasplm, for any ``step_fn`` (see :mod:`kerasplm.generation.search`).
 
     Args:
@@ -89,25 +89,28 @@ def run_search(step_fn, state, start_ids, max_lengths, max_length, *, strategy="
       strategy: "greedy", "sample" (``seed``, ``temperature``, ``top_k``, ``top_p``) or "beam"
         (``beam_size``, ``alpha``: GNMT length penalty).
       end_id: stop id(s); ``pad_id`` is never generated.
+      choose: a token chooser replacing the greedy/sample one (e.g. one whose options are tensors, for an
+        export); greedy/sample strategies only.
     Returns:
       ``(ids int32 (batch, max_length + 1), scores float32 (batch,) or None, num_steps)``; column 0 of
       ``ids`` holds ``start_ids``.
     """
     if strategy == "beam":
         return beam_search(step_fn, state, max_lengths, max_length, beam_size, alpha, start_ids, end_id, pad_id)
-    choose = make_chooser(strategy, seed, temperature, top_k, top_p)
+    choose = choose or make_chooser(strategy, seed, temperature, top_k, top_p)
     ids, steps = greedy_search(step_fn, state, max_lengths, max_length, start_ids, end_id, pad_id, choose)
     return ids, None, steps
 
 
 def causal_lm_search(model, prompt_ids, prompt_lengths, max_new_tokens, *, strategy="greedy", beam_size=4,
-                     **options):
+                     max_lengths=None, **options):
     """Prefill + search for a decoder-only model (see the module docstring); traceable, XLA-compilable.
 
     Args:
       prompt_ids: int32 ``(batch, width)`` right-padded prompts, static width.
       prompt_lengths: int32 ``(batch,)``, each in [1, width].
-      max_new_tokens: static int.
+      max_new_tokens: static int (the buffer size).
+      max_lengths: int32 ``(batch,)`` per-row caps <= max_new_tokens (default: max_new_tokens).
       options: the keyword options of :func:`run_search`.
     Returns: as :func:`run_search`.
     """
@@ -124,7 +127,8 @@ def causal_lm_search(model, prompt_ids, prompt_lengths, max_new_tokens, *, strat
         return logits[:, 0], cache
 
     start_ids = tf.gather(prompt_ids, prompt_lengths - 1, batch_dims=1)
-    max_lengths = tf.fill(tf.shape(prompt_lengths), max_new_tokens)
+    if max_lengths is None:
+        max_lengths = tf.fill(tf.shape(prompt_lengths), max_new_tokens)
     return run_search(step_fn, cache, start_ids, max_lengths, max_new_tokens, strategy=strategy,
                       beam_size=beam_size, **options)
 

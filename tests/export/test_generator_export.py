@@ -1,0 +1,124 @@
+"""GPT generator export: signatures equal TextGenerator, the shared export contract (isolation, bad inputs),
+option errors, and `kerasplm serve`'s predict API. One tiny untrained run, exported once through the CLI."""
+import dataclasses
+import math
+
+import pytest
+import tensorflow as tf
+
+from kerasplm import cli
+from kerasplm.export import read_metadata
+from kerasplm.models.gpt import GPT, GPTBackbone
+from kerasplm.models.presets import get_preset
+from kerasplm.serving import api, load_version
+from kerasplm.tasks.language_model import ASSETS, load_text_generator
+from kerasplm.tasks.run_dir import RunDir
+from kerasplm.text import train_sentencepiece
+from tests.export.contract import check_bad_inputs, run_isolated
+
+PROMPTS = ["the king speaks", "", "a garden"]  # each within the export's 16 prompt tokens
+SAMPLING = dict(max_new_tokens=4, temperature=0.9, top_k=12, top_p=0.9, seed=5)
+MAX_NEW = 6
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """A GPT run directory (gpt_tiny, random weights, SentencePiece vocabulary) written without training."""
+    run = RunDir(str(tmp_path_factory.mktemp("gpt") / "run"))
+    words = "the king queen speaks walks to a castle garden and sleeps slowly where".split()
+    lines = [" ".join(words[i:] + words[:i]) for i in range(len(words))]
+    train_sentencepiece(lines, vocab_size=300, model_prefix=run.file("spm"), seed=0)
+    config = get_preset("gpt_tiny", vocab_size=300)
+    tf.keras.utils.set_random_seed(1)
+    model = GPT(backbone=GPTBackbone.from_config_object(config, name="gpt_tiny"))
+    run.write_config("gpt", "causal_lm", "gpt_tiny", dataclasses.asdict(config), {}, assets=ASSETS)
+    step = tf.Variable(7, dtype=tf.int64)
+    tf.train.CheckpointManager(tf.train.Checkpoint(model=model, step=step), run.checkpoint_dir, 1).save()
+    return run.path
+
+
+@pytest.fixture(scope="module")
+def generator(tiny_run):
+    return load_text_generator(tiny_run)
+
+
+@pytest.fixture(scope="module")
+def exported(tiny_run, tmp_path_factory):
+    base = str(tmp_path_factory.mktemp("export") / "gpt")
+    # One prompt width (16) keeps the export to one traced decoding loop per generation signature.
+    assert cli.main(["export", "generator", "--run", tiny_run, "--to", base, "--max-new-tokens", str(MAX_NEW),
+                     "--max-prompt-tokens", "16"]) == 0
+    return base, base + "/1"
+
+
+@pytest.fixture(scope="module")
+def loaded(exported):
+    return tf.saved_model.load(exported[1])
+
+
+def _texts(tensor):
+    return [t.decode("utf-8") for t in tensor.numpy()]
+
+
+def test_signatures_equal_the_text_generator(generator, loaded, exported):
+    assert max(len(ids) for ids in generator.tokenizer.tokenize(tf.constant(PROMPTS)).to_list()) <= 16
+    greedy = generator.generate(PROMPTS, max_new_tokens=MAX_NEW, jit_compile=False)
+    assert _texts(loaded.signatures["serving_default"](prompt=tf.constant(PROMPTS))["text"]) == greedy
+    options = {k: tf.constant(v, tf.float32 if isinstance(v, float) else tf.int32) for k, v in SAMPLING.items()}
+    sampled = _texts(loaded.signatures["generate"](prompt=tf.constant(PROMPTS), **options)["text"])
+    assert sampled == generator.generate(PROMPTS, jit_compile=False, **SAMPLING)
+    zeros = {k: tf.zeros([], v.dtype) for k, v in options.items()}  # 0 = defaults: greedy, MAX_NEW tokens
+    assert _texts(loaded.signatures["generate"](prompt=tf.constant(PROMPTS), **zeros)["text"]) == greedy
+    scores = loaded.signatures["score"](text=tf.constant(PROMPTS))
+    for i, expected in enumerate(generator.score(PROMPTS)):
+        assert int(scores["num_tokens"][i]) == expected["num_tokens"]
+        assert float(scores["log_likelihood"][i]) == pytest.approx(expected["log_likelihood"], rel=1e-5, abs=1e-5)
+        assert float(scores["perplexity"][i]) == pytest.approx(expected["perplexity"], rel=1e-5)
+    metadata = read_metadata(exported[1])
+    assert metadata["family"] == "gpt" and metadata["training_step"] == 7
+    assert metadata["generation"]["max_new_tokens"] == MAX_NEW and metadata["tokenizer"] == "SentencePieceTokenizer"
+    assert metadata["generation"]["prompt_widths"] == [16]
+    assert sorted(metadata["signatures"]) == ["generate", "metadata", "score", "serving_default"]
+
+
+def test_loads_and_runs_without_kerasplm(loaded, exported):
+    outputs = run_isolated(exported[1], [("serving_default", {"prompt": PROMPTS}),
+                                         ("generate", {"prompt": PROMPTS, **SAMPLING}),
+                                         ("score", {"text": PROMPTS})])
+    assert outputs[0]["text"] == _texts(loaded.signatures["serving_default"](prompt=tf.constant(PROMPTS))["text"])
+    options = {k: tf.constant(v, tf.float32 if isinstance(v, float) else tf.int32) for k, v in SAMPLING.items()}
+    assert outputs[1]["text"] == _texts(loaded.signatures["generate"](prompt=tf.constant(PROMPTS), **options)["text"])
+    assert outputs[2]["num_tokens"] == loaded.signatures["score"](text=tf.constant(PROMPTS))["num_tokens"].numpy().tolist()
+
+
+def test_bad_input_battery(loaded):
+    def check_scores(texts, outputs):
+        assert all(math.isfinite(p) and p >= 1.0 for p in outputs["perplexity"])
+        assert all(n >= 0 for n in outputs["num_tokens"])
+
+    check_bad_inputs(loaded, "serving_default", "prompt")
+    check_bad_inputs(loaded, "score", "text", output_check=check_scores)
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("max_new_tokens", MAX_NEW + 1, f"max_new_tokens must be <= {MAX_NEW}"),
+    ("temperature", -1.0, "temperature must be >= 0"),
+    ("top_p", 1.5, "top_p must be in [0, 1]"),
+    ("top_k", -2, "top_k must be >= 0"),
+])
+def test_bad_options_name_the_option(loaded, option, value, message):
+    options = {"max_new_tokens": 0, "temperature": 0.0, "top_k": 0, "top_p": 0.0, "seed": 0, option: value}
+    options = {k: tf.constant(v, tf.float32 if isinstance(v, float) else tf.int32) for k, v in options.items()}
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        loaded.signatures["generate"](prompt=tf.constant(["the king"]), **options)
+
+
+def test_kerasplm_serve_answers_generate_and_score(exported, generator):
+    version = load_version(exported[0], 1)
+    greedy = api.predict(version, {"instances": PROMPTS})
+    assert greedy == {"predictions": generator.generate(PROMPTS, max_new_tokens=MAX_NEW, jit_compile=False)}
+    rows = [{"prompt": p, **SAMPLING} for p in PROMPTS]
+    sampled = api.predict(version, {"signature_name": "generate", "instances": rows})
+    assert sampled == {"predictions": generator.generate(PROMPTS, jit_compile=False, **SAMPLING)}
+    scored = api.predict(version, {"signature_name": "score", "inputs": {"text": PROMPTS[:1]}})
+    assert scored["outputs"]["num_tokens"] == [generator.score(PROMPTS[:1])[0]["num_tokens"]]
