@@ -116,6 +116,9 @@ def causal_lm_search(model, prompt_ids, prompt_lengths, max_new_tokens, *, strat
     """
     width = prompt_ids.shape[1]
     rows = beam_size if strategy == "beam" else 1
+    # A negative pad_id (a vocabulary without a padding token, such as GPT-2's) is never looked up: padded
+    # positions feed id 0 to the model; they lie past each row's length, so nothing attends to them.
+    prompt_ids = tf.maximum(prompt_ids, 0)
     batch_ids = tf.repeat(prompt_ids, rows, axis=0) if rows > 1 else prompt_ids
     row_lengths = tf.repeat(prompt_lengths, rows, axis=0) if rows > 1 else prompt_lengths
     cache = model.init_cache(tf.shape(batch_ids)[0], width + max_new_tokens - 1)
@@ -123,6 +126,7 @@ def causal_lm_search(model, prompt_ids, prompt_lengths, max_new_tokens, *, strat
         _, _, cache = model.call_with_cache(batch_ids[:, :-1], cache, 0)
 
     def step_fn(ids, step, cache):
+        ids = tf.maximum(ids, 0)  # finished rows feed pad_id back
         logits, _, cache = model.call_with_cache(ids[:, tf.newaxis], cache, row_lengths - 1 + step)
         return logits[:, 0], cache
 
@@ -226,6 +230,9 @@ def generate(model, prompt_ids, prompt_lengths=None, *, max_new_tokens, seed=0, 
       seed: int or two ints (sampling only); the same seed gives the same tokens.
       strategy: "greedy", "sample" (temperature, top_k, top_p) or "beam" (beam_size, alpha).
       stop_ids: ids that end a row (kept in its output); ``pad_id`` is never generated.
+      pad_id: the padding id of the prompts and outputs; a negative one (e.g. -1 for GPT-2's vocabulary,
+        which has no padding token and whose id 0 is "!") lies outside the vocabulary, so every token can
+        be generated.
     Returns:
       :data:`GenerationOutput`. Compiled functions are reused per model and options.
     """
@@ -244,7 +251,8 @@ def generate_uncached(model, prompt_ids, prompt_lengths=None, *, max_new_tokens,
         seq, out = ids[:length], []
         for _ in range(max_new_tokens):
             logits = model(tf.constant([seq], tf.int32), training=False)[0, -1].numpy()
-            logits[pad_id] = -float("inf")
+            if pad_id >= 0:
+                logits[pad_id] = -float("inf")
             token = int(logits.argmax())
             seq, out = seq + [token], out + [token]
             if token in stop_ids:

@@ -391,7 +391,10 @@ class TextGenerator:
         self.config = config or {}
         self.step = step
         self.end_of_text_id = end_of_text_id(tokenizer)
-        self.pad_id = 0
+        # The vocabulary's padding id (SentencePiece's <pad>), else -1: GPT-2's BPE has no padding token and
+        # its id 0 ("!") must stay generable.
+        pad_id = getattr(tokenizer, "pad_id", None)
+        self.pad_id = -1 if pad_id is None else int(pad_id)
         self._score_fn = tf.function(self._score, reduce_retracing=True)
 
     @property

@@ -168,3 +168,20 @@ def test_sampler_draws_from_the_softmax_distribution():
     np.testing.assert_allclose(freq, probs, atol=4 * np.sqrt(0.25 / len(draws)))  # 4 standard errors
     hot = make_sampler(tf.constant([0, 9]), temperature=100.0)(logits, tf.constant(0)).numpy()
     np.testing.assert_allclose(np.bincount(hot, minlength=5)[[1, 2, 4]] / len(hot), 1 / 3, atol=0.02)
+
+
+def test_negative_pad_id_lets_every_token_be_generated():
+    """GPT-2's vocabulary has no padding token and its id 0 is "!": with pad_id=-1 id 0 is generated."""
+    keras.utils.set_random_seed(4)
+    lm = CausalLM.from_preset("causal_lm_tiny")
+    plain_logits = lm._logits
+    lm._logits = lambda hidden: plain_logits(hidden) + tf.one_hot(0, lm.vocab_size, on_value=50.0)
+    prompts = tf.constant([[5, 6, 7, -1], [9, 4, 8, 12]])
+    out = generate(lm, prompts, tf.constant([3, 4]), max_new_tokens=3, pad_id=-1, jit_compile=False)
+    assert out.tokens.numpy().tolist() == [[0, 0, 0], [0, 0, 0]]
+    np.testing.assert_array_equal(out.tokens.numpy(), generate_uncached(lm, prompts, tf.constant([3, 4]),
+                                                                        max_new_tokens=3, pad_id=-1).numpy())
+    assert out.sequences.numpy()[0].tolist() == [5, 6, 7, 0, 0, 0, -1]   # padded with -1 after the row
+    # With the default pad_id=0, id 0 is the padding and is never generated.
+    assert 0 not in generate(lm, tf.maximum(prompts, 0), tf.constant([3, 4]), max_new_tokens=3,
+                             jit_compile=False).tokens.numpy()
