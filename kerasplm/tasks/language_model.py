@@ -42,6 +42,7 @@ from kerasplm.models.gpt import GPT, PRESETS, GPTBackbone, GPTConfig
 from kerasplm.tasks.job import TrainingOptions, fit_recorded, open_run, restores_global_policy, training_summary
 from kerasplm.tasks.options import RUN, SESSION, option
 from kerasplm.tasks.run_dir import RunDir
+from kerasplm.text.bpe import load_bpe_tokenizer
 from kerasplm.text.sentencepiece import (END_OF_TEXT, SentencePieceTokenizer, load_sentencepiece_tokenizer,
                                          train_sentencepiece)
 from kerasplm.training import Trainer, WarmupCosineDecay
@@ -485,11 +486,6 @@ def load_run_tokenizer(run, config):
     if "spm_model" in assets:
         return load_sentencepiece_tokenizer(run, config)
     if "bpe_vocab" in assets or "bpe_merges" in assets:
-        try:
-            from kerasplm.text.bpe import load_bpe_tokenizer  # noqa: PLC0415 (GPT-2's BPE)
-        except ModuleNotFoundError:
-            raise run.error(run.CONFIG, "the run's tokenizer is GPT-2's byte-level BPE (bpe_vocab/bpe_merges), "
-                                        "which this kerasplm lacks (kerasplm.text.bpe)") from None
         return load_bpe_tokenizer(run, config)
     raise run.error(run.CONFIG, "the run has no tokenizer ('assets' names neither 'spm_model' nor "
                                 "'bpe_vocab'/'bpe_merges'): it can be loaded as a model (load_run) but not "

@@ -159,6 +159,21 @@ def test_convert_copies_the_bpe_tokenizer(hf_dir, tmp_path, capsys):
     texts = ["Hello world, I'll say naïve 中文 😀!<|endoftext|>", "  x\n\n"]
     assert tokenizer.tokenize(tf.constant(texts)).to_list() == [hf_tokenizer(t)["input_ids"] for t in texts]
 
+    # Text in, text out: the converted run's greedy continuation is HF's, decoded by HF's tokenizer.
+    from kerasplm.tasks.language_model import load_text_generator
+
+    generator = load_text_generator(str(out))
+    assert generator.pad_id == -1                       # GPT-2's BPE has no padding token; id 0 stays generable
+    hf_model = transformers.GPT2LMHeadModel.from_pretrained(str(source)).eval()
+    prompts = ["Hello world", "naïve 中文 text, and more"]
+    ours = generator.generate(prompts, max_new_tokens=6, stop_ids=())
+    for prompt, text in zip(prompts, ours):
+        ids = torch.tensor([hf_tokenizer(prompt)["input_ids"]])
+        with torch.no_grad():
+            out_ids = hf_model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=6,
+                                        min_new_tokens=6, pad_token_id=0, eos_token_id=None)
+        assert text == hf_tokenizer.decode(out_ids[0, ids.shape[1]:].tolist())
+
     (out / "merges.txt").write_text("#version: 0.2\nĠ t h\n", encoding="utf-8")
     with pytest.raises(RunDirError, match=r"merges.txt: line 2: expected two symbols separated by one space"):
         load_bpe_tokenizer(run, config)
