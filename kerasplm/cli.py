@@ -8,6 +8,9 @@
     kerasplm serve --model-config-file models.config [--port 8501]   # several models (TF Serving's format)
     kerasplm convert bert --from HF_OR_GOOGLE_DIR --out RUN_DIR       # pretrained weights -> run directory
     kerasplm convert gpt2 --from HF_DIR --out RUN_DIR
+    kerasplm train bert --corpus PATH [--preset bert_tiny --vocab vocab.txt --steps N --out RUN_DIR ...]
+    kerasplm fill-mask --run RUN_DIR "the [MASK] sat on the mat" [--top-k 5]
+    kerasplm export fill-mask --run RUN_DIR --to DIR [--top-k 5]
     kerasplm presets [--family bert]                                  # presets with parameter counts
 
 Every subcommand has ``--help``. Bad flags and unreadable inputs end with a one-line error and exit
@@ -93,7 +96,8 @@ def build_parser():
     tl.add_argument("--beam-size", type=_positive_int, default=1, help="1 = greedy (default)")
     tl.set_defaults(handler=_translate)
 
-    _add_export_parser(commands)
+    export_families = _add_export_parser(commands)
+    _add_bert_pretraining_parsers(commands, train_families, export_families)
     _add_serve_parser(commands)
     _add_presets_parser(commands)
     _add_convert_parser(commands)
@@ -129,6 +133,71 @@ def _add_export_parser(commands):
     et.add_argument("--jit-compile", action="store_true",
                     help="XLA-compile the decoding loop (TF Serving on CPU then needs --xla_cpu_compilation_enabled)")
     et.set_defaults(handler=_export_translator)
+    return families
+
+
+def _add_bert_pretraining_parsers(commands, train_families, export_families):
+    """``train bert``, ``fill-mask`` and ``export fill-mask`` (kerasplm.tasks.bert_pretraining, export.bert)."""
+    from kerasplm.tasks.bert_pretraining import BertPretrainingOptions
+    from kerasplm.tasks.options import add_options_to_parser
+
+    tb = train_families.add_parser(
+        "bert", help="pretrain BERT (MLM + NSP/SOP) on a plain-text corpus",
+        description="Pretrain a BERT from raw text (one sentence per line, blank line between documents; or "
+                    "WikiText). Resumes an existing run in --out with its stored options.")
+    add_options_to_parser(tb, BertPretrainingOptions)
+    tb.add_argument("--out", default="runs/bert", help="run directory (default runs/bert)")
+    tb.set_defaults(handler=_train_bert)
+    fm = commands.add_parser("fill-mask", help="predict the [MASK] tokens of texts with a pretraining run",
+                             description="Print the top-k tokens and probabilities for every [MASK].")
+    fm.add_argument("texts", nargs="+", help='texts containing [MASK], e.g. "the [MASK] sat on the mat"')
+    fm.add_argument("--run", required=True, help="run directory written by `kerasplm train bert`")
+    fm.add_argument("--top-k", type=_positive_int, default=5, help="tokens per mask (default 5)")
+    fm.set_defaults(handler=_fill_mask)
+    ef = export_families.add_parser("fill-mask", help="export a BERT pretraining run as a fill-mask model",
+                                    description="Export a fill-mask SavedModel (text with [MASK] -> top-k tokens).")
+    ef.add_argument("--run", required=True, help="run directory written by `kerasplm train bert`")
+    ef.add_argument("--to", default="export/fill_mask", help="model base path (default export/fill_mask)")
+    ef.add_argument("--top-k", type=_positive_int, default=5, help="tokens per mask (default 5)")
+    ef.add_argument("--version", type=_positive_int, help="version number (default: next free)")
+    ef.add_argument("--overwrite", action="store_true", help="replace an existing version")
+    ef.set_defaults(handler=_export_fill_mask)
+
+
+def _train_bert(args):
+    from kerasplm.tasks.bert_pretraining import BertPretrainingOptions, train_bert
+    from kerasplm.tasks.options import options_from_args
+
+    given = options_from_args(args, BertPretrainingOptions)
+    if "steps" not in given and "time_budget" not in given:
+        given["time_budget"] = DEFAULT_TIME_BUDGET
+    summary = train_bert(args.out, **given)
+    if summary["stop_reason"] == "sigterm":
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(128 + signal.SIGTERM)
+    return 0
+
+
+def _fill_mask(args):
+    from kerasplm.export.bert import fill_mask_module
+
+    module = fill_mask_module(args.run, top_k=args.top_k)
+    for text, masks in zip(args.texts, module.fill(args.texts)):
+        print(text)
+        if not masks:
+            print("  (no [MASK] in this text)")
+        for m, candidates in enumerate(masks, start=1):
+            print(f"  [MASK] {m}: " + "  ".join(f"{token} {score:.4f}" for token, score in candidates))
+    return 0
+
+
+def _export_fill_mask(args):
+    from kerasplm.export.bert import export_fill_mask
+
+    path = export_fill_mask(args.run, args.to, top_k=args.top_k, version=args.version, overwrite=args.overwrite)
+    print(f"exported {path}")
+    return 0
 
 
 def _port(text):

@@ -323,7 +323,10 @@ def load_bert_run(run, config):
     except TypeError as e:
         raise run.error(run.CONFIG, f"'model' is not a BERT config ({e})") from None
     backbone = BertBackbone.from_config_object(model_config)
-    run.restore(model=backbone)
+    if config.get("task") == "pretraining":  # the checkpoint holds the whole pretrainer: model/backbone/...
+        run.restore(model=tf.train.Checkpoint(backbone=backbone))
+    else:
+        run.restore(model=backbone)
     return backbone
 
 
