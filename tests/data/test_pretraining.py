@@ -62,9 +62,9 @@ def test_read_documents_formats_and_errors(tmp_path):
         read_documents(tmp_path / "missing.txt")
 
 
-def _segment_tags(tokenizer, ids, segment_ids, segment):
-    """[(doc, sentence)] of the sentences in one segment, read from their tags."""
-    tokens = [tokenizer.vocab[i] for i, s in zip(ids, segment_ids) if s == segment and i > 4]
+def _tags(ids):
+    """[(doc, sentence)] of the sentences in a segment's ids, read from their tags."""
+    tokens = [VOCAB[i] for i in ids]
     return [(int(d[1:]), int(s[1:])) for d, s in zip(tokens, tokens[1:]) if d.startswith("d") and s.startswith("s")]
 
 
@@ -72,21 +72,16 @@ def _segment_tags(tokenizer, ids, segment_ids, segment):
 def test_sentence_pair_labels(tokenizer, task):
     docs = tokenize_documents(tagged_documents(30, 30), tokenizer)
     inst = create_instances(docs, max_seq_length=96, sentence_task=task, short_seq_prob=0.0, seed=3)
-    masker = masker_for_tokenizer(tokenizer, max_seq_length=96, max_predictions_per_seq=1, mask_rate=0.01)
-    ds = make_pretraining_dataset(inst, masker, batch_size=len(inst), shuffle=False, repeat=False)
-    batch = batches(ds, 1)[0]
-    ids, fair = original_ids(batch), []
-    for row in range(len(ids)):
-        a = _segment_tags(tokenizer, ids[row], batch["segment_ids"][row] + batch["padding_mask"][row], 1)
-        b = _segment_tags(tokenizer, ids[row], batch["segment_ids"][row], 1)
-        label = batch["next_sentence_label"][row]
+    fair = []
+    for a_ids, b_ids, label in zip(inst.a_ids, inst.b_ids, inst.labels):
+        a, b = _tags(a_ids), _tags(b_ids)
         assert a and b
         if task == "sop":  # always one document, consecutive; swapped when label 1
             first, second = (b, a) if label else (a, b)
-            assert first[-1][0] == second[0][0] and first[-1][1] < second[0][1]   # (truncation may cut ends)
+            assert first[-1][0] == second[0][0] and first[-1][1] + 1 == second[0][1]
             fair.append(label)
         elif label == 0:  # B is A's actual continuation
-            assert a[-1][0] == b[0][0] and a[-1][1] < b[0][1]   # (A may lose its end to truncation)
+            assert a[-1][0] == b[0][0] and a[-1][1] + 1 == b[0][1]
         else:  # B is a stretch of another document
             assert {d for d, _ in b} == {b[0][0]} and b[0][0] != a[0][0]
         if task == "nsp" and len(a) >= 2:  # the chunk had >= 3 sentences: the label was a fair coin
@@ -99,12 +94,12 @@ def test_sentence_pair_labels(tokenizer, task):
 def test_nsp_off_fills_one_segment(tokenizer):
     docs = tokenize_documents(tagged_documents(4), tokenizer)
     inst = create_instances(docs, max_seq_length=48, sentence_task="none", short_seq_prob=0.0)
-    masker = masker_for_tokenizer(tokenizer, max_seq_length=48, max_predictions_per_seq=8)
-    batch = batches(make_pretraining_dataset(inst, masker, 8, shuffle=False, repeat=False), 1)[0]
-    assert (batch["segment_ids"] == 0).all() and (batch["next_sentence_label"] == 0).all()
-    sep = tokenizer.token_to_id("[SEP]")
-    assert ((batch["token_ids"] == sep).sum(axis=1) <= 1).all()           # [CLS] A [SEP] only
-    assert (batch["padding_mask"].sum(axis=1) == 48).mean() > 0.5          # most rows fill the length
+    assert all(len(b) == 0 for b in inst.b_ids) and (inst.labels == 0).all()
+    lengths = np.array([len(a) for a in inst.a_ids])
+    assert (lengths >= 46).mean() > 0.5                    # most instances fill [CLS] A [SEP]
+    for a_ids in inst.a_ids:                              # consecutive sentences of one document
+        tags = _tags(a_ids)
+        assert len({d for d, _ in tags}) == 1 and all(y == x + 1 for (_, x), (_, y) in zip(tags, tags[1:]))
     with pytest.raises(ValueError, match="at least 2 documents"):
         create_instances(docs[:1], 48, "nsp")
 
@@ -136,9 +131,9 @@ def test_masking_rate_proportions_and_specials(tokenizer):
         assert abs(observed - total * prob) <= 4 * math.sqrt(total * prob * (1 - prob)), (observed, total * prob)
 
 
-@pytest.mark.parametrize("masking", ["token", "whole_word", "ngram", "span"])
+@pytest.mark.parametrize("masking", ["whole_word", "ngram", "span"])
 def test_specials_cap_and_whole_units(tokenizer, masking):
-    """[CLS]/[SEP]/[PAD] never chosen; at most the cap of pieces (exactly min(cap, ceil(15%)) for "token");
+    """[CLS]/[SEP]/[PAD] never chosen; at most the cap of pieces;
     a word (``##`` pieces), an n-gram and a given span are masked whole or not at all."""
     raw = tagged_documents(6, seed=masking == "span")
     separator = "|" if masking == "span" else None
@@ -148,17 +143,15 @@ def test_specials_cap_and_whole_units(tokenizer, masking):
     inst = create_instances(docs, max_seq_length=64, sentence_task="nsp", seed=2)
     cap = 6
     masker = masker_for_tokenizer(tokenizer, max_seq_length=64, max_predictions_per_seq=cap, masking=masking)
-    batch = batches(make_pretraining_dataset(inst, masker, 64, repeat=False), 1)[0]
+    rows = [masker.mask_pair(a, sa, b, sb, tf.constant([7, i], tf.int64))        # the traced per-instance masker
+            for i, (a, sa, b, sb) in enumerate(zip(inst.a_ids, inst.a_starts, inst.b_ids, inst.b_starts))]
+    batch = {k: np.stack([r[k].numpy() for r in rows]) for k in rows[0]}
     ids = original_ids(batch)
     real = batch["masked_weights"] > 0
     specials = [tokenizer.token_to_id(t) for t in ("[CLS]", "[SEP]", "[PAD]")]
     assert not np.isin(ids[np.nonzero(real)[0], batch["masked_positions"][real]], specials).any()
     assert (batch["token_ids"][:, 0] == specials[0]).all()
     assert real.sum(axis=1).max() <= cap and real.sum() > 0
-    if masking == "token":
-        maskable = ((~np.isin(ids, specials)) & (batch["padding_mask"] > 0)).sum(axis=1)
-        assert (real.sum(axis=1) == np.minimum(cap, np.ceil(0.15 * maskable))).all()
-        return
     words = [t.startswith("##") for t in VOCAB]
     spans = 0
     for row in range(len(ids)):
@@ -193,24 +186,27 @@ def test_deterministic_static_dynamic_and_resume(tokenizer):
     masker = masker_for_tokenizer(tokenizer, max_seq_length=32, max_predictions_per_seq=5)
     n = len(inst)
 
-    def epoch_batches(seed, dynamic, shuffle=True):
+    def two_epochs(seed, dynamic, shuffle):
         ds = make_pretraining_dataset(inst, masker, n, seed=seed, dynamic_masking=dynamic, shuffle=shuffle)
         return ds, batches(ds, 2)
 
-    _, first = epoch_batches(0, True)
-    _, again = epoch_batches(0, True)
-    _, other = epoch_batches(1, True)
-    for key in FEATURES:
-        assert all(np.array_equal(x[key], y[key]) for x, y in zip(first, again))
-    assert not np.array_equal(first[0]["token_ids"], other[0]["token_ids"])
-    # Each epoch is a fresh permutation of the same instances.
-    assert not np.array_equal(original_ids(first[0]), original_ids(first[1]))
-    assert sorted(map(tuple, original_ids(first[0]))) == sorted(map(tuple, original_ids(first[1])))
-    _, static = epoch_batches(0, False, shuffle=False)
-    dynamic_ds, dynamic = epoch_batches(0, True, shuffle=False)
-    assert np.array_equal(static[0]["token_ids"], static[1]["token_ids"])          # drawn once
-    assert not np.array_equal(dynamic[0]["token_ids"], dynamic[1]["token_ids"])    # re-drawn per epoch
+    def rows(batch):  # the instances of a batch as a sorted list, whatever their order
+        return sorted(tuple(np.concatenate([np.ravel(batch[k][i]) for k in FEATURES])) for i in range(n))
+
+    dynamic_ds, dynamic = two_epochs(0, True, shuffle=False)
+    _, again = two_epochs(0, True, shuffle=False)
+    for key in FEATURES:                                                        # same seed, same batches
+        assert all(np.array_equal(x[key], y[key]) for x, y in zip(dynamic, again))
+    assert not np.array_equal(dynamic[0]["token_ids"], dynamic[1]["token_ids"])    # re-drawn each epoch
     assert np.array_equal(original_ids(dynamic[0]), original_ids(dynamic[1]))
+    _, static = two_epochs(0, False, shuffle=False)
+    assert all(np.array_equal(static[0][k], static[1][k]) for k in FEATURES)      # drawn once
+    # Shuffled static epochs: a new order each epoch, each instance with its own fixed mask; another seed
+    # draws other masks.
+    _, shuffled = two_epochs(1, False, shuffle=True)
+    assert not np.array_equal(shuffled[0]["next_sentence_label"], shuffled[1]["next_sentence_label"]) or \
+        not np.array_equal(shuffled[0]["token_ids"], shuffled[1]["token_ids"])
+    assert rows(shuffled[0]) == rows(shuffled[1]) and rows(shuffled[0]) != rows(static[0])
     # A resume skips the consumed batches and sees exactly the rest.
     resumed = batches(dynamic_ds.skip(1), 1)
     for key in FEATURES:
