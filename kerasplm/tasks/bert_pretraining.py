@@ -54,7 +54,7 @@ class BertPretrainingOptions(TrainingOptions):
     corpus_format: str = option("auto", "corpus layout", choices=["auto", "lines", "wikitext"])
     dev_corpus: str = option(None, "held-out corpus (default: documents split off --corpus)", file=True,
                              metavar="PATH")
-    dev_documents: int = option(None, "documents of --corpus held out (default: 5%, at least 1)", kind=int,
+    dev_documents: int = option(None, "documents of --corpus held out (default: 5%% of them, at least 1; 2 with NSP)", kind=int,
                                 minimum=1)
     span_separator: str = option(None, "character separating given spans in the corpus (masking 'span')")
     # vocabulary and model

@@ -86,7 +86,7 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(straight, corpus, tmp_
         run(tmp_path / "resumed", corpus, 9, masking="whole_word")
 
 
-def test_options_and_cli_flags(corpus):
+def test_options_and_cli_flags(corpus, capsys):
     from kerasplm.cli import build_parser
     from kerasplm.tasks.options import options_from_args
 
@@ -96,6 +96,9 @@ def test_options_and_cli_flags(corpus):
     given = options_from_args(args, BertPretrainingOptions)
     assert given["masking"] == "whole_word" and given["sentence_task"] == "sop" and given["static_masking"] is True
     assert given["max_seq_length"] == 64 and given["steps"] == 3
+    with pytest.raises(SystemExit) as stop:   # the help text formats (a bare % in a help string would not)
+        build_parser().parse_args(["train", "bert", "--help"])
+    assert stop.value.code == 0 and "--max-predictions-per-seq" in capsys.readouterr().out
     with pytest.raises(ValueError, match="span_separator"):
         BertPretrainingOptions(corpus=corpus[0], masking="span")
     with pytest.raises(ValueError, match="corpus"):
