@@ -8,6 +8,9 @@
     kerasplm serve --model-config-file models.config [--port 8501]   # several models (TF Serving's format)
     kerasplm convert bert --from HF_OR_GOOGLE_DIR --out RUN_DIR       # pretrained weights -> run directory
     kerasplm convert gpt2 --from HF_DIR --out RUN_DIR
+    kerasplm train bert --corpus PATH [--preset bert_tiny --vocab vocab.txt --steps N --out RUN_DIR ...]
+    kerasplm fill-mask --run RUN_DIR "the [MASK] sat on the mat" [--top-k 5]
+    kerasplm export fill-mask --run RUN_DIR --to DIR [--top-k 5]
     kerasplm presets [--family bert]                                  # presets with parameter counts
     kerasplm train gpt --corpus input.txt [--preset gpt_tiny --seq-len 128 --steps N --out runs/gpt ...]
     kerasplm generate --run RUN_DIR "prompt" [--max-new-tokens 64 --temperature 0.8 --top-k 40 --seed 0]
@@ -99,6 +102,7 @@ def build_parser():
 
     _add_gpt_parsers(commands, train_families)
     export_families = _add_export_parser(commands)
+    _add_bert_pretraining_parsers(commands, train_families, export_families)
     _add_serve_parser(commands)
     _add_presets_parser(commands)
     _add_elmo_parsers(train_families, export_families, _add_convert_parser(commands))
@@ -142,15 +146,31 @@ def _add_gpt_parsers(commands, train_families):
     sc.set_defaults(handler=_score)
 
 
-def _train_gpt(args):
-    from kerasplm.tasks.language_model import GPTOptions, train_gpt
+def _run_training_job(args, options_cls, job, default_time_budget=None):
+    """Run ``job(args.out, **options)`` with the options given on the command line; returns its summary.
+
+    With neither --steps nor --time-budget, ``default_time_budget`` seconds (when given). A run preempted
+    by SIGTERM exits here: the checkpoint, history and logs are written and closed; 128 + SIGTERM tells a
+    job controller that the job did not finish (so it restarts it, and the run resumes). os._exit skips the
+    interpreter's teardown of TensorFlow, which took 12 s of a short grace period on a loaded 2-core machine.
+    """
     from kerasplm.tasks.options import options_from_args
 
-    summary = train_gpt(args.out, **options_from_args(args, GPTOptions))
-    if summary["stop_reason"] == "sigterm":  # as _train_translator: tell the job controller to restart
+    given = options_from_args(args, options_cls)
+    if default_time_budget is not None and "steps" not in given and "time_budget" not in given:
+        given["time_budget"] = default_time_budget
+    summary = job(args.out, **given)
+    if summary["stop_reason"] == "sigterm":
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(128 + signal.SIGTERM)
+    return summary
+
+
+def _train_gpt(args):
+    from kerasplm.tasks.language_model import GPTOptions, train_gpt
+
+    summary = _run_training_job(args, GPTOptions, train_gpt)
     for sample in summary.get("samples", []):
         print(f"  [sample] {sample['prompt']!r} -> {sample['continuation']!r}")
     return 0
@@ -245,6 +265,62 @@ def _export_generator(args):
 
     print(export_generator(load_text_generator(args.run), args.to, version=args.version, overwrite=args.overwrite,
                            max_new_tokens=args.max_new_tokens, max_prompt_tokens=args.max_prompt_tokens))
+    return 0
+
+
+def _add_bert_pretraining_parsers(commands, train_families, export_families):
+    """``train bert``, ``fill-mask`` and ``export fill-mask`` (kerasplm.tasks.bert_pretraining, export.bert)."""
+    from kerasplm.tasks.bert_pretraining import BertPretrainingOptions
+    from kerasplm.tasks.options import add_options_to_parser
+
+    tb = train_families.add_parser(
+        "bert", help="pretrain BERT (MLM + NSP/SOP) on a plain-text corpus",
+        description="Pretrain a BERT from raw text (one sentence per line, blank line between documents; or "
+                    "WikiText). Resumes an existing run in --out with its stored options.")
+    add_options_to_parser(tb, BertPretrainingOptions)
+    tb.add_argument("--out", default="runs/bert", help="run directory (default runs/bert)")
+    tb.set_defaults(handler=_train_bert)
+    fm = commands.add_parser("fill-mask", help="predict the [MASK] tokens of texts with a pretraining run",
+                             description="Print the top-k tokens and probabilities for every [MASK].")
+    fm.add_argument("texts", nargs="+", help='texts containing [MASK], e.g. "the [MASK] sat on the mat"')
+    fm.add_argument("--run", required=True, help="run directory written by `kerasplm train bert`")
+    fm.add_argument("--top-k", type=_positive_int, default=5, help="tokens per mask (default 5)")
+    fm.set_defaults(handler=_fill_mask)
+    ef = export_families.add_parser("fill-mask", help="export a BERT pretraining run as a fill-mask model",
+                                    description="Export a fill-mask SavedModel (text with [MASK] -> top-k tokens).")
+    ef.add_argument("--run", required=True, help="run directory written by `kerasplm train bert`")
+    ef.add_argument("--to", default="export/fill_mask", help="model base path (default export/fill_mask)")
+    ef.add_argument("--top-k", type=_positive_int, default=5, help="tokens per mask (default 5)")
+    ef.add_argument("--version", type=_positive_int, help="version number (default: next free)")
+    ef.add_argument("--overwrite", action="store_true", help="replace an existing version")
+    ef.set_defaults(handler=_export_fill_mask)
+
+
+def _train_bert(args):
+    from kerasplm.tasks.bert_pretraining import BertPretrainingOptions, train_bert
+
+    _run_training_job(args, BertPretrainingOptions, train_bert, default_time_budget=DEFAULT_TIME_BUDGET)
+    return 0
+
+
+def _fill_mask(args):
+    from kerasplm.export.bert import fill_mask_module
+
+    module = fill_mask_module(args.run, top_k=args.top_k)
+    for text, masks in zip(args.texts, module.fill(args.texts)):
+        print(text)
+        if not masks:
+            print("  (no [MASK] in this text)")
+        for m, candidates in enumerate(masks, start=1):
+            print(f"  [MASK] {m}: " + "  ".join(f"{token} {score:.4f}" for token, score in candidates))
+    return 0
+
+
+def _export_fill_mask(args):
+    from kerasplm.export.bert import export_fill_mask
+
+    path = export_fill_mask(args.run, args.to, top_k=args.top_k, version=args.version, overwrite=args.overwrite)
+    print(f"exported {path}")
     return 0
 
 
@@ -355,10 +431,9 @@ def _add_elmo_parsers(train_families, export_families, convert_families):
 
 def _train_elmo(args):
     from kerasplm.tasks.elmo import ElmoOptions, train_elmo
-    from kerasplm.tasks.options import options_from_args
 
-    summary = train_elmo(args.out, **options_from_args(args, ElmoOptions))
-    return 128 + signal.SIGTERM if summary["stop_reason"] == "sigterm" else 0
+    _run_training_job(args, ElmoOptions, train_elmo)
+    return 0
 
 
 def _export_elmo(args):
@@ -392,21 +467,9 @@ def _presets(args):
 
 
 def _train_translator(args):
-    from kerasplm.tasks.options import options_from_args
     from kerasplm.tasks.translation import TranslatorOptions, train_translator
 
-    given = options_from_args(args, TranslatorOptions)
-    if "steps" not in given and "time_budget" not in given:
-        given["time_budget"] = DEFAULT_TIME_BUDGET
-    summary = train_translator(args.out, **given)
-    if summary["stop_reason"] == "sigterm":
-        # Preempted: the checkpoint, history and logs are written and closed; no BLEU, no export.
-        # 128 + SIGTERM tells a job controller that the job did not finish (so it restarts it, and the
-        # run resumes). os._exit skips the interpreter's teardown of TensorFlow, which took 12 s of a
-        # short grace period on a loaded 2-core machine.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(128 + signal.SIGTERM)
+    summary = _run_training_job(args, TranslatorOptions, train_translator, default_time_budget=DEFAULT_TIME_BUDGET)
     if args.export_to and args.export_to.lower() != "none":
         _export_and_show(summary["translator"], args.export_to)
     return 0

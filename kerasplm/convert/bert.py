@@ -151,8 +151,9 @@ def _strip_prefix(tensors):
     return {k[len("bert."):]: v for k, v in tensors.items() if k.startswith("bert.")}
 
 
-def read_hf_tensors(directory, allow_pickle=False):
-    """``{name: np.ndarray}`` from ``model.safetensors`` (or ``pytorch_model.bin`` with ``allow_pickle``)."""
+def read_hf_tensors(directory, allow_pickle=False, keep_heads=False):
+    """``{name: np.ndarray}`` from ``model.safetensors`` (or ``pytorch_model.bin`` with ``allow_pickle``).
+    ``keep_heads``: return every tensor under its stored name (``bert.*`` and the heads' ``cls.*``)."""
     safetensors_path = os.path.join(directory, "model.safetensors")
     bin_path = os.path.join(directory, "pytorch_model.bin")
     if os.path.exists(safetensors_path):
@@ -172,7 +173,7 @@ def read_hf_tensors(directory, allow_pickle=False):
         tensors = {k: v.float().numpy() for k, v in state.items()}
     else:
         raise ValueError(f"{directory}: neither model.safetensors nor pytorch_model.bin found")
-    tensors = _strip_prefix(tensors)
+    tensors = tensors if keep_heads else _strip_prefix(tensors)
     # Old checkpoints spell LayerNorm's weights gamma/beta.
     return {k.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias"): v
             for k, v in tensors.items()}
@@ -187,6 +188,40 @@ def load_hf_bert(directory, allow_pickle=False, **config_overrides):
     config = dataclasses.replace(config, **config_overrides).validate()
     backbone = BertBackbone.from_config_object(config)
     return assign_weights(backbone, read_hf_tensors(directory, allow_pickle), hf_name, True, directory)
+
+
+def load_hf_bert_pretrainer(directory, allow_pickle=False, **config_overrides):
+    """A :class:`kerasplm.models.bert_pretraining.BertPretrainer` (NSP) with the weights of a HuggingFace
+    ``BertForPreTraining`` directory: the backbone as :func:`load_hf_bert`, the heads from ``cls.predictions``
+    (transform dense + LayerNorm, output bias; the decoder is tied to the word embeddings) and
+    ``cls.seq_relationship``. One ValueError lists every missing or mis-shaped head tensor."""
+    from kerasplm.models.bert_pretraining import BertPretrainer  # noqa: PLC0415 (models import convert lazily)
+
+    pretrainer = BertPretrainer(load_hf_bert(directory, allow_pickle, **config_overrides), sentence_task="nsp")
+    tensors = read_hf_tensors(directory, allow_pickle, keep_heads=True)
+    head, sentence = pretrainer.mlm_head, pretrainer.sentence_head
+    plan = [("cls.predictions.transform.dense.weight", head.dense.kernel, True),
+            ("cls.predictions.transform.dense.bias", head.dense.bias, False),
+            ("cls.predictions.transform.LayerNorm.weight", head.layer_norm.gamma, False),
+            ("cls.predictions.transform.LayerNorm.bias", head.layer_norm.beta, False),
+            ("cls.predictions.bias", head.bias, False),
+            ("cls.seq_relationship.weight", sentence.kernel, True),
+            ("cls.seq_relationship.bias", sentence.bias, False)]
+    tensors = {k.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias"): v
+               for k, v in tensors.items()}
+    problems = []
+    for name, variable, transpose in plan:
+        value = tensors.get(name)
+        value = None if value is None else (np.asarray(value).T if transpose else np.asarray(value))
+        if value is None or value.shape != tuple(variable.shape):
+            problems.append(f"{'missing' if value is None else 'shape of'} {name} "
+                            f"{'' if value is None else value.shape} expected {tuple(variable.shape)}")
+    if problems:
+        raise ValueError(f"{directory}: {len(problems)} pretraining-head problem(s):\n  " + "\n  ".join(problems))
+    for name, variable, transpose in plan:
+        value = np.asarray(tensors[name])
+        variable.assign((value.T if transpose else value).astype(variable.dtype))
+    return pretrainer
 
 
 def load_tf_bert(directory, checkpoint_prefix="bert_model.ckpt", **config_overrides):
@@ -288,7 +323,10 @@ def load_bert_run(run, config):
     except TypeError as e:
         raise run.error(run.CONFIG, f"'model' is not a BERT config ({e})") from None
     backbone = BertBackbone.from_config_object(model_config)
-    run.restore(model=backbone)
+    if config.get("task") == "pretraining":  # the checkpoint holds the whole pretrainer: model/backbone/...
+        run.restore(model=tf.train.Checkpoint(backbone=backbone))
+    else:
+        run.restore(model=backbone)
     return backbone
 
 

@@ -9,6 +9,15 @@ from kerasplm.data.pairs import (
     read_parallel_tsv,
     train_dev_split,
 )
+from kerasplm.data.pretraining import (
+    Instances,
+    PretrainingMasker,
+    create_instances,
+    make_pretraining_dataset,
+    masker_for_tokenizer,
+    read_documents,
+    tokenize_documents,
+)
 
 SAMPLE_FILES = ("spa-eng-train.tsv", "spa-eng-dev.tsv", "LICENSE-tatoeba.txt")
 
@@ -24,4 +33,6 @@ def sample_path(name):
 
 
 __all__ = ["sample_path", "read_parallel_tsv", "train_dev_split", "group_references",
-           "make_translation_dataset", "ParallelSplit", "DEFAULT_BUCKET_LENGTHS", "SAMPLE_FILES"]
+           "make_translation_dataset", "ParallelSplit", "DEFAULT_BUCKET_LENGTHS", "SAMPLE_FILES",
+           "read_documents", "tokenize_documents", "create_instances", "Instances", "PretrainingMasker",
+           "masker_for_tokenizer", "make_pretraining_dataset"]
