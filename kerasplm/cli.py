@@ -129,6 +129,17 @@ def _add_export_parser(commands):
     et.add_argument("--jit-compile", action="store_true",
                     help="XLA-compile the decoding loop (TF Serving on CPU then needs --xla_cpu_compilation_enabled)")
     et.set_defaults(handler=_export_translator)
+    _add_bert_export_parsers(families)
+
+
+def _add_bert_export_parsers(families):
+    from kerasplm.export.embedder import add_embedder_arguments
+
+    em = families.add_parser("embedder", help="export a BERT run as a sentence-embedding SavedModel",
+                             description="Export a BERT run (converted, pretrained or fine-tuned): `text` strings "
+                                         "-> `embedding` vectors, pooled and normalized as the run records.")
+    add_embedder_arguments(em)
+    em.set_defaults(handler=_export_embedder)
 
 
 def _port(text):
@@ -273,6 +284,14 @@ def _export_translator(args):
     path = export_translator(load_translator(args.run), args.to, version=args.version, overwrite=args.overwrite,
                              jit_compile=args.jit_compile, max_beam_size=args.max_beam_size)
     print(path)
+    return 0
+
+
+def _export_embedder(args):
+    from kerasplm.export.embedder import export_embedder
+
+    print(export_embedder(args.run, args.to, pooling=args.pooling, normalize=args.normalize,
+                          sequence_length=args.sequence_length, version=args.version, overwrite=args.overwrite))
     return 0
 
 
