@@ -62,8 +62,6 @@ class EmbedderModule(ExportModule):
     def embed(self, text):
         """``text`` [B] -> ``{"embedding": float32 [B, H]}``."""
         inputs = self.preprocessor(text)
-        # An empty batch packs to width 0; the backbone needs one position for its [CLS] pooler.
-        inputs = {k: tf.pad(v, [[0, 0], [0, tf.maximum(0, 1 - tf.shape(v)[1])]]) for k, v in inputs.items()}
         outputs = self.model(inputs, training=False)
         embedding = pool_sequence(outputs["sequence_output"], inputs["padding_mask"], self.pooling)
         if self.normalize:

@@ -71,6 +71,8 @@ class BertClassifier(Task):
         pooled = self.backbone(inputs, training=training)["pooled_output"]
         return tf.cast(self.head(self.head_dropout(pooled, training=training)), tf.float32)
 
+    # Straight-line code: autograph (the Trainer's tf.function) need not rewrite it and the whole model below it.
+    @tf.autograph.experimental.do_not_convert
     def compute_loss_sums(self, batch, training):
         """``batch = (inputs, labels)`` -> ``{"loss": sum, "weight": B[, "accuracy": correct]}``."""
         inputs, labels = batch

@@ -141,6 +141,7 @@ def make_classification_dataset(preprocessor, texts, pairs, labels, batch_size, 
         ds = ds.repeat()
     ds = ds.batch(batch_size, drop_remainder=repeat)
 
+    @tf.autograph.experimental.do_not_convert
     def encode(text, pair, label):
         return preprocessor(text, pair if pairs is not None else None), label
 

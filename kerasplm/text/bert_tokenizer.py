@@ -113,7 +113,9 @@ class BertTokenizer(WordPieceTokenizer):
             text = tf.strings.regex_replace(tf_text.normalize_utf8(text, "NFD"), r"\p{Mn}", "")
         return text
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    # autograph=False: straight-line TensorFlow code; converting it (and tensorflow-text's internals) cost
+    # seconds per trace.
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def words(self, strings):
         """Strings [B] -> the basic tokenizer's words, string RaggedTensor [B, (words)]."""
         strings = self.clean(sanitize_utf8(strings))
@@ -128,7 +130,7 @@ class BertTokenizer(WordPieceTokenizer):
         words = tf_text.regex_split(flat, f"{self._special_pattern}|{_WHITESPACE}|{_PUNCTUATION}", keep)
         return pieces.with_flat_values(words).merge_dims(-2, -1)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def tokenize(self, strings):
         """Strings [B] -> int64 RaggedTensor [B, (pieces)]: word pieces only, no special tokens added."""
         words = self.words(strings)
@@ -144,7 +146,7 @@ class BertPreprocessor(Preprocessor):
     ``{"token_ids", "segment_ids", "padding_mask"}``, int64 ``[B, L]``. Truncation keeps the special tokens
     and trims the word pieces to ``sequence_length`` as HuggingFace's ``truncation=True`` (the longer
     segment loses a piece first, the second one on ties). ``L`` is ``sequence_length`` with
-    ``pad_to_length=True`` (fixed shapes for training), else the longest row of the batch (serving).
+    ``pad_to_length=True`` (fixed shapes for training), else the longest row of the batch (serving; at least 2).
 
     Args:
       tokenizer: a :class:`BertTokenizer` (its vocabulary must hold ``[CLS]`` and ``[SEP]``, ``[PAD]`` = 0).
@@ -174,10 +176,16 @@ class BertPreprocessor(Preprocessor):
             segments.append(self.tokenizer.tokenize(text_pair))
         return pack_segments(segments, self.cls_id, self.sep_id, self.sequence_length)
 
+    @tf.autograph.experimental.do_not_convert
     def __call__(self, text, text_pair=None):
         token_ids, segment_ids = self.packed(text, text_pair)
         width = self.sequence_length if self.pad_to_length else None
         shape = [None, width]
-        return {"token_ids": token_ids.to_tensor(default_value=tf.cast(self.pad_id, tf.int64), shape=shape),
-                "segment_ids": segment_ids.to_tensor(default_value=0, shape=shape),
-                "padding_mask": tf.ones_like(token_ids).to_tensor(default_value=0, shape=shape)}
+        inputs = {"token_ids": token_ids.to_tensor(default_value=tf.cast(self.pad_id, tf.int64), shape=shape),
+                  "segment_ids": segment_ids.to_tensor(default_value=0, shape=shape),
+                  "padding_mask": tf.ones_like(token_ids).to_tensor(default_value=0, shape=shape)}
+        if not self.pad_to_length:
+            # Every packed row holds [CLS] and [SEP]; only an empty batch is narrower ([0, 0]): widen it so that
+            # a model's position slicing and [CLS] pooling stay well defined.
+            inputs = {k: tf.pad(v, [[0, 0], [0, tf.maximum(0, 2 - tf.shape(v)[1])]]) for k, v in inputs.items()}
+        return inputs

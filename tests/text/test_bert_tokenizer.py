@@ -113,7 +113,7 @@ def test_preprocessor_dynamic_width_and_errors(uncased, cased_vocab):
     pre = BertPreprocessor(ours, sequence_length=16, pad_to_length=False)
     out = pre(tf.constant(["hello world", "hi"]))
     assert out["token_ids"].shape == (2, 4) and out["padding_mask"].numpy().tolist() == [[1] * 4, [1, 1, 1, 0]]
-    assert pre(tf.constant([], tf.string))["token_ids"].shape == (0, 0)
+    assert pre(tf.constant([], tf.string))["token_ids"].shape == (0, 2)   # an empty batch keeps 2 columns
     with pytest.raises(ValueError, match="sequence_length must be an integer >= 3"):
         BertPreprocessor(ours, sequence_length=2)
     with pytest.raises(ValueError, match=r"lacks BERT's special token\(s\) \[CLS\], \[SEP\]"):
