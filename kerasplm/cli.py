@@ -154,7 +154,7 @@ def _add_finetune_parser(commands):
 
     ft = commands.add_parser("finetune", help="fine-tune a pretrained model on a task",
                              description="Fine-tune a pretrained model on a task.")
-    tasks = ft.add_subparsers(dest="task", metavar="TASK", required=True)
+    tasks = ft.add_subparsers(dest="finetune_task", metavar="TASK", required=True)
     bc = tasks.add_parser("bert-classifier", help="sentence (pair) classification or regression on a BERT run",
                           description="Fine-tune a BERT run (--init) on tab-separated examples; prints the dev "
                                       "accuracy, F1 and MCC and writes them to metrics.json. Resumable.")

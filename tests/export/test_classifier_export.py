@@ -9,27 +9,18 @@ from kerasplm import serving
 from kerasplm.cli import main
 from kerasplm.export import read_metadata
 from kerasplm.export.classifier import export_classifier
-from kerasplm.tasks.bert_finetune import finetune_bert_classifier, load_bert_classifier
+from kerasplm.tasks.bert_finetune import load_bert_classifier
 from tests.export.contract import check_bad_inputs, run_isolated
 from tests.serving.client import predict
-from tests.tasks.test_bert_finetune import make_tiny_bert_run, toy_examples, write_tsv
+from tests.tasks.test_bert_finetune import learned_run, pair_run, toy  # noqa: F401 (session fixtures)
 
 TEXTS = ["the movie was good great nice", "awful bad plot", "", "sad !"]
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """Two tiny classifier runs (2 training steps each: the export, not the accuracy, is tested)."""
-    root = tmp_path_factory.mktemp("classifier")
-    init = make_tiny_bert_run(str(root))
-    rows = [(text, "positive" if label else "negative") for text, label in toy_examples(32, 0)]
-    single = finetune_bert_classifier(str(root / "single"), train=write_tsv(root / "s.tsv", rows, ["sentence", "label"]),
-                                      init=init, steps=2, batch_size=8, max_length=16, verbose=0, log=lambda *_: None)
-    pair = finetune_bert_classifier(str(root / "pair"), init=init, text_col="a", pair_col="b", steps=2, batch_size=8,
-                                    train=write_tsv(root / "p.tsv", toy_examples(32, 1, pair=True), ["a", "b", "label"]),
-                                    max_length=16, verbose=0, log=lambda *_: None)
-    assert single["step"] == pair["step"] == 2
-    return {"single": str(root / "single"), "pair": str(root / "pair"), "export": str(root / "export")}
+def runs(learned_run, pair_run, tmp_path_factory):
+    """The finetune tests' runs (session fixtures): single sentences with named labels, and pairs."""
+    return {"single": learned_run[0], "pair": pair_run, "export": str(tmp_path_factory.mktemp("classifier_export"))}
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ from kerasplm.export import read_metadata  # noqa: E402
 from kerasplm.export.embedder import export_embedder  # noqa: E402
 from tests.export.contract import check_bad_inputs, run_isolated  # noqa: E402
 from tests.serving.client import predict  # noqa: E402
+from tests.tasks.test_bert_finetune import toy  # noqa: E402,F401 (a session fixture: the tiny BERT run)
 
 SENTENCES = ["The quick brown fox jumps over the lazy dog.", "Héllo, WORLD! Tokenizers split unaffable words.",
              "中文字符 and emoji 😀", "zero\u200bwidth", "BERT", " ".join(["long"] * 400)]
@@ -73,9 +74,9 @@ def test_served(exported, expected):
     np.testing.assert_allclose(np.array(body["predictions"], np.float32), expected[:2], atol=1e-4)
 
 
-def test_cli_cls_pooling_without_normalization(minilm_run, tmp_path, capsys):
-    base = str(tmp_path / "cls")
-    assert main(["export", "embedder", "--run", minilm_run, "--to", base, "--pooling", "cls", "--no-normalize",
+def test_cli_cls_pooling_without_normalization(toy, tmp_path, capsys):
+    base, tiny_run = str(tmp_path / "cls"), toy["init"]          # a tiny random BERT run: a quick export
+    assert main(["export", "embedder", "--run", tiny_run, "--to", base, "--pooling", "cls", "--no-normalize",
                  "--sequence-length", "16"]) == 0
     path = capsys.readouterr().out.strip().splitlines()[-1]
     meta = read_metadata(path)
@@ -85,10 +86,11 @@ def test_cli_cls_pooling_without_normalization(minilm_run, tmp_path, capsys):
     from kerasplm.export.embedder import bert_run_parts
     from kerasplm.text import BertPreprocessor
 
-    backbone, tokenizer, _ = bert_run_parts(minilm_run)
-    inputs = BertPreprocessor(tokenizer, 16)(tf.constant(SENTENCES[:2]))
+    backbone, tokenizer, _ = bert_run_parts(tiny_run)
+    texts = tf.constant(["the movie was good", "bad plot !"])
+    inputs = BertPreprocessor(tokenizer, 16)(texts)
     cls = backbone(inputs, training=False)["sequence_output"][:, 0].numpy()
-    got = tf.saved_model.load(path).signatures["serving_default"](text=tf.constant(SENTENCES[:2]))["embedding"]
+    got = tf.saved_model.load(path).signatures["serving_default"](text=texts)["embedding"]
     np.testing.assert_allclose(got.numpy(), cls, atol=1e-4)
     assert main(["export", "embedder", "--run", str(tmp_path / "missing"), "--to", base]) == 2
     assert "no config.json" in capsys.readouterr().err

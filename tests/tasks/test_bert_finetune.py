@@ -3,6 +3,7 @@ resumes, refuses conflicting options; the TSV reader; layer-wise learning-rate d
 import json
 import os
 import random
+import shutil
 
 import keras
 import numpy as np
@@ -54,47 +55,67 @@ def write_tsv(path, rows, header):
     return str(path)
 
 
-@pytest.fixture(scope="module")
+NAMES = ["negative", "positive"]
+
+
+@pytest.fixture(scope="session")
 def toy(tmp_path_factory):
+    """A tiny BERT run and toy data (sentiment names as labels; the pairs' labels are 0 / 1)."""
     root = tmp_path_factory.mktemp("toy")
-    return {"init": make_tiny_bert_run(str(root)),
-            "train": write_tsv(root / "train.tsv", toy_examples(256, 0), ["sentence", "label"]),
-            "dev": write_tsv(root / "dev.tsv", toy_examples(64, 1), ["sentence", "label"]),
+    named = [(text, NAMES[label]) for text, label in toy_examples(256, 0)]
+    return {"root": root, "init": make_tiny_bert_run(str(root)),
+            "train": write_tsv(root / "train.tsv", named, ["sentence", "label"]),
+            "dev": write_tsv(root / "dev.tsv", [(t, NAMES[y]) for t, y in toy_examples(64, 1)], ["sentence", "label"]),
             "pair_train": write_tsv(root / "pair.tsv", toy_examples(64, 2, pair=True), ["a", "b", "label"])}
 
 
-def test_learns_reports_and_resumes(toy, tmp_path):
-    out = str(tmp_path / "run")
-    options = dict(train=toy["train"], dev=toy["dev"], init=toy["init"], learning_rate=2e-3, batch_size=16,
-                   epochs=3, max_length=12, dropout=0.0, verbose=0, seed=1)
-    lines = []
-    summary = finetune_bert_classifier(out, log=lines.append, steps=40, **options)
+@pytest.fixture(scope="session")
+def learned_run(toy):
+    """``(run directory, summary, log lines)`` of 40 steps on the toy task (shared with the export tests)."""
+    out, lines = str(toy["root"] / "learned"), []
+    summary = finetune_bert_classifier(out, log=lines.append, steps=40, train=toy["train"], dev=toy["dev"],
+                                       init=toy["init"], learning_rate=2e-3, batch_size=16, epochs=3, max_length=12,
+                                       dropout=0.0, verbose=0, seed=1)
+    return out, summary, lines
+
+
+@pytest.fixture(scope="session")
+def pair_run(toy):
+    """A sentence-pair classifier run made through the CLI (2 steps; shared with the export tests)."""
+    out = str(toy["root"] / "pairs")
+    argv = ["finetune", "bert-classifier", "--train", toy["pair_train"], "--init", toy["init"], "--text-col", "a",
+            "--pair-col", "b", "--dev", toy["pair_train"], "--steps", "2", "--batch-size", "8", "--quiet",
+            "--max-length", "16", "--out", out]
+    assert main(argv) == 0
+    return out
+
+
+def test_learns_reports_and_resumes(learned_run, toy, tmp_path):
+    out, summary, lines = learned_run
     dev = summary["dev"]
-    assert summary["step"] == 40 and summary["planned_steps"] == 48 and summary["labels"] == ["0", "1"]
+    assert summary["step"] == 40 and summary["planned_steps"] == 48 and summary["labels"] == NAMES
     assert dev["examples"] == 64 and dev["accuracy"] >= 0.9, dev
     assert any(line.startswith("dev accuracy") for line in lines)
     # The reported metrics are those of the returned model's predictions (exact, over the whole dev file).
     classifier = load_bert_classifier(out)
     texts, _, labels = read_classification_tsv(toy["dev"])
     predicted = classifier.predict_texts(texts).argmax(-1)
-    assert dev["accuracy"] == pytest.approx(np.mean(predicted == np.array(labels, int)))
+    assert dev["accuracy"] == pytest.approx(np.mean(predicted == np.array([NAMES.index(y) for y in labels])))
     assert json.load(open(os.path.join(out, "metrics.json")))["dev"] == dev
-    # Resume: the same total is reached from the checkpoint, stored options win, conflicts are refused.
-    resumed = finetune_bert_classifier(out, log=lines.append, steps=48, verbose=0)
-    assert resumed["step"] == 48 and len(json.load(open(os.path.join(out, "history.json")))["step"]) >= 2
+    # Resume (a copy: the export tests use the original): the same total is reached from the checkpoint,
+    # stored options win, conflicts are refused.
+    copy = str(tmp_path / "copy")
+    shutil.copytree(out, copy)
+    resumed = finetune_bert_classifier(copy, log=lines.append, steps=48, verbose=0)
+    assert resumed["step"] == 48 and json.load(open(os.path.join(copy, "history.json")))["step"][-1] == 48
     with pytest.raises(OptionsConflict, match="learning_rate"):
-        finetune_bert_classifier(out, steps=50, learning_rate=1e-4)
+        finetune_bert_classifier(copy, steps=50, learning_rate=1e-4)
 
 
-def test_cli_pairs_and_errors(toy, tmp_path, capsys):
-    out = str(tmp_path / "pairs")
-    argv = ["finetune", "bert-classifier", "--train", toy["pair_train"], "--init", toy["init"], "--text-col", "a",
-            "--pair-col", "b", "--dev", toy["pair_train"], "--steps", "2", "--batch-size", "8", "--quiet",
-            "--max-length", "16", "--out", out]
-    assert main(argv) == 0
-    assert "dev accuracy" in capsys.readouterr().out
-    model = load_bert_classifier(out)
+def test_cli_pairs_and_errors(pair_run, toy, tmp_path, capsys):
+    model = load_bert_classifier(pair_run)
     assert model.pair_input and model.labels == ["0", "1"]
+    assert json.load(open(os.path.join(pair_run, "metrics.json")))["dev"]["examples"] == 64
     assert main(["finetune", "bert-classifier", "--train", toy["train"], "--init", toy["init"], "--text-col", "text",
                  "--steps", "1", "--out", str(tmp_path / "bad")]) == 2
     assert "no column 'text' in the header (sentence, label)" in capsys.readouterr().err
