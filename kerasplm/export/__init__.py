@@ -9,7 +9,9 @@ overwrite rule); each family's module (:mod:`kerasplm.export.translator`, ...) h
 Serving: ``kerasplm serve`` (:mod:`kerasplm.serving`) or TensorFlow Serving (export/README.md).
 """
 from kerasplm.export.base import ExportModule, read_metadata, save_version
+from kerasplm.export.classifier import ClassifierModule, export_classifier
+from kerasplm.export.embedder import EmbedderModule, export_embedder
 from kerasplm.export.translator import TranslatorModule, export_translator, load_and_translate
 
 __all__ = ["ExportModule", "save_version", "read_metadata", "TranslatorModule", "export_translator",
-           "load_and_translate"]
+           "load_and_translate", "EmbedderModule", "export_embedder", "ClassifierModule", "export_classifier"]

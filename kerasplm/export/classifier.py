@@ -35,10 +35,11 @@ class ClassifierModule(ExportModule):
             raise ValueError(f"{len(labels)} label names for a model of {classifier.num_labels} classes")
         self.labels = tf.constant(list(labels) or [""], tf.string)
         self.pair_input = bool(pair_input)
+        # autograph=False: straight-line code; autograph would rewrite the whole Keras model at every trace.
         if self.pair_input:
-            self.serving = tf.function(self._classify, input_signature=[_TEXT, _PAIR])
+            self.serving = tf.function(self._classify, input_signature=[_TEXT, _PAIR], autograph=False)
         else:
-            self.serving = tf.function(lambda text: self._classify(text), input_signature=[_TEXT])
+            self.serving = tf.function(lambda text: self._classify(text), input_signature=[_TEXT], autograph=False)
 
     def _classify(self, text, text_pair=None):
         inputs = self.preprocessor(text, text_pair)

@@ -58,7 +58,8 @@ class EmbedderModule(ExportModule):
         # Padded to the longest row of each request, not to sequence_length: serving pays for real tokens only.
         self.preprocessor = BertPreprocessor(tokenizer, sequence_length, pad_to_length=False)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    # autograph=False: straight-line code; autograph would rewrite the whole Keras model at every trace.
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")], autograph=False)
     def embed(self, text):
         """``text`` [B] -> ``{"embedding": float32 [B, H]}``."""
         inputs = self.preprocessor(text)

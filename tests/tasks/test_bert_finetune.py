@@ -71,9 +71,9 @@ def toy(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def learned_run(toy):
-    """``(run directory, summary, log lines)`` of 40 steps on the toy task (shared with the export tests)."""
+    """``(run directory, summary, log lines)`` of 30 steps on the toy task (shared with the export tests)."""
     out, lines = str(toy["root"] / "learned"), []
-    summary = finetune_bert_classifier(out, log=lines.append, steps=40, train=toy["train"], dev=toy["dev"],
+    summary = finetune_bert_classifier(out, log=lines.append, steps=30, train=toy["train"], dev=toy["dev"],
                                        init=toy["init"], learning_rate=2e-3, batch_size=16, epochs=3, max_length=12,
                                        dropout=0.0, verbose=0, seed=1)
     return out, summary, lines
@@ -93,7 +93,7 @@ def pair_run(toy):
 def test_learns_reports_and_resumes(learned_run, toy, tmp_path):
     out, summary, lines = learned_run
     dev = summary["dev"]
-    assert summary["step"] == 40 and summary["planned_steps"] == 48 and summary["labels"] == NAMES
+    assert summary["step"] == 30 and summary["planned_steps"] == 48 and summary["labels"] == NAMES
     assert dev["examples"] == 64 and dev["accuracy"] >= 0.9, dev
     assert any(line.startswith("dev accuracy") for line in lines)
     # The reported metrics are those of the returned model's predictions (exact, over the whole dev file).
@@ -106,8 +106,8 @@ def test_learns_reports_and_resumes(learned_run, toy, tmp_path):
     # stored options win, conflicts are refused.
     copy = str(tmp_path / "copy")
     shutil.copytree(out, copy)
-    resumed = finetune_bert_classifier(copy, log=lines.append, steps=48, verbose=0)
-    assert resumed["step"] == 48 and json.load(open(os.path.join(copy, "history.json")))["step"][-1] == 48
+    resumed = finetune_bert_classifier(copy, log=lines.append, steps=32, verbose=0)
+    assert resumed["step"] == 32 and json.load(open(os.path.join(copy, "history.json")))["step"][-1] == 32
     with pytest.raises(OptionsConflict, match="learning_rate"):
         finetune_bert_classifier(copy, steps=50, learning_rate=1e-4)
 
