@@ -106,6 +106,7 @@ def build_parser():
     _add_serve_parser(commands)
     _add_presets_parser(commands)
     _add_elmo_parsers(train_families, export_families, _add_convert_parser(commands))
+    _add_finetune_parser(commands)
     return parser
 
 
@@ -241,6 +242,7 @@ def _add_export_parser(commands):
                     help="XLA-compile the decoding loop (TF Serving on CPU then needs --xla_cpu_compilation_enabled)")
     et.set_defaults(handler=_export_translator)
     _add_export_generator_parser(families)
+    _add_bert_export_parsers(families)
     return families
 
 
@@ -321,6 +323,43 @@ def _export_fill_mask(args):
 
     path = export_fill_mask(args.run, args.to, top_k=args.top_k, version=args.version, overwrite=args.overwrite)
     print(f"exported {path}")
+    return 0
+
+
+def _add_bert_export_parsers(families):
+    from kerasplm.export.embedder import add_embedder_arguments, add_export_target_arguments
+
+    em = families.add_parser("embedder", help="export a BERT run as a sentence-embedding SavedModel",
+                             description="Export a BERT run (converted, pretrained or fine-tuned): `text` strings "
+                                         "-> `embedding` vectors, pooled and normalized as the run records.")
+    add_embedder_arguments(em)
+    em.set_defaults(handler=_export_embedder)
+    ec = families.add_parser("classifier", help="export a fine-tuned BERT classifier run",
+                             description="Export a `kerasplm finetune bert-classifier` run: `text` (and `text_pair` "
+                                         "for a pair model) strings -> `probabilities` and `label` names.")
+    add_export_target_arguments(ec, "a BERT classifier (kerasplm finetune bert-classifier)")
+    ec.set_defaults(handler=_export_classifier)
+
+
+def _add_finetune_parser(commands):
+    from kerasplm.tasks.bert_finetune import BertClassifierOptions
+    from kerasplm.tasks.options import add_options_to_parser
+
+    ft = commands.add_parser("finetune", help="fine-tune a pretrained model on a task",
+                             description="Fine-tune a pretrained model on a task.")
+    tasks = ft.add_subparsers(dest="finetune_task", metavar="TASK", required=True)
+    bc = tasks.add_parser("bert-classifier", help="sentence (pair) classification or regression on a BERT run",
+                          description="Fine-tune a BERT run (--init) on tab-separated examples; prints the dev "
+                                      "accuracy, F1 and MCC and writes them to metrics.json. Resumable.")
+    add_options_to_parser(bc, BertClassifierOptions)
+    bc.add_argument("--out", required=True, help="run directory (an existing run is resumed)")
+    bc.set_defaults(handler=_finetune_bert_classifier)
+
+
+def _finetune_bert_classifier(args):
+    from kerasplm.tasks.bert_finetune import BertClassifierOptions, finetune_bert_classifier
+
+    _run_training_job(args, BertClassifierOptions, finetune_bert_classifier)
     return 0
 
 
@@ -505,6 +544,21 @@ def _export_translator(args):
     path = export_translator(load_translator(args.run), args.to, version=args.version, overwrite=args.overwrite,
                              jit_compile=args.jit_compile, max_beam_size=args.max_beam_size)
     print(path)
+    return 0
+
+
+def _export_classifier(args):
+    from kerasplm.export.classifier import export_classifier
+
+    print(export_classifier(args.run, args.to, version=args.version, overwrite=args.overwrite))
+    return 0
+
+
+def _export_embedder(args):
+    from kerasplm.export.embedder import export_embedder
+
+    print(export_embedder(args.run, args.to, pooling=args.pooling, normalize=args.normalize,
+                          sequence_length=args.sequence_length, version=args.version, overwrite=args.overwrite))
     return 0
 
 

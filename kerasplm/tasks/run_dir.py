@@ -41,7 +41,8 @@ _REQUIRED = {"family": str, "preset": str, "model": dict, "options": dict}
 _LOADERS = {"transformer_translator": "kerasplm.tasks.translation:load_translator_from_run",
             "gpt": "kerasplm.models.gpt:load_gpt_from_run",
             "bert": "kerasplm.convert.bert:load_bert_run",
-            "elmo": "kerasplm.tasks.elmo:load_elmo_from_run"}
+            "elmo": "kerasplm.tasks.elmo:load_elmo_from_run",
+            "bert_classifier": "kerasplm.tasks.bert_finetune:load_bert_classifier_run"}
 
 
 class RunDirError(ValueError):

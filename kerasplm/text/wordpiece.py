@@ -199,11 +199,7 @@ class WordPieceTokenizer(tf.Module):
                             split_unknown_characters=split_unknown_characters)
         self._special = {t: i for t, i in self._ids.items() if SPECIAL_TOKEN_RE.fullmatch(t)}
         self._vocab_path = tf.saved_model.Asset(vocab_path)
-        self._tokenizer = tf_text.BertTokenizer(
-            vocab_path, lower_case=self.lower_case, token_out_type=tf.int64, unknown_token=unk_token,
-            max_bytes_per_word=max_bytes_per_word, max_chars_per_token=max_chars_per_token,
-            normalization_form=normalization_form, preserve_unused_token=preserve_unused_token,
-            split_unknown_characters=split_unknown_characters)
+        self._tokenizer = self._make_tokenizer(vocab_path, self.options)
         self._vocab = tf.Variable(vocab, trainable=False, dtype=tf.string, name="vocab")
         self._special_list = tf.Variable(tf.constant(list(self._special), tf.string, shape=[len(self._special)]),
                                          trainable=False, name="special_tokens")
@@ -214,6 +210,15 @@ class WordPieceTokenizer(tf.Module):
         for fn in (self.detokenize, self.lookup):
             fn.get_concrete_function(tf.TensorSpec([None, None], tf.int64))
             fn.get_concrete_function(tf.RaggedTensorSpec([None, None], tf.int64))
+
+    def _make_tokenizer(self, vocab_path, options):
+        """The tensorflow-text tokenizer behind ``tokenize`` (subclasses replace it)."""
+        o = options
+        return tf_text.BertTokenizer(
+            vocab_path, lower_case=o["lower_case"], token_out_type=tf.int64, unknown_token=o["unk_token"],
+            max_bytes_per_word=o["max_bytes_per_word"], max_chars_per_token=o["max_chars_per_token"],
+            normalization_form=o["normalization_form"], preserve_unused_token=o["preserve_unused_token"],
+            split_unknown_characters=o["split_unknown_characters"])
 
     # Python-side conveniences.
     @property

@@ -1,0 +1,64 @@
+"""Export a fine-tuned BERT classifier (``kerasplm finetune bert-classifier``) as a SavedModel: strings in, labels out.
+
+``serving_default``: ``text`` tf.string [None] (and ``text_pair`` tf.string [None] when the model was trained on
+sentence pairs) -> ``probabilities`` float32 [None, C] (softmax over the classes, in the order of ``labels`` in
+the metadata) and ``label`` tf.string [None] (the most probable class's name, from the training file). A
+regression model (``num_labels == 1``) answers ``score`` float32 [None] instead.
+
+>>> path = export_classifier("runs/sst2", "export/sst2")        # -> "export/sst2/1"
+
+Tokenization and packing are the training's :class:`kerasplm.text.BertPreprocessor` (same cut at
+``max_length``), padded to the longest row of each request. Variable tracking, metadata and the atomic
+versioned save are :mod:`kerasplm.export.base`'s.
+"""
+import tensorflow as tf
+
+from kerasplm.export.base import ExportModule, save_version
+from kerasplm.text.bert_tokenizer import BertPreprocessor
+
+FAMILY = "bert_classifier"
+_TEXT = tf.TensorSpec([None], tf.string, name="text")
+_PAIR = tf.TensorSpec([None], tf.string, name="text_pair")
+
+
+class ClassifierModule(ExportModule):
+    """The exported classifier: :class:`kerasplm.models.bert_tasks.BertClassifier` + preprocessor + label names."""
+
+    family = FAMILY
+
+    def __init__(self, classifier, labels, pair_input=False):
+        super().__init__(classifier, name="classifier")
+        self.preprocessor = BertPreprocessor(classifier.preprocessor.tokenizer, classifier.preprocessor.sequence_length,
+                                             pad_to_length=False)
+        self.regression = classifier.num_labels == 1
+        if not self.regression and len(labels) != classifier.num_labels:
+            raise ValueError(f"{len(labels)} label names for a model of {classifier.num_labels} classes")
+        self.labels = tf.constant(list(labels) or [""], tf.string)
+        self.pair_input = bool(pair_input)
+        # autograph=False: straight-line code; autograph would rewrite the whole Keras model at every trace.
+        if self.pair_input:
+            self.serving = tf.function(self._classify, input_signature=[_TEXT, _PAIR], autograph=False)
+        else:
+            self.serving = tf.function(lambda text: self._classify(text), input_signature=[_TEXT], autograph=False)
+
+    def _classify(self, text, text_pair=None):
+        inputs = self.preprocessor(text, text_pair)
+        logits = self.model(inputs, training=False)
+        if self.regression:
+            return {"score": logits[:, 0]}
+        return {"probabilities": tf.nn.softmax(logits, axis=-1),
+                "label": tf.gather(self.labels, tf.argmax(logits, axis=-1))}
+
+    def signatures(self):
+        return {"serving_default": self.serving}
+
+
+def export_classifier(run_dir, model_base_path, version=None, overwrite=False):
+    """Export the classifier run ``run_dir`` to ``model_base_path/<version>/``; returns the version directory."""
+    from kerasplm.tasks.bert_finetune import load_bert_classifier
+
+    classifier = load_bert_classifier(run_dir)
+    module = ClassifierModule(classifier, classifier.labels, pair_input=classifier.pair_input)
+    metadata = {"labels": list(classifier.labels), "regression": module.regression, "pair_input": module.pair_input,
+                "sequence_length": module.preprocessor.sequence_length}
+    return save_version(module, model_base_path, version=version, overwrite=overwrite, metadata=metadata)

@@ -1,0 +1,119 @@
+"""Export a BERT encoder as a sentence-embedding SavedModel (strings in, vectors out).
+
+``serving_default``: ``text`` tf.string [None] -> ``embedding`` float32 [None, H]: the in-graph BERT tokenizer
+and ``[CLS] text [SEP]`` packing (:class:`kerasplm.text.BertPreprocessor`, cut at ``sequence_length``), the
+backbone, then ``[CLS]`` or mean pooling over the real tokens (Sentence-BERT, Reimers & Gurevych 2019) and
+optionally L2 normalization. Defaults come from the run: a run converted from a sentence-transformers model
+(all-MiniLM-L6-v2 ...) records its pooling, normalization and ``max_seq_length``
+(:func:`kerasplm.convert.bert.convert_bert_to_run`), so the export reproduces ``SentenceTransformer.encode``.
+
+>>> path = export_embedder("runs/minilm", "export/minilm")     # -> "export/minilm/1"
+
+Any run whose loader gives a BERT backbone works: a converted run (family ``bert``) or a fine-tuned task run
+(its ``backbone``). Variable tracking, metadata and the atomic versioned save are :mod:`kerasplm.export.base`'s.
+"""
+import tensorflow as tf
+
+from kerasplm.export.base import ExportModule, save_version
+from kerasplm.models.bert_tasks import POOLINGS, pool_sequence
+from kerasplm.text.bert_tokenizer import BertPreprocessor
+
+FAMILY = "bert_embedder"
+# sentence-transformers' pooling modes (1_Pooling/config.json, as the converter records them) -> ours.
+_SENTENCE_TRANSFORMERS_POOLING = {"cls_token": "cls", "mean_tokens": "mean"}
+
+
+def bert_run_parts(run_dir):
+    """``(backbone, tokenizer, options)`` of a BERT run (converted, pretrained or fine-tuned): the backbone with
+    its checkpoint restored, a :class:`kerasplm.text.BertTokenizer` over the run's vocabulary with the run's
+    casing, and the run's stored options."""
+    from kerasplm.tasks.run_dir import RunDir, load_run
+    from kerasplm.text.bert_tokenizer import BertTokenizer
+
+    run = RunDir(run_dir)
+    config = run.read_config()
+    loaded = load_run(run_dir)
+    backbone = getattr(loaded, "backbone", loaded)
+    if getattr(backbone, "preset_family", None) != "bert":
+        raise ValueError(f"{run.config_path}: a {config['family']} run, not a BERT run")
+    options = config.get("options", {})
+    tokenizer = BertTokenizer(run.asset(config, "vocab"), lower_case=bool(options.get("lower_case", True)))
+    return backbone, tokenizer, options
+
+
+class EmbedderModule(ExportModule):
+    """The exported embedder: backbone + BERT preprocessor + pooling (see the module docstring)."""
+
+    family = FAMILY
+
+    def __init__(self, backbone, tokenizer, pooling="mean", normalize=True, sequence_length=None):
+        super().__init__(backbone, name="embedder")
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+        limit = backbone.config.max_positions
+        sequence_length = int(sequence_length or limit)
+        if not 3 <= sequence_length <= limit:
+            raise ValueError(f"sequence_length must be in [3, {limit}] (the model's positions), got {sequence_length}")
+        self.pooling, self.normalize, self.sequence_length = pooling, bool(normalize), sequence_length
+        # Padded to the longest row of each request, not to sequence_length: serving pays for real tokens only.
+        self.preprocessor = BertPreprocessor(tokenizer, sequence_length, pad_to_length=False)
+
+    # autograph=False: straight-line code; autograph would rewrite the whole Keras model at every trace.
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")], autograph=False)
+    def embed(self, text):
+        """``text`` [B] -> ``{"embedding": float32 [B, H]}``."""
+        inputs = self.preprocessor(text)
+        outputs = self.model(inputs, training=False)
+        embedding = pool_sequence(outputs["sequence_output"], inputs["padding_mask"], self.pooling)
+        if self.normalize:
+            embedding = tf.math.l2_normalize(embedding, axis=-1)
+        return {"embedding": tf.cast(embedding, tf.float32)}
+
+    def signatures(self):
+        return {"serving_default": self.embed}
+
+
+def export_embedder(run_dir, model_base_path, pooling=None, normalize=None, sequence_length=None, version=None,
+                    overwrite=False):
+    """Export the BERT run ``run_dir`` as an embedder SavedModel in ``model_base_path/<version>/``.
+
+    ``pooling`` ("cls" or "mean"), ``normalize`` and ``sequence_length`` default to the run's recorded
+    sentence-transformers settings, else mean pooling, L2-normalized, the model's position limit.
+    Returns the version directory's path.
+    """
+    backbone, tokenizer, options = bert_run_parts(run_dir)
+    recorded = options.get("sentence_embedding") or {}
+    if pooling is None:
+        modes = recorded.get("pooling") or ["mean_tokens"]
+        if len(modes) != 1 or modes[0] not in _SENTENCE_TRANSFORMERS_POOLING:
+            raise ValueError(f"the run's sentence-transformers pooling {modes} is not one of "
+                             f"{sorted(_SENTENCE_TRANSFORMERS_POOLING)}: choose pooling='cls' or 'mean'")
+        pooling = _SENTENCE_TRANSFORMERS_POOLING[modes[0]]
+    normalize = recorded.get("normalize", True) if normalize is None else normalize
+    sequence_length = sequence_length or recorded.get("max_seq_length")
+    module = EmbedderModule(backbone, tokenizer, pooling=pooling, normalize=normalize,
+                            sequence_length=sequence_length)
+    metadata = {"pooling": module.pooling, "normalize": module.normalize, "sequence_length": module.sequence_length,
+                "embedding_size": backbone.config.hidden_size, "lower_case": tokenizer.lower_case}
+    return save_version(module, model_base_path, version=version, overwrite=overwrite, metadata=metadata)
+
+
+def add_export_target_arguments(parser, what):
+    """``--run``, ``--to``, ``--version``, ``--overwrite``: what every BERT task export command takes."""
+    parser.add_argument("--run", required=True, help=f"run directory of {what}")
+    parser.add_argument("--to", required=True, help="model base path (the SavedModel goes to <to>/<version>/)")
+    parser.add_argument("--version", type=int, help="version number (default: next free)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing version")
+
+
+def add_embedder_arguments(parser):
+    """The flags of ``kerasplm export embedder``."""
+    import argparse
+
+    add_export_target_arguments(parser, "a BERT model (kerasplm convert bert, train bert, finetune bert-*)")
+    parser.add_argument("--pooling", choices=POOLINGS, help="[CLS] or mean pooling (default: the run's recorded "
+                        "sentence-transformers pooling, else mean)")
+    parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
+                        help="L2-normalize the embeddings (default: as the run records, else yes)")
+    parser.add_argument("--sequence-length", type=int, help="cap on tokens per text, [CLS]/[SEP] included "
+                        "(default: the run's max_seq_length, else the model's positions)")

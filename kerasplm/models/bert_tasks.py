@@ -1,0 +1,136 @@
+"""Task models on the BERT backbone (Devlin et al. 2019, section 4), each owning its loss and metrics.
+
+* :func:`pool_sequence`: sentence embeddings from the sequence output, ``[CLS]`` or the mean over real
+  tokens (Sentence-BERT, Reimers & Gurevych 2019);
+* :class:`BertClassifier`: sequence classification of a sentence or a sentence pair on the pooled ``[CLS]``
+  output, ``logits = Drop(pooled) W + b`` (section 4.1); cross-entropy, or mean squared error when
+  ``num_labels == 1`` (regression, e.g. STS-B);
+* :func:`classification_metrics`: accuracy, F1 (binary, or macro over classes) and Matthews' correlation
+  coefficient, exact over a whole evaluation set (they are not means of per-batch values).
+"""
+import keras
+import numpy as np
+import tensorflow as tf
+
+from kerasplm.layers.dropout import Dropout
+from kerasplm.models.base import Task
+from kerasplm.models.bert import BertBackbone
+
+POOLINGS = ("cls", "mean")
+
+
+def pool_sequence(sequence_output, padding_mask, pooling="mean"):
+    """``(B, T, H)`` hidden states, ``(B, T)`` mask (1 = real token) -> ``(B, H)``.
+
+    ``"cls"``: the hidden state at position 0; ``"mean"``: sum of real positions / their number
+    (sentence-transformers' mean pooling; a row without real tokens gives zeros).
+    """
+    if pooling == "cls":
+        return sequence_output[:, 0]
+    if pooling != "mean":
+        raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+    mask = tf.cast(padding_mask, sequence_output.dtype)[:, :, tf.newaxis]
+    total = tf.reduce_sum(sequence_output * mask, axis=1)
+    return total / tf.maximum(tf.reduce_sum(mask, axis=1), tf.cast(1e-9, sequence_output.dtype))
+
+
+@keras.saving.register_keras_serializable(package="kerasplm")
+class BertClassifier(Task):
+    """BERT sequence classifier (or regressor when ``num_labels == 1``).
+
+    Args:
+      backbone: a :class:`kerasplm.models.bert.BertBackbone`.
+      num_labels: number of classes; 1 = regression (one real-valued output, mean squared error).
+      preprocessor: optional :class:`kerasplm.text.BertPreprocessor` (strings -> inputs) for :meth:`predict_texts`.
+      dropout: dropout on the pooled output before the classification layer.
+    Call: the backbone's input dict -> float32 logits ``(B, num_labels)`` (regression: ``(B, 1)`` values).
+    Training batches are ``(inputs, labels)``: int labels ``(B,)``, or float targets ``(B,)`` for regression.
+    """
+
+    backbone_class = BertBackbone
+
+    def __init__(self, backbone, num_labels, preprocessor=None, dropout=0.1, **kwargs):
+        super().__init__(backbone, preprocessor=preprocessor, **kwargs)
+        if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
+            raise ValueError(f"num_labels must be a positive integer (1 = regression), got {num_labels!r}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+        self.num_labels, self.dropout_rate = num_labels, float(dropout)
+        self.head_dropout = Dropout(dropout, name="classifier_dropout")
+        self.head = keras.layers.Dense(
+            num_labels, kernel_initializer=keras.initializers.TruncatedNormal(stddev=backbone.config.initializer_range),
+            name="classifier")
+        self.head.build((None, backbone.config.hidden_size))
+        self.built = True
+
+    @property
+    def is_regression(self):
+        return self.num_labels == 1
+
+    def call(self, inputs, training=None):
+        pooled = self.backbone(inputs, training=training)["pooled_output"]
+        return tf.cast(self.head(self.head_dropout(pooled, training=training)), tf.float32)
+
+    # Straight-line code: autograph (the Trainer's tf.function) need not rewrite it and the whole model below it.
+    @tf.autograph.experimental.do_not_convert
+    def compute_loss_sums(self, batch, training):
+        """``batch = (inputs, labels)`` -> ``{"loss": sum, "weight": B[, "accuracy": correct]}``."""
+        inputs, labels = batch
+        logits = self(inputs, training=training)
+        count = tf.cast(tf.shape(logits)[0], tf.float32)
+        if self.is_regression:
+            error = logits[:, 0] - tf.cast(labels, tf.float32)
+            return {"loss": tf.reduce_sum(tf.square(error)), "weight": count}
+        labels = tf.cast(labels, tf.int32)
+        loss = tf.keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+        correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels), tf.float32)
+        return {"loss": tf.reduce_sum(loss), "weight": count, "accuracy": tf.reduce_sum(correct)}
+
+    def predict_texts(self, texts, pairs=None, batch_size=64):
+        """Class probabilities ``(N, C)`` (regression: values ``(N,)``) for lists of strings, via the preprocessor."""
+        if self.preprocessor is None:
+            raise ValueError("predict_texts needs a preprocessor (BertClassifier(..., preprocessor=...))")
+        outputs = []
+        for start in range(0, len(texts), batch_size):
+            chunk = tf.constant(list(texts[start:start + batch_size]), tf.string)
+            pair = None if pairs is None else tf.constant(list(pairs[start:start + batch_size]), tf.string)
+            outputs.append(self(self.preprocessor(chunk, pair), training=False).numpy())
+        logits = np.concatenate(outputs) if outputs else np.zeros((0, self.num_labels), np.float32)
+        return logits[:, 0] if self.is_regression else tf.nn.softmax(logits).numpy()
+
+    def get_config(self):
+        return {**super().get_config(), "num_labels": self.num_labels, "dropout": self.dropout_rate}
+
+
+def classification_metrics(labels, predictions, num_labels):
+    """Exact accuracy, F1 and Matthews' correlation of integer ``predictions`` against ``labels``.
+
+    F1 is that of class 1 for two classes (GLUE's), else the macro average over classes (a class absent
+    from both gives F1 0 and is skipped). MCC is the multi-class R_K statistic (Gorodkin 2004), which for two
+    classes is (TP·TN − FP·FN) / sqrt((TP+FP)(TP+FN)(TN+FP)(TN+FN)); 0 when a denominator is 0.
+    Returns ``{"accuracy", "f1", "mcc", "examples"}``.
+    """
+    labels, predictions = np.asarray(labels, np.int64), np.asarray(predictions, np.int64)
+    if labels.shape != predictions.shape or labels.ndim != 1:
+        raise ValueError(f"labels and predictions must be vectors of one length, got {labels.shape} and "
+                         f"{predictions.shape}")
+    n = len(labels)
+    confusion = np.zeros((num_labels, num_labels), np.float64)   # rows: true class, columns: predicted
+    np.add.at(confusion, (labels, predictions), 1.0)
+    true_positives = np.diag(confusion)
+    predicted, actual = confusion.sum(axis=0), confusion.sum(axis=1)
+
+    def f1(c):
+        denominator = predicted[c] + actual[c]
+        return 2.0 * true_positives[c] / denominator if denominator else 0.0
+
+    if num_labels == 2:
+        f1_value = f1(1)
+    else:
+        present = [c for c in range(num_labels) if predicted[c] + actual[c]]
+        f1_value = float(np.mean([f1(c) for c in present])) if present else 0.0
+    correct = true_positives.sum()
+    covariance = correct * n - float(predicted @ actual)
+    denominator = np.sqrt((n * n - float(predicted @ predicted)) * (n * n - float(actual @ actual)))
+    return {"accuracy": float(correct / n) if n else 0.0, "f1": float(f1_value),
+            "mcc": float(covariance / denominator) if denominator else 0.0, "examples": int(n)}

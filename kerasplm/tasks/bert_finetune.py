@@ -1,0 +1,325 @@
+"""Fine-tune a BERT run on a sentence (pair) classification or regression task: ``kerasplm finetune bert-classifier``.
+
+The recipe is the BERT paper's (section 4.1 and appendix A.3): the pooled ``[CLS]`` output, a dropout and one
+dense layer; AdamW (weight decay 0.01, not on biases and LayerNorm, ε = 1e-6), learning rate 2e-5 … 5e-5 (3e-5
+here) with linear warmup over 10% of the steps and linear decay to 0, 2–4 epochs, gradients clipped to norm 1.
+Optionally layer-wise learning-rate decay (ELECTRA, Clark et al. 2020, appendix A): a block ``k`` levels below
+the head learns at ``lr · decay^k``.
+
+Data: tab-separated files, one example per line; ``--text-col``, ``--pair-col``, ``--label-col`` are column
+names of the header line (``sentence``, ``label`` for GLUE's SST-2) or 0-based indices (with ``--no-header``).
+The label names are those of the training file (sorted); the model's outputs follow that order, the exported
+classifier answers with the names.
+
+Run directory (:mod:`kerasplm.tasks.run_dir`): family ``bert_classifier``; ``model`` = the backbone's config,
+``num_labels``, ``labels``, ``dropout``; asset ``vocab``; ``metrics.json`` = the training summary + ``dev``
+(accuracy, F1, MCC; regression: MSE and Pearson's r). Resumable like every kerasplm job.
+
+>>> summary = finetune_bert_classifier("runs/sst2", train="sst2/train.tsv", dev="sst2/dev.tsv",
+...                                    init="runs/minilm", epochs=1)
+>>> summary["dev"]["accuracy"]
+"""
+import dataclasses
+import math
+import os
+import shutil
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from kerasplm.models.bert import BertBackbone, BertConfig
+from kerasplm.models.bert_tasks import BertClassifier, classification_metrics
+from kerasplm.tasks.job import TrainingOptions, fit_recorded, open_run, restores_global_policy, training_summary
+from kerasplm.tasks.options import RUN, SESSION, option, resolve_options
+from kerasplm.tasks.run_dir import RunDir
+from kerasplm.text.bert_tokenizer import BertPreprocessor, BertTokenizer
+from kerasplm.training import Trainer, WarmupLinearDecay
+
+FAMILY = "bert_classifier"
+ASSETS = {"vocab": "vocab.txt"}
+
+
+@dataclasses.dataclass(frozen=True)
+class BertClassifierOptions(TrainingOptions):
+    """Options of ``finetune_bert_classifier`` / ``kerasplm finetune bert-classifier`` (declared once)."""
+    train: str = option(None, "training examples (tab-separated)", file=True, metavar="TSV")
+    dev: str = option(None, "held-out examples scored after training (tab-separated)", file=True, metavar="TSV")
+    init: str = option(None, "BERT run directory to start from (kerasplm convert bert / train bert)",
+                       metavar="RUN_DIR")
+    text_col: str = option("sentence", "column of the (first) text: a header name or a 0-based index")
+    pair_col: str = option(None, "column of the second text of a pair (none: single sentences)")
+    label_col: str = option("label", "column of the label")
+    header: bool = option(True, "the files have no header line (columns are then 0-based indices)",
+                          flag="--no-header", const=False, choices=[True, False])
+    task: str = option("classification", "classification (labels are names) or regression (numbers, MSE)",
+                       choices=["classification", "regression"])
+    max_length: int = option(128, "tokens per example, [CLS]/[SEP] included", kind=int, minimum=3)
+    batch_size: int = option(32, "examples per batch", kind=int, minimum=1)
+    epochs: float = option(3.0, "epochs over the training file (sets the schedule's length)", kind=float,
+                           minimum=0, exclusive_minimum=True)
+    learning_rate: float = option(3e-5, "peak learning rate (BERT: 2e-5 … 5e-5)", kind=float, minimum=0,
+                                  exclusive_minimum=True)
+    warmup_fraction: float = option(0.1, "fraction of the steps with linear warmup", kind=float, minimum=0, maximum=1)
+    weight_decay: float = option(0.01, "AdamW weight decay (not on biases and LayerNorm)", kind=float, minimum=0)
+    layer_decay: float = option(None, "layer-wise learning-rate decay factor (e.g. 0.9; none: off)", kind=float,
+                                minimum=0, maximum=1, exclusive_minimum=True)
+    dropout: float = option(0.1, "dropout before the classification layer", kind=float, minimum=0, maximum=1,
+                            exclusive_maximum=True)
+    max_examples: int = option(None, "read at most this many training examples", kind=int, minimum=1)
+    eval_batch_size: int = option(128, "examples per batch when scoring --dev", kind=int, minimum=1, scope=SESSION)
+
+    def check(self):
+        if self.pair_col is not None and self.pair_col == self.text_col:
+            raise ValueError(f"options text_col and pair_col are both {self.text_col!r}")
+
+
+# ------------------------------------------------------------------------------------------------ data
+def _column(path, spec, header):
+    """0-based index of column ``spec`` (a header name or an index)."""
+    if spec.isdigit():
+        return int(spec)
+    if header is None:
+        raise ValueError(f"{path}: column {spec!r} is a name but the file has no header (--no-header): give an index")
+    if spec not in header:
+        raise ValueError(f"{path}: no column {spec!r} in the header ({', '.join(header)})")
+    return header.index(spec)
+
+
+def read_classification_tsv(path, text_col="sentence", label_col="label", pair_col=None, header=True,
+                            max_examples=None):
+    """``(texts, pairs or None, labels)`` (lists of str) of a tab-separated file; errors name file and line."""
+    with open(path, encoding="utf-8", newline="") as f:
+        lines = f.read().split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    names = lines[0].rstrip("\r").split("\t") if header and lines else None
+    first = 2 if header else 1
+    columns = [_column(path, str(spec), names) for spec in (text_col, label_col, pair_col) if spec is not None]
+    rows = ([], [], [])
+    for lineno, line in enumerate(lines[first - 1:], start=first):
+        if max_examples is not None and len(rows[0]) >= max_examples:
+            break
+        fields = line.rstrip("\r").split("\t")
+        if len(fields) <= max(columns):
+            raise ValueError(f"{path}:{lineno}: {len(fields)} column(s), column {max(columns)} needed")
+        for values, index in zip(rows, columns):
+            values.append(fields[index])
+    if not rows[0]:
+        raise ValueError(f"{path}: no examples")
+    texts, labels, pairs = rows
+    return texts, (pairs if pair_col is not None else None), labels
+
+
+def _label_ids(path, labels, names, regression):
+    if regression:
+        try:
+            return np.asarray([float(x) for x in labels], np.float32)
+        except ValueError as e:
+            raise ValueError(f"{path}: a regression label is not a number ({e})") from None
+    index = {name: i for i, name in enumerate(names)}
+    unknown = sorted(set(labels) - set(index))
+    if unknown:
+        raise ValueError(f"{path}: label(s) {', '.join(map(repr, unknown[:5]))} not among the training labels "
+                         f"({', '.join(names)})")
+    return np.asarray([index[x] for x in labels], np.int64)
+
+
+def make_classification_dataset(preprocessor, texts, pairs, labels, batch_size, shuffle=False, seed=0, repeat=False):
+    """``((inputs dict, labels), ...)`` batches: strings packed by ``preprocessor`` in the tf.data graph.
+
+    Training batches (``shuffle``/``repeat``) all have ``batch_size`` rows (one traced step); a seeded shuffle
+    replays the same order in every process, as the Trainer's exact resume needs.
+    """
+    columns = (tf.constant(texts, tf.string), tf.constant(pairs if pairs is not None else texts, tf.string),
+               tf.constant(labels))
+    ds = tf.data.Dataset.from_tensor_slices(columns)
+    if shuffle:
+        ds = ds.shuffle(len(texts), seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        ds = ds.repeat()
+    ds = ds.batch(batch_size, drop_remainder=repeat)
+
+    @tf.autograph.experimental.do_not_convert
+    def encode(text, pair, label):
+        return preprocessor(text, pair if pairs is not None else None), label
+
+    return ds.map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).prefetch(2)
+
+
+# ------------------------------------------------------------------------------------------------ model
+class LayerwiseAdamW(keras.optimizers.AdamW):
+    """AdamW with a learning-rate multiplier per variable: ``multiplier(variable) -> float`` (read once, at build)."""
+
+    def __init__(self, multiplier, **kwargs):
+        super().__init__(**kwargs)
+        self._multiplier = multiplier
+        self._lr_multipliers = []
+
+    def build(self, variables):
+        super().build(variables)
+        self._lr_multipliers = [float(self._multiplier(v)) for v in variables]
+
+    def update_step(self, gradient, variable, learning_rate):
+        factor = self._lr_multipliers[self._get_variable_index(variable)]
+        return super().update_step(gradient, variable, learning_rate * factor)
+
+
+def layer_decay_multiplier(num_layers, decay):
+    """ELECTRA's depths: embeddings 0, block ``i`` (1-based) ``i``, pooler and head ``L + 1``; a variable at depth
+    ``d`` learns at ``decay^(L + 1 - d)`` (by its path ``<backbone>/<embeddings|blockN|pooler>/...``)."""
+    def multiplier(variable):
+        parts = variable.path.split("/")
+        part = parts[1] if len(parts) > 2 else ""
+        depth = num_layers + 1
+        if part == "embeddings":
+            depth = 0
+        elif part.startswith("block"):
+            depth = int(part[len("block"):] or num_layers)   # ALBERT's shared "block": the top
+        return decay ** (num_layers + 1 - depth)
+    return multiplier
+
+
+def make_optimizer(o, total_steps, num_layers):
+    schedule = WarmupLinearDecay(o.learning_rate, int(o.warmup_fraction * total_steps), total_steps)
+    kwargs = dict(learning_rate=schedule, weight_decay=o.weight_decay, epsilon=1e-6)
+    if o.layer_decay is None or o.layer_decay == 1.0:
+        optimizer = keras.optimizers.AdamW(**kwargs)
+    else:
+        optimizer = LayerwiseAdamW(layer_decay_multiplier(num_layers, o.layer_decay), **kwargs)
+    optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
+    return optimizer
+
+
+def _model_parts(run, config):
+    model = config["model"]
+    try:
+        backbone_config = BertConfig(**model["backbone"]).validate()
+        labels, num_labels, dropout = list(model["labels"]), int(model["num_labels"]), float(model["dropout"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise run.error(run.CONFIG, f"'model' is not a BERT classifier config ({e})") from None
+    return backbone_config, labels, num_labels, dropout
+
+
+def load_bert_classifier_run(run, config):
+    """The loader of family ``bert_classifier``: a :class:`BertClassifier` with its checkpoint restored, its
+    ``preprocessor`` (strings -> inputs) and ``labels`` (class names; empty for regression)."""
+    backbone_config, labels, num_labels, dropout = _model_parts(run, config)
+    options = config["options"]
+    tokenizer = BertTokenizer(run.asset(config, "vocab"), lower_case=bool(options.get("lower_case", True)))
+    preprocessor = BertPreprocessor(tokenizer, int(options.get("max_length", 128)))
+    model = BertClassifier(BertBackbone.from_config_object(backbone_config), num_labels, preprocessor=preprocessor,
+                           dropout=dropout)
+    run.restore(model=model)
+    model.labels = labels
+    model.pair_input = options.get("pair_col") is not None
+    return model
+
+
+def load_bert_classifier(run_dir):
+    run = RunDir(run_dir)
+    return load_bert_classifier_run(run, run.read_config(family=FAMILY, what="BERT classifier"))
+
+
+# ------------------------------------------------------------------------------------------------ job
+def _read(o, path, max_examples=None):
+    return read_classification_tsv(path, o.text_col, o.label_col, o.pair_col, o.header, max_examples)
+
+
+def _evaluate(model, dev_ds, regression, num_labels):
+    predictions, targets = [], []
+    for inputs, labels in dev_ds:
+        logits = model(inputs, training=False).numpy()
+        predictions.append(logits[:, 0] if regression else logits.argmax(-1))
+        targets.append(labels.numpy())
+    predictions, targets = np.concatenate(predictions), np.concatenate(targets)
+    if not regression:
+        return classification_metrics(targets, predictions, num_labels)
+    pearson = float(np.corrcoef(predictions, targets)[0, 1]) if len(targets) > 1 else 0.0
+    return {"mse": float(np.mean((predictions - targets) ** 2)), "pearson": pearson, "examples": int(len(targets))}
+
+
+@restores_global_policy
+def finetune_bert_classifier(out, options=None, log=print, **overrides):
+    """Fine-tune (or resume) a BERT classifier in run directory ``out``; score ``dev``; returns the summary.
+
+    ``options``: a :class:`BertClassifierOptions`; keyword ``overrides`` replace single options. Without
+    ``steps`` and ``time_budget`` it trains ``epochs`` epochs. The summary (also ``metrics.json``) has the
+    training figures and ``dev`` (accuracy, F1, MCC), and "classifier" is the trained :class:`BertClassifier`.
+    """
+    run = RunDir(out)
+    stored = run.read_config(family=FAMILY, what="BERT classifier")["options"] if run.exists() else None
+    planned_options, _ = resolve_options(BertClassifierOptions, options, overrides, stored=stored, where=out)
+    if planned_options.train is None:
+        raise ValueError("give the training file (train / --train)")
+    texts, pairs, raw_labels = _read(planned_options, planned_options.train, planned_options.max_examples)
+    planned = max(1, math.ceil(planned_options.epochs * len(texts) / planned_options.batch_size))
+    overrides = dict(overrides)
+    if planned_options.steps is None and planned_options.time_budget is None:
+        overrides["steps"] = planned
+    run, o, config, previous_history = open_run(out, FAMILY, BertClassifierOptions, options, overrides,
+                                                what="BERT classifier", check_config=_model_parts)
+    regression = o.task == "regression"
+    if config is None:
+        if o.init is None:
+            raise ValueError("give the BERT run to start from (init / --init)")
+        from kerasplm.export.embedder import bert_run_parts
+
+        backbone, tokenizer, init_options = bert_run_parts(o.init)
+        if o.max_length > backbone.config.max_positions:
+            raise ValueError(f"max_length={o.max_length} exceeds the model's {backbone.config.max_positions} positions")
+        labels = [] if regression else sorted(set(raw_labels))
+        num_labels = 1 if regression else len(labels)
+        if not regression and num_labels < 2:
+            raise ValueError(f"{o.train}: one label only ({labels[0]!r}); a classifier needs at least two")
+        lower_case = bool(init_options.get("lower_case", True))
+        os.makedirs(out, exist_ok=True)
+        init_run = RunDir(o.init)
+        shutil.copyfile(init_run.asset(init_run.read_config(), "vocab"), run.file(ASSETS["vocab"]))
+        model_config = {"backbone": dataclasses.asdict(backbone.config), "num_labels": num_labels, "labels": labels,
+                        "dropout": o.dropout}
+        config = run.write_config(FAMILY, "sequence_classification", "custom", model_config,
+                                  {**o.stored(RUN), "lower_case": lower_case}, assets=ASSETS)
+    else:
+        log(f"resuming run in {out}")
+        backbone_config, labels, num_labels, _ = _model_parts(run, config)
+        backbone = BertBackbone.from_config_object(backbone_config)    # weights come from the run's checkpoint
+        tokenizer = BertTokenizer(run.asset(config, "vocab"), lower_case=bool(config["options"].get("lower_case")))
+    preprocessor = BertPreprocessor(tokenizer, o.max_length)
+    train_labels = _label_ids(o.train, raw_labels, labels, regression)
+    log(f"data: {len(texts)} training examples ({'pairs' if pairs is not None else 'single texts'}), "
+        f"{'regression' if regression else f'{num_labels} labels: ' + ', '.join(labels)}")
+
+    def train_ds():
+        return make_classification_dataset(preprocessor, texts, pairs, train_labels, o.batch_size, shuffle=True,
+                                           seed=o.seed, repeat=True)
+
+    dev_ds = None
+    if o.dev is not None:
+        dev_texts, dev_pairs, dev_raw = _read(o, o.dev)
+        dev_ds = make_classification_dataset(preprocessor, dev_texts, dev_pairs,
+                                             _label_ids(o.dev, dev_raw, labels, regression), o.eval_batch_size)
+    total_steps = max(planned, o.steps or 0)
+    trainer = Trainer(
+        model=lambda: BertClassifier(backbone, num_labels, preprocessor=preprocessor, dropout=o.dropout),
+        optimizer=lambda: make_optimizer(o, total_steps, backbone.config.num_layers),
+        compute_loss=BertClassifier.trainer_loss, jit_compile=o.jit_compile, clip_norm=1.0,
+        checkpoint_dir=run.checkpoint_dir, checkpoint_every=500, log_dir=run.log_dir, seed=o.seed, verbose=o.verbose)
+    history, train_seconds = fit_recorded(run, trainer, previous_history, train_ds, o, log_every=25)
+    log(f"trained to step {trainer.step} of {total_steps} planned ({trainer.stop_reason}) in {train_seconds:.0f}s")
+    model = trainer.model
+    model.labels, model.pair_input = labels, pairs is not None
+    summary = training_summary(trainer, history, train_seconds)
+    summary.update(planned_steps=total_steps, labels=labels)
+    if trainer.stop_reason != "sigterm" and dev_ds is not None:
+        t0 = time.time()
+        summary["dev"] = _evaluate(model, dev_ds, regression, num_labels)
+        summary["dev_seconds"] = round(time.time() - t0, 1)
+        shown = ("mse", "pearson") if regression else ("accuracy", "f1", "mcc")
+        log("dev " + " ".join(f"{k} {summary['dev'][k]:.4f}" for k in shown) + f" ({summary['dev']['examples']} examples)")
+    if trainer.stop_reason != "sigterm":
+        run.write_json(run.METRICS, summary)
+    trainer.close()
+    summary["classifier"] = model
+    return summary
