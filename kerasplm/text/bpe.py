@@ -32,6 +32,7 @@ import os
 
 import tensorflow as tf
 
+from kerasplm.text.vocabulary import VocabularyLookup
 from kerasplm.text.wordpiece import sanitize_utf8
 
 __all__ = ["BytePairTokenizer", "GPT2_SPLIT_PATTERN", "byte_alphabet", "load_bpe_tokenizer",
@@ -153,7 +154,7 @@ def _default_special_tokens(vocab):
     return {"end_of_text": END_OF_TEXT} if END_OF_TEXT in vocab else {}
 
 
-class BytePairTokenizer(tf.Module):
+class BytePairTokenizer(VocabularyLookup, tf.Module):
     """GPT-2's byte-level BPE over a ``vocab.json`` + ``merges.txt`` pair; ``tokenize`` and ``detokenize`` are
     graph functions of TensorFlow ops only (they run in a SavedModel without kerasplm).
 
@@ -179,7 +180,7 @@ class BytePairTokenizer(tf.Module):
         super().__init__(name=name)
         tokens = read_bpe_vocab(vocab_json)
         ids = {token: i for i, token in enumerate(tokens)}
-        self._tokens, self._ids = tokens, ids
+        self._set_vocabulary(tokens)
         special = _default_special_tokens(ids) if special_tokens is None else dict(special_tokens)
         missing = {name: token for name, token in special.items() if token not in ids}
         if missing:
@@ -215,28 +216,15 @@ class BytePairTokenizer(tf.Module):
         self.detokenize.get_concrete_function(tf.TensorSpec([None, None], tf.int64))
         self.detokenize.get_concrete_function(tf.RaggedTensorSpec([None, None], tf.int64))
 
-    # Python-side conveniences.
-    @property
-    def vocab_size(self):
-        return len(self._tokens)
-
+    # Python-side conveniences (vocab_size, token_to_id, id_to_token: VocabularyLookup; a token is a
+    # vocabulary entry in GPT-2's byte alphabet, where a space is "Ġ").
     @property
     def special_tokens(self):
         """``{name: token}`` of the special tokens, e.g. ``{"end_of_text": "<|endoftext|>"}``."""
         return dict(self._special)
 
-    def token_to_id(self, token):
-        """The id of ``token`` (a vocabulary entry such as ``"Ġworld"``); KeyError naming it otherwise."""
-        try:
-            return self._ids[token]
-        except KeyError:
-            raise KeyError(f"token {token!r} is not in the vocabulary ({self.vocab_size} tokens)") from None
-
-    def id_to_token(self, token_id):
-        """The vocabulary entry of ``token_id`` (in GPT-2's byte alphabet: a space is "Ġ")."""
-        if not 0 <= int(token_id) < self.vocab_size:
-            raise IndexError(f"token id {token_id} is outside the vocabulary [0, {self.vocab_size})")
-        return self._tokens[int(token_id)]
+    def _special_token_strings(self):
+        return list(self._special.values())
 
     # Graph functions (exported with the module).
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])

@@ -32,6 +32,7 @@ import tempfile
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from kerasplm.text.vocabulary import VocabularyLookup
 from kerasplm.text.wordpiece import sanitize_utf8
 
 PAD, UNK, END_OF_TEXT = "<pad>", "<unk>", "<|endoftext|>"
@@ -104,7 +105,7 @@ def train_sentencepiece(texts_or_path, vocab_size=8000, model_prefix=None, seed=
     return data
 
 
-class SentencePieceTokenizer(tf.Module):
+class SentencePieceTokenizer(VocabularyLookup, tf.Module):
     """A SentencePiece model (a ``.model`` file or its bytes); every method is a graph function.
 
     Token ids are int64. The model file is a ``tf.saved_model.Asset`` (``assets/`` of an export), and its
@@ -137,7 +138,7 @@ class SentencePieceTokenizer(tf.Module):
         except (RuntimeError, OSError) as e:
             raise ValueError(f"{path}: not a SentencePiece model ({e})") from None
         self._pieces = [processor.IdToPiece(i) for i in range(processor.GetPieceSize())]
-        self._ids = {piece: i for i, piece in enumerate(self._pieces)}
+        self._set_vocabulary(self._pieces)
         roles = {"pad": processor.pad_id(), "unk": processor.unk_id(), "start_of_text": processor.bos_id(),
                  "end_of_text": processor.eos_id()}
         self._special = {name: self._pieces[i] for name, i in roles.items() if i >= 0}
@@ -150,28 +151,16 @@ class SentencePieceTokenizer(tf.Module):
         self.detokenize.get_concrete_function(tf.TensorSpec([None, None], tf.int64))
         self.detokenize.get_concrete_function(tf.RaggedTensorSpec([None, None], tf.int64))
 
-    # Python-side conveniences.
-    @property
-    def vocab_size(self):
-        return len(self._pieces)
+    # Python-side conveniences (vocab_size, token_to_id, id_to_token: VocabularyLookup).
+    vocabulary_kind = "SentencePiece vocabulary"
 
     @property
     def special_tokens(self):
         """``{name: token}`` of the model's special tokens (pad, unk, end_of_text; start_of_text if any)."""
         return dict(self._special)
 
-    def token_to_id(self, token):
-        """The id of piece ``token``; KeyError naming it if the model lacks it."""
-        try:
-            return self._ids[token]
-        except KeyError:
-            raise KeyError(f"token {token!r} is not in the SentencePiece vocabulary ({self.vocab_size} pieces; "
-                           f"special tokens: {', '.join(self._special.values())})") from None
-
-    def id_to_token(self, token_id):
-        if not 0 <= int(token_id) < self.vocab_size:
-            raise IndexError(f"token id {token_id} is outside the vocabulary [0, {self.vocab_size})")
-        return self._pieces[int(token_id)]
+    def _special_token_strings(self):
+        return list(self._special.values())
 
     @property
     def pad_id(self):

@@ -32,6 +32,8 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 from tensorflow_text.tools.wordpiece_vocab.bert_vocab_from_dataset import bert_vocab_from_dataset
 
+from kerasplm.text.vocabulary import VocabularyLookup
+
 PAD, UNK, START, END = "[PAD]", "[UNK]", "[START]", "[END]"
 # The translator's special tokens, in id order ([PAD]=0, [UNK]=1, [START]=2, [END]=3): the vocabulary
 # builder's default (kerasplm.text.preprocessing.TranslatorPreprocessor.special_tokens is this tuple).
@@ -163,7 +165,7 @@ _CLEANUP_RULES = (
 )
 
 
-class WordPieceTokenizer(tf.Module):
+class WordPieceTokenizer(VocabularyLookup, tf.Module):
     """WordPiece tokenizer over any ``vocab.txt``; every method is a graph function.
 
     Token ids are int64. ``tokenize`` returns the word pieces only (no special tokens added);
@@ -186,11 +188,10 @@ class WordPieceTokenizer(tf.Module):
                  split_unknown_characters=False, name=None):
         super().__init__(name=name)
         vocab, vocab_path = _vocab_file(vocab_path_or_list)
-        self._ids = {token: i for i, token in enumerate(vocab)}
+        self._set_vocabulary(vocab)
         if unk_token not in self._ids:
             raise ValueError(f"vocabulary {vocab_path} lacks the unknown token {unk_token!r} "
                              f"(pass unk_token= to name another)")
-        self._vocab_list = vocab
         self.unk_token = unk_token
         self.lower_case = bool(lower_case)
         self.options = dict(lower_case=self.lower_case, unk_token=unk_token, max_bytes_per_word=max_bytes_per_word,
@@ -220,32 +221,14 @@ class WordPieceTokenizer(tf.Module):
             normalization_form=o["normalization_form"], preserve_unused_token=o["preserve_unused_token"],
             split_unknown_characters=o["split_unknown_characters"])
 
-    # Python-side conveniences.
-    @property
-    def vocab_size(self):
-        return len(self._vocab_list)
-
-    @property
-    def vocab(self):
-        return list(self._vocab_list)
-
+    # Python-side conveniences (vocab_size, vocab, token_to_id, id_to_token: VocabularyLookup).
     @property
     def special_tokens(self):
         """``{token: id}`` of the special tokens present ([PAD], [UNK], [CLS], [SEP], [MASK], [START], ...)."""
         return dict(self._special)
 
-    def token_to_id(self, token):
-        """The id of ``token``; KeyError naming it if the vocabulary lacks it."""
-        try:
-            return self._ids[token]
-        except KeyError:
-            raise KeyError(f"token {token!r} is not in the vocabulary ({self.vocab_size} tokens; special "
-                           f"tokens: {', '.join(self._special) or 'none'})") from None
-
-    def id_to_token(self, token_id):
-        if not 0 <= int(token_id) < self.vocab_size:
-            raise IndexError(f"token id {token_id} is outside the vocabulary [0, {self.vocab_size})")
-        return self._vocab_list[int(token_id)]
+    def _special_token_strings(self):
+        return list(self._special)
 
     @property
     def pad_id(self):

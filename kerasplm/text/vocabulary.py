@@ -1,0 +1,45 @@
+"""The Python-side vocabulary lookups every tokenizer shares (WordPiece, GPT-2's BPE, SentencePiece)."""
+
+__all__ = ["VocabularyLookup"]
+
+
+class VocabularyLookup:
+    """Mixin: a token's id is its position in the vocabulary list given to :meth:`_set_vocabulary`.
+
+    These are conveniences for Python code (building preprocessors, printing); the graph functions of
+    each tokenizer keep their own tables, so exported SavedModels never call them.
+    """
+
+    vocabulary_kind = "vocabulary"  # how errors name it ("SentencePiece vocabulary", ...)
+
+    def _set_vocabulary(self, tokens):
+        self._vocab_list = list(tokens)
+        self._ids = {token: i for i, token in enumerate(self._vocab_list)}
+
+    @property
+    def vocab_size(self):
+        return len(self._vocab_list)
+
+    @property
+    def vocab(self):
+        """The tokens in id order (a copy)."""
+        return list(self._vocab_list)
+
+    def token_to_id(self, token):
+        """The id of ``token``; a KeyError naming it (and the special tokens) if the vocabulary lacks it."""
+        try:
+            return self._ids[token]
+        except KeyError:
+            specials = ", ".join(self._special_token_strings()) or "none"
+            raise KeyError(f"token {token!r} is not in the {self.vocabulary_kind} ({self.vocab_size} tokens; "
+                           f"special tokens: {specials})") from None
+
+    def id_to_token(self, token_id):
+        """The token of ``token_id``; an IndexError outside ``[0, vocab_size)``."""
+        if not 0 <= int(token_id) < self.vocab_size:
+            raise IndexError(f"token id {token_id} is outside the vocabulary [0, {self.vocab_size})")
+        return self._vocab_list[int(token_id)]
+
+    def _special_token_strings(self):
+        """The special tokens as strings, for error messages (subclasses say where they keep them)."""
+        return []
