@@ -21,7 +21,8 @@ from kerasplm.models.base import Task
 from kerasplm.models.bert import BertBackbone
 from kerasplm.text.preprocessing import Preprocessor, pack_segments, pad_packed
 
-__all__ = ["BertTokenClassifier", "BertTaggerPreprocessor", "IGNORED"]
+__all__ = ["BertTokenClassifier", "BertTaggerPreprocessor", "IGNORED", "decode_entities", "split_words_with_offsets",
+           "tag_texts"]
 
 IGNORED = -1            # word_index of the positions that carry no word's label
 
@@ -154,3 +155,116 @@ class BertTaggerPreprocessor(Preprocessor):
                                         shape=[None, self.sequence_length])
         out["label_weights"] = tf.cast(out["word_index"] >= 0, tf.float32)
         return out
+
+
+# ---- raw text in, entity spans out (graph functions: the tagger export runs them) ----
+
+# BERT's basic tokenizer splits at whitespace and makes every punctuation character (Unicode P*, plus the
+# ASCII symbols $+<=>^`|~ that BERT counts as punctuation) a word of its own; words are cut the same way.
+_PUNCTUATION = r"[\p{P}$+<=>^`|~]"
+
+
+def split_words_with_offsets(texts):
+    """``texts`` tf.string [batch] -> ``(words, byte_starts, byte_ends, char_starts, char_ends)``, each
+    ragged [batch, (words)]; ends are exclusive; character offsets count Unicode code points of the text
+    (invalid UTF-8 bytes replaced by U+FFFD first)."""
+    import tensorflow_text as tf_text  # noqa: PLC0415  (a text op; models import it lazily)
+
+    from kerasplm.text.wordpiece import sanitize_utf8  # noqa: PLC0415
+
+    texts = sanitize_utf8(texts)
+    words, byte_starts, byte_ends = tf_text.regex_split_with_offsets(
+        texts, delim_regex_pattern=r"\s+|" + _PUNCTUATION, keep_delim_regex_pattern=_PUNCTUATION)
+    text_of_word = tf.gather(texts, words.value_rowids())
+
+    def characters_before(byte_offsets):
+        prefix = tf.strings.substr(text_of_word, tf.zeros_like(byte_offsets.flat_values), byte_offsets.flat_values)
+        return byte_offsets.with_flat_values(tf.cast(tf.strings.length(prefix, unit="UTF8_CHAR"), tf.int64))
+
+    return words, byte_starts, byte_ends, characters_before(byte_starts), characters_before(byte_ends)
+
+
+def label_tables(label_names):
+    """Per label id: ``(is_begin bool [C], type_id int64 [C] (-1 for O), type_names list)``. Labels are
+    ``O``, ``B-TYPE`` or ``I-TYPE`` (IOB1 or IOB2)."""
+    type_names = sorted({name[2:] for name in label_names if name != "O"})
+    for name in label_names:
+        if name != "O" and name[:2] not in ("B-", "I-"):
+            raise ValueError(f"label {name!r} is not O, B-TYPE or I-TYPE")
+    is_begin = [name.startswith("B-") for name in label_names]
+    type_id = [type_names.index(name[2:]) if name != "O" else -1 for name in label_names]
+    return tf.constant(is_begin), tf.constant(type_id, tf.int64), type_names
+
+
+def decode_entities(texts, logits, word_index, words, label_names):
+    """Per-piece logits -> entity spans with character offsets (in graph).
+
+    Each word's tag is the argmax at its first piece, its score that tag's probability. A chunk starts at
+    a ``B-`` tag or where the type changes (an ``I-`` after ``O`` or after another type): conlleval's
+    rule for IOB1/IOB2 (:mod:`kerasplm.tasks.ner_metrics`); it spans consecutive words of its type.
+
+    Args:
+      texts: tf.string [batch]; logits: float [batch, L, C]; word_index: int [batch, L] (the
+      preprocessor's); words: :func:`split_words_with_offsets`'s tuple; label_names: list of C tags.
+    Returns a dict of ragged [batch, (entities)] tensors: ``entity_text`` (the text between the offsets),
+    ``entity_label`` (the type), ``start``/``end`` (int64 character offsets, end exclusive) and ``score``
+    (float32, the mean over its words of the tag probability).
+    """
+    from kerasplm.text.wordpiece import sanitize_utf8  # noqa: PLC0415
+
+    _, byte_starts, byte_ends, char_starts, char_ends = words
+    is_begin, type_of_label, type_names = label_tables(label_names)
+    probabilities = tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)
+    first = word_index >= 0                           # words cut by truncation have no first piece: dropped
+    tags = tf.ragged.boolean_mask(tf.argmax(probabilities, axis=-1), first)             # [batch, (kept)]
+    scores = tf.ragged.boolean_mask(tf.reduce_max(probabilities, axis=-1), first)
+    kept = tags.row_lengths()
+    byte_starts, byte_ends, char_starts, char_ends = (
+        tf.RaggedTensor.from_row_lengths(_take_first(r, kept), kept)
+        for r in (byte_starts, byte_ends, char_starts, char_ends))
+
+    type_ = tf.gather(type_of_label, tags.flat_values)
+    at_row_start = tf.equal(tf.ragged.range(kept).flat_values, 0)
+    previous_type = tf.where(at_row_start, tf.constant(-1, tf.int64), tf.concat([[-1], type_[:-1]], 0))
+    inside = type_ >= 0
+    starts = inside & (tf.gather(is_begin, tags.flat_values) | tf.not_equal(previous_type, type_))
+    entity = tf.boolean_mask(tf.cumsum(tf.cast(starts, tf.int64)) - 1, inside)  # entity id of each word in one
+    count = tf.reduce_sum(tf.cast(starts, tf.int64))
+
+    def per_entity(values, reduce):
+        return reduce(tf.boolean_mask(values, inside), entity, num_segments=count)
+
+    row = per_entity(tags.value_rowids(), tf.math.unsorted_segment_min)
+    byte_start = per_entity(byte_starts.flat_values, tf.math.unsorted_segment_min)
+    byte_end = per_entity(byte_ends.flat_values, tf.math.unsorted_segment_max)
+    text = tf.gather(sanitize_utf8(texts), row)
+    spans = {
+        "entity_text": tf.strings.substr(text, byte_start, byte_end - byte_start),
+        "entity_label": tf.gather(tf.constant(type_names or [""], tf.string),
+                                  tf.maximum(per_entity(type_, tf.math.unsorted_segment_min), 0)),
+        "start": per_entity(char_starts.flat_values, tf.math.unsorted_segment_min),
+        "end": per_entity(char_ends.flat_values, tf.math.unsorted_segment_max),
+        "score": per_entity(scores.flat_values, tf.math.unsorted_segment_mean),
+    }
+    nrows = tf.shape(texts, out_type=tf.int64)[0]
+    return {k: tf.RaggedTensor.from_value_rowids(v, row, nrows=nrows) for k, v in spans.items()}
+
+
+def _take_first(ragged, lengths):
+    """Each row's first ``lengths[row]`` values, flattened (the words the model saw)."""
+    positions = tf.ragged.range(ragged.row_lengths())
+    below = positions.flat_values < tf.gather(lengths, positions.value_rowids())
+    return tf.boolean_mask(ragged.flat_values, below)
+
+
+INPUT_KEYS = ("token_ids", "segment_ids", "padding_mask")
+
+
+def tag_texts(model, preprocessor, texts, label_names):
+    """Raw strings [batch] -> :func:`decode_entities`'s ragged spans, through ``model`` (a
+    :class:`BertTokenClassifier`) and ``preprocessor`` (its :class:`BertTaggerPreprocessor`)."""
+    texts = tf.convert_to_tensor(texts, tf.string)
+    words = split_words_with_offsets(texts)
+    inputs = preprocessor(words[0])
+    logits = model({k: inputs[k] for k in INPUT_KEYS}, training=False)
+    return decode_entities(texts, logits, inputs["word_index"], words, label_names)

@@ -5,7 +5,8 @@ import pytest
 import tensorflow as tf
 
 from kerasplm.models.bert import BertBackbone
-from kerasplm.models.bert_tagger import BertTaggerPreprocessor, BertTokenClassifier
+from kerasplm.models.bert_tagger import (BertTaggerPreprocessor, BertTokenClassifier, decode_entities,
+                                       split_words_with_offsets, tag_texts)
 from kerasplm.text import WordPieceTokenizer
 from tests.harness import check_model
 
@@ -90,3 +91,36 @@ def test_harness(tmp_path, preprocessor):
     assert model.get_config()["num_labels"] == 5 and model.get_config()["dropout"] == 0.1
     with pytest.raises(ValueError, match="num_labels"):
         BertTokenClassifier(model.backbone, num_labels=0)
+
+
+TAGS = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
+
+
+def test_decode_entities_character_offsets(preprocessor):
+    texts = tf.constant(["Ünal lives in  New York.", "Jo", "", "a b c d e f g h i j k l m"])
+    words = split_words_with_offsets(texts)
+    assert words[0][0].numpy().tolist() == [w.encode() for w in ["Ünal", "lives", "in", "New", "York", "."]]
+    inputs = preprocessor(words[0])
+    # one tag per word (IOB1): "Ünal"=I-PER, "New York"=I-LOC I-LOC; the 13 one-letter words B-LOC each,
+    # but only 10 fit in 12 positions ([CLS] + 10 + [SEP]).
+    wanted = [[4, 0, 0, 2, 2, 0], [3], [], [1] * 13]
+    word_index = inputs["word_index"].numpy()
+    logits = np.zeros(word_index.shape + (5,), np.float32)
+    for b, t in zip(*np.nonzero(word_index >= 0)):
+        logits[b, t, wanted[b][word_index[b, t]]] = 5.0
+    out = decode_entities(texts, tf.constant(logits), inputs["word_index"], words, TAGS)
+    assert out["entity_text"].to_list() == [["Ünal".encode(), b"New York"], [b"Jo"], [], [c.encode() for c in "abcdefghij"]]
+    assert out["entity_label"].to_list()[:2] == [[b"PER", b"LOC"], [b"PER"]]
+    # character (not byte) offsets: "Ü" is 2 bytes but one character; two spaces before "New"
+    assert out["start"].to_list()[:3] == [[0, 15], [0], []] and out["end"].to_list()[:3] == [[4, 23], [2], []]
+    assert out["start"].to_list()[3] == list(range(0, 20, 2))
+    # score: the chosen tag's probability e^5 / (e^5 + 4), averaged over the entity's words
+    np.testing.assert_allclose(out["score"].flat_values.numpy(), np.exp(5) / (np.exp(5) + 4), rtol=1e-6)
+
+
+def test_tag_texts_end_to_end(preprocessor):
+    model = tiny_tagger()
+    out = tag_texts(model, preprocessor, ["Johanson lives in New York.", ""], TAGS)
+    assert out["entity_text"].nrows() == 2 and out["entity_text"].row_lengths().numpy()[1] == 0
+    for text, start, end in zip(out["entity_text"][0].numpy(), out["start"][0].numpy(), out["end"][0].numpy()):
+        assert "Johanson lives in New York."[start:end].encode() == text
