@@ -109,7 +109,8 @@ def test_decode_entities_character_offsets(preprocessor):
     for b, t in zip(*np.nonzero(word_index >= 0)):
         logits[b, t, wanted[b][word_index[b, t]]] = 5.0
     out = decode_entities(texts, tf.constant(logits), inputs["word_index"], words, TAGS)
-    assert out["entity_text"].to_list() == [["Ünal".encode(), b"New York"], [b"Jo"], [], [c.encode() for c in "abcdefghij"]]
+    assert out["entity_text"].to_list() == [["Ünal".encode(), b"New York"], [b"Jo"], [],
+                                           [c.encode() for c in "abcdefghij"]]
     assert out["entity_label"].to_list()[:2] == [[b"PER", b"LOC"], [b"PER"]]
     # character (not byte) offsets: "Ü" is 2 bytes but one character; two spaces before "New"
     assert out["start"].to_list()[:3] == [[0, 15], [0], []] and out["end"].to_list()[:3] == [[4, 23], [2], []]
