@@ -97,6 +97,7 @@ def build_parser():
     _add_serve_parser(commands)
     _add_presets_parser(commands)
     _add_convert_parser(commands)
+    _add_finetune_tagger_parser(commands)
     return parser
 
 
@@ -131,6 +132,7 @@ def _add_export_parser(commands):
     et.add_argument("--jit-compile", action="store_true",
                     help="XLA-compile the decoding loop (TF Serving on CPU then needs --xla_cpu_compilation_enabled)")
     et.set_defaults(handler=_export_translator)
+    _add_export_tagger_parser(families)
 
 
 def _port(text):
@@ -322,3 +324,59 @@ def main(argv=None):
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# ---- BERT tagger (NER): `finetune bert-tagger`, `export tagger` ----
+def _finetune_tasks(commands):
+    """The `finetune` command's task subparsers (created by the first family that needs them)."""
+    if "finetune" not in commands.choices:
+        ft = commands.add_parser("finetune", help="fine-tune a pretrained model on a task",
+                                 description="Fine-tune a pretrained run on a task (resumable).")
+        ft.tasks = ft.add_subparsers(dest="task", metavar="TASK", required=True)
+    return commands.choices["finetune"].tasks
+
+
+def _add_finetune_tagger_parser(commands):
+    from kerasplm.tasks.bert_tagger_job import TaggerOptions
+    from kerasplm.tasks.options import add_options_to_parser
+
+    bt = _finetune_tasks(commands).add_parser(
+        "bert-tagger", help="BERT named-entity tagger on CoNLL-2003 files",
+        description="Fine-tune a BERT run (--init) on CoNLL-2003 files; prints the dev entity F1 (conlleval) "
+                    "and writes it to metrics.json. Rerun the same command to resume.")
+    add_options_to_parser(bt, TaggerOptions)
+    bt.add_argument("--out", required=True, help="run directory (an existing run is resumed)")
+    bt.set_defaults(handler=_finetune_bert_tagger)
+
+
+def _finetune_bert_tagger(args):
+    from kerasplm.tasks.bert_tagger_job import TaggerOptions, finetune_bert_tagger
+    from kerasplm.tasks.options import options_from_args
+
+    summary, _ = finetune_bert_tagger(args.out, **options_from_args(args, TaggerOptions))
+    print(f"wrote {args.out}: step {summary['step']}")
+    return 0
+
+
+def _add_export_tagger_parser(families):
+    tg = families.add_parser("tagger", help="export a BERT tagger run",
+                             description="Export a `finetune bert-tagger` run: text -> entity spans.")
+    tg.add_argument("--run", required=True, help="run directory written by `kerasplm finetune bert-tagger`")
+    tg.add_argument("--to", required=True, help="model base path")
+    tg.add_argument("--version", type=_positive_int, help="version number (default: next free)")
+    tg.add_argument("--overwrite", action="store_true", help="replace an existing version")
+    tg.set_defaults(handler=_export_tagger)
+
+
+def _export_tagger(args):
+    from kerasplm.export.tagger import export_tagger
+    from kerasplm.tasks.bert_tagger_job import BertTagger
+    from kerasplm.tasks.run_dir import load_run
+
+    tagger = load_run(args.run)
+    if not isinstance(tagger, BertTagger):
+        raise ValueError(f"{args.run} is not a BERT tagger run (written by `kerasplm finetune bert-tagger`)")
+    path = export_tagger(tagger.model, tagger.preprocessor, tagger.labels, args.to, version=args.version,
+                         overwrite=args.overwrite)
+    print(f"exported {path}")
+    return 0

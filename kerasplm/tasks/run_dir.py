@@ -40,7 +40,8 @@ _REQUIRED = {"family": str, "preset": str, "model": dict, "options": dict}
 # family -> loader, or "module:function" (imported on first use, so that registering costs nothing).
 _LOADERS = {"transformer_translator": "kerasplm.tasks.translation:load_translator_from_run",
             "gpt": "kerasplm.models.gpt:load_gpt_from_run",
-            "bert": "kerasplm.convert.bert:load_bert_run"}
+            "bert": "kerasplm.convert.bert:load_bert_run",
+            "bert_tagger": "kerasplm.tasks.bert_tagger_job:load_bert_tagger"}
 
 
 class RunDirError(ValueError):

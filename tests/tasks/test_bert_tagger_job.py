@@ -6,6 +6,7 @@ import keras
 import pytest
 import tensorflow as tf
 
+from kerasplm.cli import main
 from kerasplm.models.bert import BertBackbone
 from kerasplm.tasks.bert_tagger_job import BertTagger, finetune_bert_tagger
 from kerasplm.tasks.run_dir import RunDir, load_run
@@ -37,22 +38,25 @@ def init_run(tmp_path_factory):
     return str(directory), backbone
 
 
-def test_finetune_scores_dev_resumes_and_loads(tmp_path, init_run):
+def test_finetune_scores_dev_resumes_and_loads(tmp_path, init_run, capsys):
     train = _write_conll(tmp_path / "train.conll", SENTENCES * 4)
     dev = _write_conll(tmp_path / "dev.conll", SENTENCES)
     out = str(tmp_path / "run")
-    summary, tagger = finetune_bert_tagger(out, train=train, dev=dev, init=init_run[0], steps=30, batch_size=4,
+    summary, tagger = finetune_bert_tagger(out, train=train, dev=dev, init=init_run[0], steps=25, batch_size=4,
                                            learning_rate=3e-3, sequence_length=16, verbose=0, jit_compile=False)
-    assert summary["step"] == 30 and tagger.labels == ["O", "B-LOC", "I-LOC", "B-PER"]
+    assert summary["step"] == 25 and tagger.labels == ["O", "B-LOC", "I-LOC", "B-PER"]
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
-    # 30 steps of a large learning rate on 3 repeated sentences: dev (= train) entities are learned
+    # 25 steps of a large learning rate on 3 repeated sentences: dev (= train) entities are learned
     assert metrics["dev_entity_f1"] == summary["dev_entity_f1"] >= 80.0
     assert set(metrics["dev_per_type_f1"]) == {"LOC", "PER"}
     spans = tagger.tag(["Johanson lives in New York."])
     assert b"New York" in spans["entity_text"][0].numpy().tolist()
-    # resume: same RUN options, to step 35; the init run is not needed any more
-    summary, _ = finetune_bert_tagger(out, train=train, dev=dev, steps=35, verbose=0, jit_compile=False)
-    assert summary["step"] == 35 and summary["steps_this_run"] == 5
+    # resume through the CLI: same RUN options, to step 30; the init run is not needed any more
+    assert main(["finetune", "bert-tagger", "--out", out, "--train", train, "--dev", dev, "--steps", "30",
+                 "--quiet", "--no-jit"]) == 0
+    assert "dev entity F1" in capsys.readouterr().out
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["step"] == 30 and metrics["steps_this_run"] == 5
     loaded = load_run(out)
     assert isinstance(loaded, BertTagger) and loaded.labels == tagger.labels
     with pytest.raises(ValueError, match="--init"):
