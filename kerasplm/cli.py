@@ -322,10 +322,6 @@ def main(argv=None):
         return 2
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 # ---- BERT tagger (NER): `finetune bert-tagger`, `export tagger` ----
 def _finetune_tasks(commands):
     """The `finetune` command's task subparsers (created by the first family that needs them)."""
@@ -380,3 +376,7 @@ def _export_tagger(args):
                          overwrite=args.overwrite)
     print(f"exported {path}")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

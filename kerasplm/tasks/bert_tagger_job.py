@@ -138,7 +138,9 @@ def finetune_bert_tagger(out, options=None, **overrides):
     train_ds = _dataset(preprocessor, train, label_ids, o.batch_size, seed=o.seed)
     trainer.fit(train_ds, steps=0)                 # builds, and restores the latest checkpoint on resume
     first_step, t0 = trainer.step, time.time()
-    history, train_seconds = fit_recorded(run, trainer, previous_history, train_ds, o, session_start_step=first_step)
+    dev_ds = _dataset(preprocessor, dev, label_ids, o.batch_size) if dev else None      # held-out loss
+    history, train_seconds = fit_recorded(run, trainer, previous_history, train_ds, o, eval_dataset=dev_ds,
+                                          session_start_step=first_step)
     summary = training_summary(trainer, history, train_seconds)
     summary["steps_this_run"] = trainer.step - first_step
     if dev:
