@@ -6,6 +6,7 @@ unique); ``kerasplm.models.transformer.get_preset`` is the translator's own.
 from kerasplm.models import presets
 from kerasplm.models.base import Backbone, ConfigMixin, Preprocessor, Task
 from kerasplm.models.bert import BertBackbone, BertConfig
+from kerasplm.models.bert_tagger import BertTaggerPreprocessor, BertTokenClassifier
 from kerasplm.models.causal_lm import CausalLM, CausalLMConfig, DecoderOnlyBackbone
 from kerasplm.models.gpt import GPT, GPTBackbone, GPTConfig
 from kerasplm.models.presets import get_preset, list_presets, register_presets
@@ -13,7 +14,8 @@ from kerasplm.models.transformer import PRESETS as TRANSFORMER_PRESETS
 from kerasplm.models.transformer import Decoder, Encoder, Transformer, TransformerConfig
 
 __all__ = [
-    "Backbone", "BertBackbone", "BertConfig", "CausalLM", "CausalLMConfig", "ConfigMixin", "Decoder",
+    "Backbone", "BertBackbone", "BertConfig", "BertTaggerPreprocessor", "BertTokenClassifier", "CausalLM",
+    "CausalLMConfig", "ConfigMixin", "Decoder",
     "DecoderOnlyBackbone", "Encoder", "GPT", "GPTBackbone", "GPTConfig",
     "Preprocessor", "TRANSFORMER_PRESETS", "Task", "Transformer", "TransformerConfig", "get_preset",
     "list_presets", "presets", "register_presets",
