@@ -134,6 +134,8 @@ class BertTaggerPreprocessor(Preprocessor):
         if labels is not None:
             if not isinstance(labels, tf.RaggedTensor):
                 labels = tf.ragged.constant(labels, dtype=tf.int64) if isinstance(labels, list) else labels
+            tf.debugging.assert_equal(tf.cast(labels.row_lengths(), tf.int64), tf.cast(words.row_lengths(), tf.int64),
+                                      message="labels must hold one label id per word")
             flat_labels = tf.repeat(tf.cast(labels.flat_values, tf.int64), pieces.values.row_lengths())
             per_piece["labels"] = tf.where(word_index >= 0, flat_labels, 0)
 

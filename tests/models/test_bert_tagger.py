@@ -58,6 +58,8 @@ def test_alignment_truncates_keeping_sep_and_runs_in_graph(tokenizer):
     np.testing.assert_array_equal(out["labels"][0], [0, 1, 0, 0, 0, 0])
     no_labels = short([["in"], []])
     assert "labels" not in no_labels and no_labels["label_weights"].numpy().sum() == 1
+    with pytest.raises(tf.errors.InvalidArgumentError, match="one label id per word"):
+        short([["in", "in"]], [[0]])
     with pytest.raises(ValueError, match="sequence_length must be an integer >= 3"):
         BertTaggerPreprocessor(tokenizer, sequence_length=2)
 
