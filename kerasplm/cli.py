@@ -106,7 +106,7 @@ def build_parser():
     _add_serve_parser(commands)
     _add_presets_parser(commands)
     _add_elmo_parsers(train_families, export_families, _add_convert_parser(commands))
-    _add_finetune_parser(commands)
+    _add_finetune_tagger_parser(_add_finetune_parser(commands))
     return parser
 
 
@@ -243,6 +243,7 @@ def _add_export_parser(commands):
     et.set_defaults(handler=_export_translator)
     _add_export_generator_parser(families)
     _add_bert_export_parsers(families)
+    _add_export_tagger_parser(families)
     return families
 
 
@@ -354,6 +355,7 @@ def _add_finetune_parser(commands):
     add_options_to_parser(bc, BertClassifierOptions)
     bc.add_argument("--out", required=True, help="run directory (an existing run is resumed)")
     bc.set_defaults(handler=_finetune_bert_classifier)
+    return tasks
 
 
 def _finetune_bert_classifier(args):
@@ -586,6 +588,52 @@ def _serve(args):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
+    return 0
+
+
+# ---- BERT tagger (NER): `finetune bert-tagger`, `export tagger` ----
+def _add_finetune_tagger_parser(tasks):
+    from kerasplm.tasks.bert_tagger_job import TaggerOptions
+    from kerasplm.tasks.options import add_options_to_parser
+
+    bt = tasks.add_parser(
+        "bert-tagger", help="BERT named-entity tagger on CoNLL-2003 files",
+        description="Fine-tune a BERT run (--init) on CoNLL-2003 files; prints the dev entity F1 (conlleval) "
+                    "and writes it to metrics.json. Rerun the same command to resume.")
+    add_options_to_parser(bt, TaggerOptions)
+    bt.add_argument("--out", required=True, help="run directory (an existing run is resumed)")
+    bt.set_defaults(handler=_finetune_bert_tagger)
+
+
+def _finetune_bert_tagger(args):
+    from kerasplm.tasks.bert_tagger_job import TaggerOptions, finetune_bert_tagger
+
+    summary = _run_training_job(args, TaggerOptions, lambda out, **options: finetune_bert_tagger(out, **options)[0])
+    print(f"wrote {args.out}: step {summary['step']}")
+    return 0
+
+
+def _add_export_tagger_parser(families):
+    tg = families.add_parser("tagger", help="export a BERT tagger run",
+                             description="Export a `finetune bert-tagger` run: text -> entity spans.")
+    tg.add_argument("--run", required=True, help="run directory written by `kerasplm finetune bert-tagger`")
+    tg.add_argument("--to", required=True, help="model base path")
+    tg.add_argument("--version", type=_positive_int, help="version number (default: next free)")
+    tg.add_argument("--overwrite", action="store_true", help="replace an existing version")
+    tg.set_defaults(handler=_export_tagger)
+
+
+def _export_tagger(args):
+    from kerasplm.export.tagger import export_tagger
+    from kerasplm.tasks.bert_tagger_job import BertTagger
+    from kerasplm.tasks.run_dir import load_run
+
+    tagger = load_run(args.run)
+    if not isinstance(tagger, BertTagger):
+        raise ValueError(f"{args.run} is not a BERT tagger run (written by `kerasplm finetune bert-tagger`)")
+    path = export_tagger(tagger.model, tagger.preprocessor, tagger.labels, args.to, version=args.version,
+                         overwrite=args.overwrite)
+    print(f"exported {path}")
     return 0
 
 

@@ -1,6 +1,7 @@
 """Corpus readers and tf.data pipelines, plus the small Tatoeba sample bundled with the package."""
 from importlib import resources
 
+from kerasplm.data.conll import Sentence, iob1_to_iob2, label_vocabulary, read_conll
 from kerasplm.data.pairs import (
     DEFAULT_BUCKET_LENGTHS,
     ParallelSplit,
@@ -35,4 +36,5 @@ def sample_path(name):
 __all__ = ["sample_path", "read_parallel_tsv", "train_dev_split", "group_references",
            "make_translation_dataset", "ParallelSplit", "DEFAULT_BUCKET_LENGTHS", "SAMPLE_FILES",
            "read_documents", "tokenize_documents", "create_instances", "Instances", "PretrainingMasker",
-           "masker_for_tokenizer", "make_pretraining_dataset"]
+           "masker_for_tokenizer", "make_pretraining_dataset",
+           "read_conll", "iob1_to_iob2", "label_vocabulary", "Sentence"]

@@ -8,6 +8,7 @@ from kerasplm.models.base import Backbone, ConfigMixin, Preprocessor, Task
 from kerasplm.models.bert import BertBackbone, BertConfig
 from kerasplm.models.bert_pretraining import BertMaskedLMHead, BertPretrainer
 from kerasplm.models.bert_tasks import BertClassifier
+from kerasplm.models.bert_tagger import BertTaggerPreprocessor, BertTokenClassifier
 from kerasplm.models.causal_lm import CausalLM, CausalLMConfig, DecoderOnlyBackbone
 from kerasplm.models.elmo import ElmoBiLM, ElmoConfig, ElmoEmbedder, ElmoLanguageModel, ScalarMix
 from kerasplm.models.gpt import GPT, GPTBackbone, GPTConfig
@@ -16,9 +17,10 @@ from kerasplm.models.transformer import PRESETS as TRANSFORMER_PRESETS
 from kerasplm.models.transformer import Decoder, Encoder, Transformer, TransformerConfig
 
 __all__ = [
-    "Backbone", "BertBackbone", "BertClassifier", "BertConfig", "BertMaskedLMHead", "BertPretrainer", "CausalLM",
-    "CausalLMConfig", "ConfigMixin", "Decoder", "DecoderOnlyBackbone", "ElmoBiLM", "ElmoConfig", "ElmoEmbedder",
-    "ElmoLanguageModel", "Encoder", "GPT", "GPTBackbone", "GPTConfig", "Preprocessor", "ScalarMix",
-    "TRANSFORMER_PRESETS", "Task", "Transformer", "TransformerConfig", "get_preset",
+    "Backbone", "BertBackbone", "BertClassifier", "BertConfig", "BertMaskedLMHead", "BertPretrainer",
+    "BertTaggerPreprocessor", "BertTokenClassifier", "CausalLM", "CausalLMConfig", "ConfigMixin", "Decoder",
+    "DecoderOnlyBackbone", "ElmoBiLM", "ElmoConfig", "ElmoEmbedder", "ElmoLanguageModel", "Encoder", "GPT",
+    "GPTBackbone", "GPTConfig", "Preprocessor", "ScalarMix", "TRANSFORMER_PRESETS", "Task", "Transformer",
+    "TransformerConfig", "get_preset",
     "list_presets", "presets", "register_presets",
 ]

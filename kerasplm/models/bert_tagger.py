@@ -1,0 +1,272 @@
+"""BERT token classification (named-entity tagging), BERT paper section 4.3.
+
+    logits = Drop(h_L) W + b          h_L: the backbone's sequence_output (batch, seq_len, H); W: (H, num_labels)
+
+Each word is labelled at its FIRST word piece; its other pieces, [CLS], [SEP] and padding carry weight 0
+in the loss (the paper: "we use the representation of the first sub-token as the input to the token-level
+classifier"). :class:`BertTaggerPreprocessor` makes that alignment in graph:
+
+    words    [["Johanson", "lives", "in", "1996-08-30"]]
+    pieces   [CLS] johan ##son lives in 1996 - 08 - 30 [SEP]
+    weights    0     1     0     1    1   1   0  0  0  0   0
+    word_index -1    0    -1     2... (the word whose first piece sits there, -1 elsewhere)
+
+so a tagger's per-piece predictions read back to one tag per word by ``word_index``.
+"""
+import keras
+import tensorflow as tf
+
+from kerasplm.layers.dropout import Dropout
+from kerasplm.models.base import Task
+from kerasplm.models.bert import BertBackbone
+from kerasplm.text.preprocessing import Preprocessor, pack_segments, pad_packed
+
+__all__ = ["BertTokenClassifier", "BertTaggerPreprocessor", "IGNORED", "decode_entities", "split_words_with_offsets",
+           "tag_texts"]
+
+IGNORED = -1            # word_index of the positions that carry no word's label
+
+
+@keras.saving.register_keras_serializable(package="kerasplm")
+class BertTokenClassifier(Task):
+    """A linear tagging head over a :class:`BertBackbone`.
+
+    Args:
+      backbone: the BERT encoder.
+      num_labels: number of tags (``len(label_vocabulary)``).
+      dropout: dropout on ``sequence_output`` before the head (BERT's 0.1).
+    Call: the backbone's input dict -> float32 logits ``(batch, seq_len, num_labels)``.
+    Loss (``compute_loss_sums``): ``batch`` is :class:`BertTaggerPreprocessor`'s dict (``token_ids``,
+    ``segment_ids``, ``padding_mask``, ``labels``, ``label_weights``) or ``(inputs, labels, label_weights)``;
+    returns the weighted cross-entropy sum, the weight sum and the number of correct weighted tokens.
+    """
+
+    backbone_class = BertBackbone
+
+    def __init__(self, backbone, num_labels, dropout=0.1, preprocessor=None, **kwargs):
+        super().__init__(backbone, preprocessor, **kwargs)
+        if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
+            raise ValueError(f"num_labels must be a positive integer, got {num_labels!r}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.num_labels, self.dropout_rate = num_labels, float(dropout)
+        self.dropout = Dropout(dropout, name="head_dropout")
+        init = keras.initializers.TruncatedNormal(stddev=backbone.config.initializer_range)
+        self.head = keras.layers.Dense(num_labels, kernel_initializer=init, name="tagger_head")
+        self.build()
+
+    def build(self, input_shape=None):
+        self.head.build((None, None, self.backbone.config.hidden_size))
+        self.built = True
+
+    def call(self, inputs, training=None):
+        hidden = self.backbone(inputs, training=training)["sequence_output"]
+        return tf.cast(self.head(self.dropout(hidden, training=training)), tf.float32)
+
+    def compute_loss_sums(self, batch, training):
+        if isinstance(batch, dict):
+            inputs = {k: batch[k] for k in ("token_ids", "segment_ids", "padding_mask") if k in batch}
+            labels, weights = batch["labels"], batch["label_weights"]
+        else:
+            inputs, labels, weights = batch
+        logits = self(inputs, training=training)
+        labels = tf.cast(labels, tf.int32)
+        weights = tf.cast(weights, tf.float32)
+        cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+        correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels), tf.float32)
+        return {"loss": tf.reduce_sum(cross_entropy * weights), "weight": tf.reduce_sum(weights),
+                "accuracy": tf.reduce_sum(correct * weights)}
+
+    @classmethod
+    def from_preset(cls, preset, num_labels, dropout=0.1, preprocessor=None, **overrides):
+        """A tagger over ``BertBackbone.from_preset(preset, **overrides)`` (random weights)."""
+        return cls(BertBackbone.from_preset(preset, **overrides), num_labels, dropout, preprocessor, name=preset)
+
+    def get_config(self):
+        return {**super().get_config(), "num_labels": self.num_labels, "dropout": self.dropout_rate}
+
+
+class BertTaggerPreprocessor(Preprocessor):
+    """Words (and their label ids) -> BERT inputs with labels on the first word piece of every word.
+
+    Args:
+      tokenizer: a :class:`kerasplm.text.WordPieceTokenizer` whose vocabulary holds [CLS] and [SEP].
+      sequence_length: the model's width L, [CLS] and [SEP] included; longer sentences lose their last
+        pieces (a word whose first piece is cut gets no label and no prediction).
+    Call: ``words`` tf.string ``[batch, (words)]`` (ragged, or a list of lists of str) and optional
+    ``labels`` int ``[batch, (words)]`` -> dict of ``(batch, L)`` tensors: int64 ``token_ids``,
+    ``segment_ids`` (0), ``padding_mask`` (1 = real), float32 ``label_weights`` (1 at each kept word's
+    first piece), int64 ``word_index`` (that word's index in its sentence, -1 elsewhere) and, with labels,
+    int64 ``labels`` (the word's label at its first piece, 0 elsewhere).
+    """
+
+    def __init__(self, tokenizer, sequence_length=128, name=None):
+        if sequence_length is None or sequence_length < 3:
+            raise ValueError(f"sequence_length must be an integer >= 3 ([CLS], a piece, [SEP]), got "
+                             f"{sequence_length!r}")
+        super().__init__(sequence_length, pad_id=tokenizer.pad_id, name=name)
+        self.tokenizer = tokenizer
+        self.cls_id, self.sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+
+    @property
+    def special_token_ids(self):
+        return {"pad": self.pad_id, "cls": self.cls_id, "sep": self.sep_id}
+
+    def word_pieces(self, words):
+        """``words [batch, (words)]`` -> int64 piece ids ragged ``[batch, (words), (pieces)]``; a word that
+        normalizes to nothing (only control characters) becomes one [UNK], so it keeps its label."""
+        pieces = self.tokenizer.tokenize(words.flat_values)                    # [n_words, (pieces)]
+        empty = tf.equal(pieces.row_lengths(), 0)[:, None]
+        unk = tf.fill(tf.shape(empty), tf.constant(self.tokenizer.unk_id, tf.int64))
+        pieces = tf.concat([pieces, tf.ragged.boolean_mask(unk, empty)], axis=1)
+        return tf.RaggedTensor.from_row_splits(pieces, words.row_splits)
+
+    def __call__(self, words, labels=None):
+        if not isinstance(words, tf.RaggedTensor):
+            words = tf.ragged.constant(words, dtype=tf.string) if isinstance(words, list) else words
+        pieces = self.word_pieces(words)                                       # [batch, (words), (pieces)]
+        # Per piece: is it its word's first, and which word (index within the sentence) it belongs to.
+        within_word = tf.ragged.range(pieces.values.row_lengths())            # 0, 1, ... inside each word
+        word_in_sentence = tf.ragged.range(words.row_lengths()).flat_values    # per flat word
+        word_index = tf.where(tf.equal(within_word.flat_values, 0),
+                              tf.repeat(word_in_sentence, pieces.values.row_lengths()), IGNORED)
+        per_piece = {"word_index": word_index}
+        if labels is not None:
+            if not isinstance(labels, tf.RaggedTensor):
+                labels = tf.ragged.constant(labels, dtype=tf.int64) if isinstance(labels, list) else labels
+            tf.debugging.assert_equal(tf.cast(labels.row_lengths(), tf.int64), tf.cast(words.row_lengths(), tf.int64),
+                                      message="labels must hold one label id per word")
+            flat_labels = tf.repeat(tf.cast(labels.flat_values, tf.int64), pieces.values.row_lengths())
+            per_piece["labels"] = tf.where(word_index >= 0, flat_labels, 0)
+
+        def by_sentence(flat):                                                  # [batch, (pieces)]
+            return pieces.with_flat_values(flat).merge_dims(1, 2)
+
+        token_ids, segment_ids = pack_segments([by_sentence(pieces.flat_values)], self.cls_id, self.sep_id,
+                                               max_length=self.sequence_length)
+        packed = pad_packed(token_ids, segment_ids, self.sequence_length, pad_id=self.pad_id)
+        out = {"token_ids": packed["token_ids"], "segment_ids": packed["segment_ids"],
+               "padding_mask": packed["input_mask"]}
+        budget = self.sequence_length - 2
+        for key, flat in per_piece.items():
+            ragged = by_sentence(flat)[:, :budget]
+            edge = tf.RaggedTensor.from_tensor(tf.fill([ragged.nrows(), 1], tf.constant(
+                IGNORED if key == "word_index" else 0, tf.int64)))
+            ragged = tf.concat([edge, ragged, edge], axis=1)                     # [CLS] ... [SEP]
+            out[key] = ragged.to_tensor(default_value=IGNORED if key == "word_index" else 0,
+                                        shape=[None, self.sequence_length])
+        out["label_weights"] = tf.cast(out["word_index"] >= 0, tf.float32)
+        return out
+
+
+# ---- raw text in, entity spans out (graph functions: the tagger export runs them) ----
+
+# BERT's basic tokenizer splits at whitespace and makes every punctuation character (Unicode P*, plus the
+# ASCII symbols $+<=>^`|~ that BERT counts as punctuation) a word of its own; words are cut the same way.
+_PUNCTUATION = r"[\p{P}$+<=>^`|~]"
+
+
+def split_words_with_offsets(texts):
+    """``texts`` tf.string [batch] -> ``(words, byte_starts, byte_ends, char_starts, char_ends)``, each
+    ragged [batch, (words)]; ends are exclusive; character offsets count Unicode code points of the text
+    (invalid UTF-8 bytes replaced by U+FFFD first)."""
+    import tensorflow_text as tf_text  # noqa: PLC0415  (a text op; models import it lazily)
+
+    from kerasplm.text.wordpiece import sanitize_utf8  # noqa: PLC0415
+
+    texts = sanitize_utf8(texts)
+    words, byte_starts, byte_ends = tf_text.regex_split_with_offsets(
+        texts, delim_regex_pattern=r"\s+|" + _PUNCTUATION, keep_delim_regex_pattern=_PUNCTUATION)
+    text_of_word = tf.gather(texts, words.value_rowids())
+
+    def characters_before(byte_offsets):
+        prefix = tf.strings.substr(text_of_word, tf.zeros_like(byte_offsets.flat_values), byte_offsets.flat_values)
+        return byte_offsets.with_flat_values(tf.cast(tf.strings.length(prefix, unit="UTF8_CHAR"), tf.int64))
+
+    return words, byte_starts, byte_ends, characters_before(byte_starts), characters_before(byte_ends)
+
+
+def label_tables(label_names):
+    """Per label id: ``(is_begin bool [C], type_id int64 [C] (-1 for O), type_names list)``. Labels are
+    ``O``, ``B-TYPE`` or ``I-TYPE`` (IOB1 or IOB2)."""
+    type_names = sorted({name[2:] for name in label_names if name != "O"})
+    for name in label_names:
+        if name != "O" and name[:2] not in ("B-", "I-"):
+            raise ValueError(f"label {name!r} is not O, B-TYPE or I-TYPE")
+    is_begin = [name.startswith("B-") for name in label_names]
+    type_id = [type_names.index(name[2:]) if name != "O" else -1 for name in label_names]
+    return tf.constant(is_begin), tf.constant(type_id, tf.int64), type_names
+
+
+def decode_entities(texts, logits, word_index, words, label_names):
+    """Per-piece logits -> entity spans with character offsets (in graph).
+
+    Each word's tag is the argmax at its first piece, its score that tag's probability. A chunk starts at
+    a ``B-`` tag or where the type changes (an ``I-`` after ``O`` or after another type): conlleval's
+    rule for IOB1/IOB2 (:mod:`kerasplm.tasks.ner_metrics`); it spans consecutive words of its type.
+
+    Args:
+      texts: tf.string [batch]; logits: float [batch, L, C]; word_index: int [batch, L] (the
+      preprocessor's); words: :func:`split_words_with_offsets`'s tuple; label_names: list of C tags.
+    Returns a dict of ragged [batch, (entities)] tensors: ``entity_text`` (the text between the offsets),
+    ``entity_label`` (the type), ``start``/``end`` (int64 character offsets, end exclusive) and ``score``
+    (float32, the mean over its words of the tag probability).
+    """
+    from kerasplm.text.wordpiece import sanitize_utf8  # noqa: PLC0415
+
+    _, byte_starts, byte_ends, char_starts, char_ends = words
+    is_begin, type_of_label, type_names = label_tables(label_names)
+    probabilities = tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)
+    first = word_index >= 0                           # words cut by truncation have no first piece: dropped
+    tags = tf.ragged.boolean_mask(tf.argmax(probabilities, axis=-1), first)             # [batch, (kept)]
+    scores = tf.ragged.boolean_mask(tf.reduce_max(probabilities, axis=-1), first)
+    kept = tags.row_lengths()
+    byte_starts, byte_ends, char_starts, char_ends = (
+        tf.RaggedTensor.from_row_lengths(_take_first(r, kept), kept)
+        for r in (byte_starts, byte_ends, char_starts, char_ends))
+
+    type_ = tf.gather(type_of_label, tags.flat_values)
+    at_row_start = tf.equal(tf.ragged.range(kept).flat_values, 0)
+    previous_type = tf.where(at_row_start, tf.constant(-1, tf.int64), tf.concat([[-1], type_[:-1]], 0))
+    inside = type_ >= 0
+    starts = inside & (tf.gather(is_begin, tags.flat_values) | tf.not_equal(previous_type, type_))
+    entity = tf.boolean_mask(tf.cumsum(tf.cast(starts, tf.int64)) - 1, inside)  # entity id of each word in one
+    count = tf.reduce_sum(tf.cast(starts, tf.int64))
+
+    def per_entity(values, reduce):
+        return reduce(tf.boolean_mask(values, inside), entity, num_segments=count)
+
+    row = per_entity(tags.value_rowids(), tf.math.unsorted_segment_min)
+    byte_start = per_entity(byte_starts.flat_values, tf.math.unsorted_segment_min)
+    byte_end = per_entity(byte_ends.flat_values, tf.math.unsorted_segment_max)
+    text = tf.gather(sanitize_utf8(texts), row)
+    spans = {
+        "entity_text": tf.strings.substr(text, byte_start, byte_end - byte_start),
+        "entity_label": tf.gather(tf.constant(type_names or [""], tf.string),
+                                  tf.maximum(per_entity(type_, tf.math.unsorted_segment_min), 0)),
+        "start": per_entity(char_starts.flat_values, tf.math.unsorted_segment_min),
+        "end": per_entity(char_ends.flat_values, tf.math.unsorted_segment_max),
+        "score": per_entity(scores.flat_values, tf.math.unsorted_segment_mean),
+    }
+    nrows = tf.shape(texts, out_type=tf.int64)[0]
+    return {k: tf.RaggedTensor.from_value_rowids(v, row, nrows=nrows) for k, v in spans.items()}
+
+
+def _take_first(ragged, lengths):
+    """Each row's first ``lengths[row]`` values, flattened (the words the model saw)."""
+    positions = tf.ragged.range(ragged.row_lengths())
+    below = positions.flat_values < tf.gather(lengths, positions.value_rowids())
+    return tf.boolean_mask(ragged.flat_values, below)
+
+
+INPUT_KEYS = ("token_ids", "segment_ids", "padding_mask")
+
+
+def tag_texts(model, preprocessor, texts, label_names):
+    """Raw strings [batch] -> :func:`decode_entities`'s ragged spans, through ``model`` (a
+    :class:`BertTokenClassifier`) and ``preprocessor`` (its :class:`BertTaggerPreprocessor`)."""
+    texts = tf.convert_to_tensor(texts, tf.string)
+    words = split_words_with_offsets(texts)
+    inputs = preprocessor(words[0])
+    logits = model({k: inputs[k] for k in INPUT_KEYS}, training=False)
+    return decode_entities(texts, logits, inputs["word_index"], words, label_names)

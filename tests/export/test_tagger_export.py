@@ -1,0 +1,60 @@
+"""The BERT tagger SavedModel: text -> entity spans, loaded without kerasplm, bad-input battery."""
+import numpy as np
+import pytest
+
+from kerasplm.export.base import read_metadata
+from kerasplm.export.tagger import export_tagger
+from kerasplm.models.bert_tagger import BertTaggerPreprocessor, tag_texts
+from kerasplm.text import WordPieceTokenizer
+from tests.export.contract import check_bad_inputs, run_isolated
+from tests.models.test_bert_tagger import TAGS, VOCAB, tiny_tagger
+
+TEXTS = ["Johanson lives in New York.", "in new york in 1996", ""]
+
+
+@pytest.fixture(scope="module")
+def tagger():
+    model = tiny_tagger()
+    # Bias the head so that a random tiny model still predicts entities (B-PER over LOC, I-PER next).
+    model.head.bias.assign(np.array([0.0, -5.0, -5.0, 0.2, 0.1], np.float32))
+    return model, BertTaggerPreprocessor(WordPieceTokenizer(VOCAB), sequence_length=16)
+
+
+@pytest.fixture(scope="module")
+def exported(tagger, tmp_path_factory):
+    model, preprocessor = tagger
+    return export_tagger(model, preprocessor, TAGS, tmp_path_factory.mktemp("tagger"))
+
+
+def _spans_consistent(texts, out):
+    for row, text in enumerate(texts):
+        n = int(out["count"][row])
+        chars = (text if isinstance(text, str) else text.decode("utf-8", "replace"))
+        for i in range(n):
+            start, end = int(out["start"][row, i]), int(out["end"][row, i])
+            assert 0 <= start < end <= len(chars)
+            assert chars[start:end].encode() == out["entity_text"][row, i]
+            assert out["entity_label"][row, i] in (b"PER", b"LOC") and 0 < out["score"][row, i] <= 1
+        assert (out["entity_text"][row, n:] == b"").all()
+
+
+def test_export_matches_eager_and_loads_without_kerasplm(tagger, exported):
+    model, preprocessor = tagger
+    eager = tag_texts(model, preprocessor, TEXTS, TAGS)
+    served, = run_isolated(exported, [("serving_default", {"text": TEXTS})])
+    assert served["count"] == eager["start"].row_lengths().numpy().tolist() and served["count"][0] > 0
+    for name in ("entity_text", "entity_label", "start", "end"):
+        expected = [[v.decode() if isinstance(v, bytes) else v for v in row] for row in eager[name].to_list()]
+        assert [row[:n] for row, n in zip(served[name], served["count"])] == expected
+    np.testing.assert_allclose(served["score"][0][:served["count"][0]], eager["score"][0].numpy(), rtol=1e-5)
+    assert read_metadata(exported)["labels"] == TAGS
+
+
+def test_bad_inputs(exported):
+    alone = check_bad_inputs(exported, "serving_default", "text", _spans_consistent, normal=TEXTS[0])
+    assert alone["empty"]["count"][0] == 0 and alone["whitespace"]["count"][0] == 0
+
+
+def test_label_count_checked(tagger, tmp_path):
+    with pytest.raises(ValueError, match="2 label names for a model with num_labels=5"):
+        export_tagger(tagger[0], tagger[1], ["O", "B-PER"], tmp_path)
