@@ -168,8 +168,8 @@ class TranslatorOptions(TrainingOptions):
     # this invocation
     bleu_beam_size: int = option(1, "beam size for the BLEU evaluation", flag="--beam-size", kind=int, minimum=0, exclusive_minimum=True,
                                  scope=SESSION)
-    bleu_max_sentences: int = option(None, "score BLEU on at most this many held-out sentences", kind=int,
-                                     minimum=1, scope=SESSION)
+    bleu_max_sentences: int = option(None, "score BLEU on at most this many held-out sentences (0: no BLEU and no "
+                                     "sample translations)", kind=int, minimum=0, scope=SESSION)
 
     def check(self):
         if self.src_col == self.tgt_col:
@@ -302,8 +302,9 @@ def _describe_run(summary, options):
     else:
         lines.append(f"learning rate: the seed's CustomSchedule, warmup {schedule['warmup_steps']} steps "
                      f"(now {summary['final_learning_rate']:.2e})")
-    lines.append(f"held-out BLEU {summary['bleu']:.2f} on {summary['bleu_sentences']} sentences "
-                 f"(beam {summary['bleu_beam_size']}; {summary['bleu_signature']})")
+    if "bleu" in summary:
+        lines.append(f"held-out BLEU {summary['bleu']:.2f} on {summary['bleu_sentences']} sentences "
+                     f"(beam {summary['bleu_beam_size']}; {summary['bleu_signature']})")
     return "\n".join(lines)
 
 
@@ -380,12 +381,21 @@ def train_translator(out, options=None, log=print, **overrides):
         remaining = None if o.time_budget is None else max(o.time_budget - (time.time() - t_train), 1e-3)
         session = o.replace(steps=min(o.steps or lr_schedule.total_steps, lr_schedule.total_steps),
                             time_budget=remaining)
-    history, _ = fit_recorded(run, trainer, previous_history, train_ds, session, eval_dataset=dev_ds,
-                              session_start_step=first_step)
+    if trainer.stop_reason == "sigterm":  # preempted while the schedule was being timed: train no further
+        history = run.append_history(previous_history, trainer.history, first_step)
+    else:
+        history, _ = fit_recorded(run, trainer, previous_history, train_ds, session, eval_dataset=dev_ds,
+                                  session_start_step=first_step)
     train_seconds = time.time() - t_train
     log(f"trained to step {trainer.step} ({trainer.stop_reason}) in {train_seconds:.0f}s")
     translator = Translator(trainer.model, src_tok, tgt_tok, config=config, step=trainer.step)
     summary = training_summary(trainer, history, train_seconds)
+    if trainer.stop_reason == "sigterm":  # preemption: the grace period is short, skip BLEU
+        log(f"stopped by SIGTERM; checkpoint saved at step {trainer.step}: run the same command to resume")
+        trainer.close()
+        summary["translator"] = translator
+        return summary
+
     steps_this_run = trainer.step - first_step
     summary.update({"steps_this_run": steps_this_run,
                     "steps_per_second": round(steps_this_run / max(train_seconds, 1e-9), 3),
@@ -394,24 +404,21 @@ def train_translator(out, options=None, log=print, **overrides):
                                                       / max(train_seconds, 1e-9)),
                     "final_learning_rate": float(trainer.learning_rate),
                     "schedule": _schedule_summary(lr_schedule, o)})
-    if trainer.stop_reason == "sigterm":  # preemption: the grace period is short, skip BLEU
-        log(f"stopped by SIGTERM; checkpoint saved at step {trainer.step}: run the same command to resume")
-        trainer.close()
-        summary["translator"] = translator
-        return summary
 
-    sources, refs = dev_sources, dev_refs
-    if o.bleu_max_sentences:
-        sources, refs = sources[:o.bleu_max_sentences], refs[:o.bleu_max_sentences]
-    t_dec = time.time()
-    hyps = translator.translate(sources, beam_size=o.bleu_beam_size)
-    bleu = corpus_bleu(hyps, refs)
-    samples = dict(zip(SEED_SENTENCES, translator.translate(SEED_SENTENCES, beam_size=o.bleu_beam_size)))
-    summary.update({"bleu": round(bleu.score, 2), "bleu_signature": str(bleu), "bleu_sentences": len(sources),
-                    "bleu_beam_size": o.bleu_beam_size, "decode_seconds": round(time.time() - t_dec, 1),
-                    "samples": samples,
-                    "dev_examples": [{"source": s, "translation": h, "references": r}
-                                     for s, h, r in list(zip(sources, hyps, refs))[:10]]})
+    samples = {}
+    if o.bleu_max_sentences != 0:  # 0: no BLEU (a quick run, a resume check)
+        sources, refs = dev_sources, dev_refs
+        if o.bleu_max_sentences:
+            sources, refs = sources[:o.bleu_max_sentences], refs[:o.bleu_max_sentences]
+        t_dec = time.time()
+        hyps = translator.translate(sources, beam_size=o.bleu_beam_size)
+        bleu = corpus_bleu(hyps, refs)
+        samples = dict(zip(SEED_SENTENCES, translator.translate(SEED_SENTENCES, beam_size=o.bleu_beam_size)))
+        summary.update({"bleu": round(bleu.score, 2), "bleu_signature": str(bleu), "bleu_sentences": len(sources),
+                        "bleu_beam_size": o.bleu_beam_size, "decode_seconds": round(time.time() - t_dec, 1),
+                        "samples": samples,
+                        "dev_examples": [{"source": s, "translation": h, "references": r}
+                                         for s, h, r in list(zip(sources, hyps, refs))[:10]]})
     run.write_json(run.METRICS, summary)
     log(_describe_run(summary, o))
     for s, t in samples.items():

@@ -76,7 +76,10 @@ def test_notebooks_exist():
     assert {"01_transformer_translation", "05_export_and_serving"} <= set(_ids(NOTEBOOKS))
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+# Each notebook run is its own xdist group: under `pytest -n 2 --dist loadgroup` (the README's command) the
+# runs, the longest tests of the suite, go to different workers instead of queueing behind each other.
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xdist_group(p.stem)) for p in NOTEBOOKS],
+                         ids=_ids(NOTEBOOKS))
 def test_notebook_runs(path, tmp_path, kernel_name, monkeypatch):
     monkeypatch.setenv("KERASPLM_NOTEBOOK_MODE", "ci")
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -17,7 +17,7 @@ def test_budget_run_records_its_schedule_and_resumes_exactly(tiny_tsv, tmp_path)
 
     def run(out, steps, **kwargs):
         return train_translator(str(out), data=tiny_tsv, preset="transformer_tiny", steps=steps, batch_size=8,
-                                vocab_size=200, dev_size=2, bleu_max_sentences=1, verbose=0,
+                                vocab_size=200, dev_size=2, bleu_max_sentences=0, verbose=0,
                                 log=lambda *_: None, **kwargs)
 
     straight = run(tmp_path / "straight", 16)                 # schedule fitted to --steps, recorded
@@ -31,6 +31,7 @@ def test_budget_run_records_its_schedule_and_resumes_exactly(tiny_tsv, tmp_path)
     assert resumed["schedule"] == {"name": "budget", "peak_learning_rate": 1e-3, "warmup_steps": 2,
                                    "total_steps": 16}
     assert resumed["final_learning_rate"] == 0.0              # decayed to zero at the last step
+    assert "bleu" not in resumed and "samples" not in resumed  # bleu_max_sentences=0: no BLEU evaluation
     # Asking a finished run for more steps stops at the schedule's end (the learning rate is 0 there).
     assert run(tmp_path / "resumed", 20)["step"] == 16
 
@@ -80,7 +81,7 @@ def test_budget_runs_out_while_timing(monkeypatch):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["train", "translator", "--warmup-fraction", "1.5"], "expected a number in [0, 1], got '1.5'"),
+    (["train", "translator", "--warmup-fraction", "1.5"], "expected a number >= 0 and <= 1, got '1.5'"),
     (["train", "translator", "--schedule", "cosine"], "invalid choice: 'cosine'"),
     (["train", "translator", "--peak-learning-rate", "0"], "expected a number > 0, got '0'"),
 ])

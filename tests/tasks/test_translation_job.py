@@ -27,7 +27,7 @@ def tiny_tsv(tmp_path_factory):
 def tiny_run(tmp_path_factory, tiny_tsv):
     out = str(tmp_path_factory.mktemp("run") / "run")
     summary = train_translator(out, data=tiny_tsv, preset="transformer_tiny", steps=60, batch_size=8, vocab_size=200,
-                               warmup_steps=20, schedule_steps=80, dev_size=2, verbose=0, log=lambda *_: None)
+                               schedule="seed", warmup_steps=20, dev_size=2, verbose=0, log=lambda *_: None)
     return out, summary
 
 
@@ -147,7 +147,7 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(tiny_tsv, tmp_path):
 
     def run(out, steps):
         return train_translator(str(out), data=tiny_tsv, preset="transformer_tiny", steps=steps, batch_size=8,
-                                vocab_size=200, schedule="seed", warmup_steps=20, dev_size=2, bleu_max_sentences=1,
+                                vocab_size=200, schedule="seed", warmup_steps=20, dev_size=2, bleu_max_sentences=0,
                                 verbose=0, log=lambda *_: None)
 
     straight = run(tmp_path / "straight", 24)["translator"].model
