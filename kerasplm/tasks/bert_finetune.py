@@ -182,6 +182,8 @@ def layer_decay_multiplier(num_layers, decay):
 
 
 def make_optimizer(o, total_steps, num_layers):
+    """The BERT fine-tuning optimizer (every BERT task): AdamW, ε 1e-6, weight decay not on biases and LayerNorm,
+    linear warmup over ``o.warmup_fraction`` of ``total_steps`` then linear decay, optional layer-wise decay."""
     schedule = WarmupLinearDecay(o.learning_rate, int(o.warmup_fraction * total_steps), total_steps)
     kwargs = dict(learning_rate=schedule, weight_decay=o.weight_decay, epsilon=1e-6)
     if o.layer_decay is None or o.layer_decay == 1.0:

@@ -23,7 +23,6 @@ import os
 import time
 
 import keras
-import tensorflow as tf
 
 from kerasplm.convert.bert import RUN_FAMILY
 from kerasplm.data.pretraining import (BERT_SPECIAL_TOKENS, MASKING, SENTENCE_TASKS, create_instances,

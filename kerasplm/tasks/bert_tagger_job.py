@@ -11,19 +11,19 @@ and written to ``metrics.json``. Resumable: the same command continues from the 
 import dataclasses
 import time
 
-import keras
 import numpy as np
 import tensorflow as tf
 
 from kerasplm.data.conll import label_vocabulary, read_conll
 from kerasplm.models.bert import BertBackbone, BertConfig
 from kerasplm.models.bert_tagger import INPUT_KEYS, BertTaggerPreprocessor, BertTokenClassifier, tag_texts
+from kerasplm.tasks.bert_finetune import make_optimizer
 from kerasplm.tasks.job import TrainingOptions, fit_recorded, open_run, restores_global_policy, training_summary
 from kerasplm.tasks.ner_metrics import conlleval
 from kerasplm.tasks.options import RUN, option
 from kerasplm.tasks.run_dir import RunDir, load_run, register_family
 from kerasplm.text.wordpiece import WordPieceTokenizer
-from kerasplm.training import Trainer, WarmupLinearDecay
+from kerasplm.training import Trainer
 
 FAMILY = "bert_tagger"
 ASSETS = {"vocab": "vocab.txt"}
@@ -48,7 +48,9 @@ class TaggerOptions(TrainingOptions):
                                     maximum=1)
     schedule_steps: int = option(None, "steps over which the learning rate decays to 0 (default: --steps)",
                                  kind=int, minimum=0, exclusive_minimum=True)
-    weight_decay: float = option(0.01, "AdamW weight decay", kind=float, minimum=0)
+    weight_decay: float = option(0.01, "AdamW weight decay (not on biases and LayerNorm)", kind=float, minimum=0)
+    layer_decay: float = option(None, "layer-wise learning-rate decay factor (e.g. 0.9; none: off)", kind=float,
+                                minimum=0, maximum=1, exclusive_minimum=True)
     dropout: float = option(0.1, "dropout before the tagging head", kind=float, minimum=0, maximum=1,
                             exclusive_maximum=True)
 
@@ -129,9 +131,8 @@ def finetune_bert_tagger(out, options=None, **overrides):
         return model
 
     total = o.schedule_steps or o.steps or 1000
-    schedule = WarmupLinearDecay(o.learning_rate, int(o.warmup_fraction * total), total)
     trainer = Trainer(model=make_model,
-                      optimizer=lambda: keras.optimizers.AdamW(schedule, weight_decay=o.weight_decay, epsilon=1e-6),
+                      optimizer=lambda: make_optimizer(o, total, backbone_config.num_layers),  # the classifier's recipe
                       compute_loss=BertTokenClassifier.trainer_loss, jit_compile=o.jit_compile,
                       checkpoint_dir=run.checkpoint_dir, checkpoint_every=1000, log_dir=run.log_dir, seed=o.seed,
                       verbose=o.verbose)
