@@ -13,7 +13,8 @@ from tests.tasks.test_translation_job import tiny_tsv  # noqa: F401  (fixture)
 
 
 def test_budget_run_records_its_schedule_and_resumes_exactly(tiny_tsv, tmp_path):  # noqa: F811
-    """16 steps straight == 8 steps, stop, resume to 16, with the schedule fitted to 16 steps both times."""
+    """Exact resume of the main job with the real Transformer (dropout on): 16 steps straight == 8 steps, stop,
+    resume to 16, with the schedule fitted to 16 steps both times (weights and held-out loss equal)."""
 
     def run(out, steps, **kwargs):
         return train_translator(str(out), data=tiny_tsv, preset="transformer_tiny", steps=steps, batch_size=8,
@@ -32,6 +33,8 @@ def test_budget_run_records_its_schedule_and_resumes_exactly(tiny_tsv, tmp_path)
                                    "total_steps": 16}
     assert resumed["final_learning_rate"] == 0.0              # decayed to zero at the last step
     assert "bleu" not in resumed and "samples" not in resumed  # bleu_max_sentences=0: no BLEU evaluation
+    # Same weights, so the same held-out loss (the train-loss windows differ: 1-16 vs 9-16).
+    assert straight["eval_loss"] == pytest.approx(resumed["eval_loss"], rel=1e-5)
     # Asking a finished run for more steps stops at the schedule's end (the learning rate is 0 there).
     assert run(tmp_path / "resumed", 20)["step"] == 16
 

@@ -179,7 +179,9 @@ def test_sigterm_exits_after_the_checkpoint_without_bleu(tsv, tmp_path):
             proc.kill()
     assert proc.returncode == 128 + signal.SIGTERM, stderr[-3000:]
     assert "stopped by SIGTERM" in stdout and "BLEU" not in stdout, stdout
-    assert elapsed < 15, elapsed  # a few steps, the checkpoint, the interpreter's exit
+    # A few steps, the checkpoint, the interpreter's exit: well inside Kubernetes' default 30 s grace period
+    # even with the suite's other worker busy on the second core (18 s measured under `pytest -n 2`).
+    assert elapsed < 25, elapsed
     step = load_translator(str(out)).step
     assert step >= 1
     assert not (tmp_path / "export").exists() and not (out / "metrics.json").exists()
