@@ -303,7 +303,7 @@ def test_cli_export_translator(tmp_path, capsys):
     data.write_text("".join(f"{t}\t{s}\n" for s, t in zip(src, tgt)), encoding="utf-8")
     run = str(tmp_path / "run")
     train_translator(run, data=str(data), preset="transformer_tiny", steps=2, vocab_size=200, dev_size=4,
-                     batch_size=8, warmup_steps=10, verbose=0, log=lambda *a: None)
+                     batch_size=8, warmup_steps=10, bleu_max_sentences=0, verbose=0, log=lambda *a: None)
     base = str(tmp_path / "export" / "translator")
     capsys.readouterr()
     assert cli.main(["export", "translator", "--run", run, "--to", base, "--max-beam-size", "1"]) == 0
