@@ -127,3 +127,13 @@ def _check_shapes(outputs, expected_shapes):
         got = tuple(out.shape)
         assert len(got) == len(shape) and all(s is None or s == g for s, g in zip(shape, got)), \
             f"output shape {got} != expected {shape}"
+
+
+def write_word_corpus(directory, words, num_lines, end=".", seed=0):
+    """A plain-text corpus for the language-model jobs' tests: ``num_lines`` lines of 3–8 words drawn from
+    ``words`` (seeded), each ending in ``end``; written to ``directory/corpus.txt``, whose path is returned."""
+    rng = np.random.default_rng(seed)
+    lines = [" ".join(rng.choice(words, size=rng.integers(3, 9))) + end for _ in range(num_lines)]
+    path = directory / "corpus.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return str(path)

@@ -12,6 +12,7 @@ from kerasplm.tasks.elmo import Elmo, WindowedCorpus, build_vocab, read_sentence
 from kerasplm.tasks.options import OptionsConflict
 from kerasplm.tasks.run_dir import load_run
 from kerasplm.tasks.elmo import train_elmo
+from tests.harness import write_word_corpus
 
 WORDS = "the a cat dog sat ran on under mat log big small red old".split()
 TINY = dict(preset="elmo_tiny", vocab_size=12, num_sampled=6, window=8, batch_size=4, verbose=0, seed=3)
@@ -19,11 +20,7 @@ TINY = dict(preset="elmo_tiny", vocab_size=12, num_sampled=6, window=8, batch_si
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    rng = np.random.default_rng(0)
-    lines = [" ".join(rng.choice(WORDS, size=rng.integers(3, 9))) + " ." for _ in range(60)]
-    path = tmp_path_factory.mktemp("elmo_corpus") / "corpus.txt"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return str(path)
+    return write_word_corpus(tmp_path_factory.mktemp("elmo_corpus"), WORDS, 60, end=" .")
 
 
 @pytest.fixture(scope="module")

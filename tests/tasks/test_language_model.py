@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from kerasplm import cli
 from kerasplm.tasks.language_model import (load_text_generator, make_lm_dataset, score_token_ids, train_gpt)
+from tests.harness import write_word_corpus
 
 WORDS = ["the", "king", "queen", "speaks", "walks", "to", "a", "castle", "garden", "and", "sleeps", "slowly"]
 TINY = dict(preset="gpt_tiny", vocab_size=300, seq_len=16, batch_size=4, warmup_steps=2, learning_rate=3e-3,
@@ -19,11 +20,7 @@ NO_XLA = dict(jit_compile=False)  # tracing the decoding loop is far cheaper tha
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    rng = np.random.default_rng(0)
-    lines = [" ".join(rng.choice(WORDS, size=rng.integers(3, 9))) + "." for _ in range(400)]
-    path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return str(path)
+    return write_word_corpus(tmp_path_factory.mktemp("corpus"), WORDS, 400)
 
 
 @pytest.fixture(scope="module")

@@ -2,11 +2,10 @@
 import os
 
 import pytest
+import sentencepiece as spm  # a kerasplm requirement: no skip
 import tensorflow as tf
 
 from kerasplm.text import SentencePieceTokenizer, train_sentencepiece
-
-spm = pytest.importorskip("sentencepiece")
 
 CORPUS = [
     "First Citizen: Before we proceed any further, hear me speak.",
