@@ -261,8 +261,10 @@ class BytePairTokenizer(VocabularyLookup, tf.Module):
         if self._special:
             symbols = tf.where(tf.gather(special_ids, rows) >= 0, tf.gather(special_ids, rows), symbols)
         num_pieces = tf.shape(pieces, out_type=tf.int64)[0]
-        # Pieces leave the loop once nothing in them merges (their symbols are stored per step and put back
-        # in piece order at the end), so each step works only on the pieces still merging.
+        # A fixpoint over merges, not a decoding loop: the generation engine's tf.while_loop (a model step,
+        # token choosers, a fixed length) has nothing to offer it. Pieces leave the loop once nothing in them
+        # merges (their symbols are stored per step and put back in piece order at the end), so each step
+        # works only on the pieces still merging.
         done = tf.TensorArray(tf.int64, size=0, dynamic_size=True, infer_shape=False, element_shape=[None])
 
         def step(i, symbols, rows, done_symbols, done_rows):
