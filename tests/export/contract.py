@@ -1,6 +1,6 @@
 """The export contract (DESIGN.md, "Export contract") as helpers every family's export test calls.
 
-* :func:`run_isolated`: run signatures of a SavedModel in a fresh ``python -I`` process where ``import kerasplm``
+* :func:`run_isolated`: run signatures of a SavedModel in a ``python -I`` process where ``import kerasplm``
   raises; asserts that kerasplm was neither importable nor imported and that every op in the graph is
   registered by tensorflow + tensorflow_text alone (what TF Serving links); returns the outputs.
 * :func:`check_bad_inputs`: the bad-input battery (empty string, whitespace only, 5,000 words, invalid UTF-8,
@@ -14,17 +14,22 @@ Usage (a family's test)::
     outputs = run_isolated(path, [("serving_default", {"inputs": SENTENCES})])
     check_bad_inputs(path, "serving_default", "inputs", output_check=my_check)
 """
+import atexit
 import base64
 import json
 import os
+import queue
 import subprocess
 import sys
+import tempfile
+import threading
 
 import numpy as np
 import tensorflow as tf
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ISOLATED_RUNNER = os.path.join(HERE, "isolated_run.py")
+REPLY_PREFIX = "@@isolated-reply "   # as in isolated_run.py, which imports nothing from the repository
 NORMAL = "This is a normal sentence."
 LONG = " ".join(["word"] * 5000)
 # label -> input (str or raw bytes); the order of the mixed batch.
@@ -56,19 +61,52 @@ def _decode(value):
     return value
 
 
+class _IsolatedServer:
+    """One ``isolated_run.py --serve`` process per test process: TensorFlow is imported once, not per call."""
+
+    process = None
+
+    @classmethod
+    def request(cls, version_dir, calls, timeout):
+        if cls.process is None or cls.process.poll() is not None:
+            cls.stderr = tempfile.TemporaryFile(mode="w+")
+            cls.process = subprocess.Popen([sys.executable, "-I", ISOLATED_RUNNER, "--serve"], cwd="/", text=True,
+                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=cls.stderr)
+            cls.replies = queue.Queue()
+            threading.Thread(target=cls._read, args=(cls.process.stdout, cls.replies), daemon=True).start()
+            atexit.register(cls.process.kill)
+        cls.process.stdin.write(json.dumps({"version_dir": os.path.abspath(os.fspath(version_dir)), "calls": calls})
+                                + "\n")
+        cls.process.stdin.flush()
+        try:
+            reply = cls.replies.get(timeout=timeout)
+        except queue.Empty:
+            reply = None
+        if reply is None:   # timed out, or the process died: report its stderr and start afresh next time
+            cls.process.kill()
+            cls.stderr.seek(0)
+            raise AssertionError(f"isolated_run.py gave no reply: {cls.stderr.read()[-3000:]}")
+        return reply
+
+    @staticmethod
+    def _read(stdout, replies):
+        for line in stdout:
+            if line.startswith(REPLY_PREFIX):
+                replies.put(json.loads(line[len(REPLY_PREFIX):]))
+        replies.put(None)
+
+
 def run_isolated(version_dir, calls, timeout=600):
     """Runs ``calls`` (a list of ``(signature, {input name: value})``; values are Python lists / scalars, str or
-    bytes for strings) on the SavedModel at ``version_dir`` in a subprocess with kerasplm blocked.
+    bytes for strings) on the SavedModel at ``version_dir`` in a process with kerasplm blocked (one such process
+    per test process, reused: see ``isolated_run.py --serve``).
 
     Asserts the isolation and op-registration part of the contract; returns one ``{output name: value}`` dict
     per call (nested lists; strings as str, bytes where not valid UTF-8).
     """
-    request = json.dumps({"calls": [{"signature": name, "inputs": {k: _encode(v) for k, v in inputs.items()}}
-                                    for name, inputs in calls]})
-    proc = subprocess.run([sys.executable, "-I", ISOLATED_RUNNER, os.fspath(version_dir), request],
-                          capture_output=True, text=True, timeout=timeout, cwd="/")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    calls = [{"signature": name, "inputs": {k: _encode(v) for k, v in inputs.items()}} for name, inputs in calls]
+    result = _IsolatedServer.request(version_dir, calls, timeout)
+    assert "error" not in result, result.get("error")
     assert result["kerasplm_importable"] is False and result["kerasplm_in_modules"] is False
     assert len(result["op_types"]) > 5 and result["unregistered_ops"] == [], result["unregistered_ops"]
     return [{name: _decode(value) for name, value in outputs.items()} for outputs in result["outputs"]]

@@ -7,7 +7,12 @@ prints one JSON line::
 
 ``REQUEST_JSON`` is ``{"calls": [{"signature": NAME, "inputs": {INPUT: VALUE}}, ...]}``; string leaves are
 ``{"b64": base64}`` on both ways (so invalid UTF-8 travels too), numbers are plain JSON; each input is converted
-to the dtype the signature declares. Standalone on purpose: it imports nothing from the repository. Used through
+to the dtype the signature declares.
+
+``python -I isolated_run.py --serve`` answers many requests in one process (importing TensorFlow costs seconds
+per process): each stdin line is ``{"version_dir": DIR, "calls": [...]}`` and gets one stdout line,
+``REPLY_PREFIX`` followed by the object above, or by ``{"error": "..."}`` when the request fails (the prefix
+tells replies from anything a loaded graph might print). Standalone on purpose: it imports nothing from the repository. Used through
 :func:`tests.export.contract.run_isolated`.
 """
 import base64
@@ -82,19 +87,35 @@ def run(fn, inputs):
             for name, tensor in fn(**tensors).items()}
 
 
-def main():
-    version_dir, request = sys.argv[1], json.loads(sys.argv[2])
+def answer(version_dir, request):
     loaded = tf.saved_model.load(version_dir)
     outputs = [run(loaded.signatures[call["signature"]], call.get("inputs", {})) for call in request["calls"]]
     ops = op_types(version_dir)
-    print(json.dumps({
+    return {
         "kerasplm_importable": KERASPLM_IMPORTABLE,
         "kerasplm_in_modules": any(m == "kerasplm" or m.startswith("kerasplm.") for m in sys.modules),
         "op_types": ops,
         "unregistered_ops": [op for op in ops if op_def_registry.get(op) is None],
         "outputs": outputs,
-    }))
+    }
+
+
+REPLY_PREFIX = "@@isolated-reply "
+
+
+def serve():
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            reply = answer(request["version_dir"], request)
+        except BaseException as error:  # noqa: B036  (SystemExit included: the reply names it)
+            reply = {"error": f"{type(error).__name__}: {error}"}
+        sys.stdout.write(REPLY_PREFIX + json.dumps(reply) + "\n")
+        sys.stdout.flush()
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--serve"]:
+        serve()
+    else:
+        print(json.dumps(answer(sys.argv[1], json.loads(sys.argv[2]))))

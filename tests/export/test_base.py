@@ -1,6 +1,13 @@
-"""The export base (ExportModule + save_version) and the shared contract helpers, on a tiny string-in model."""
+"""The export base (ExportModule + save_version) and the shared contract helpers, on a tiny string-in model.
+
+The atomic-version rules are family-independent (``kerasplm.export.atomic``), so they are tested here, on a
+model that exports in a fraction of a second, rather than once per family."""
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import keras
 import numpy as np
@@ -83,6 +90,64 @@ def test_versions_overwrite_and_errors(saved, tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(NotADirectoryError, match="is not a directory"):
         save_version(module, str(tmp_path / "file"))
+
+
+def test_overwrite_replaces_the_files_and_stale_leftovers_are_cleaned(saved, tmp_path):
+    module, _ = saved
+    base = str(tmp_path / "scorer")
+    path = save_version(module, base, version=3)
+    stale = os.path.join(base, ".tmp-5-999999999-deadbeef")  # left by a killed export (no such pid)
+    os.makedirs(os.path.join(stale, "variables"))
+    assert save_version(module, base) == os.path.join(base, "4") and not os.path.exists(stale)
+    before = read_metadata(path)["export_time"]
+    inode = os.stat(os.path.join(path, "saved_model.pb")).st_ino
+    time.sleep(1.1)
+    assert save_version(module, base, version=3, overwrite=True) == path
+    assert os.stat(os.path.join(path, "saved_model.pb")).st_ino != inode   # new files, renamed into place
+    assert read_metadata(path)["export_time"] >= before
+    assert sorted(os.listdir(base)) == ["3", "4"]
+
+
+_KILL_SCRIPT = r"""
+import os, sys, time
+from kerasplm.export import save_version
+from tests.export.test_base import _Scorer
+real_rename = os.rename
+def slow_rename(a, b, *args, **kw):   # the SavedModel is complete in the tmp dir: wait to be killed
+    if os.path.basename(a).startswith(".tmp-"):
+        print("READY", a, flush=True)
+        time.sleep(600)
+    return real_rename(a, b, *args, **kw)
+os.rename = slow_rename
+save_version(_Scorer(), sys.argv[1])
+"""
+
+
+def test_kill_mid_export_leaves_no_version(saved, tmp_path):
+    base = str(tmp_path / "scorer")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, "-c", _KILL_SCRIPT, base], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, cwd=repo, env=env)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("READY"), line
+        tmp = line.split()[1]
+        assert os.path.isfile(os.path.join(tmp, "saved_model.pb"))
+        assert os.path.isfile(os.path.join(tmp, "assets.extra", "kerasplm.json"))
+        assert [n for n in os.listdir(base) if n.isdigit()] == []
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    names = os.listdir(base)
+    assert [n for n in names if n.isdigit()] == [] and len(names) == 1 and names[0].startswith(".tmp-1-")
+    from kerasplm.export.atomic import list_version_numbers
+
+    assert list_version_numbers(base) == []  # servers list versions with this: they ignore the leftover
+    path = save_version(saved[0], base)  # cleans it and takes version 1
+    assert os.listdir(base) == ["1"] and path.endswith("/1")
 
 
 def test_signatures_are_validated(tmp_path):

@@ -1,21 +1,20 @@
 """Translator export: signatures vs the in-memory Translator, the shared export contract (bad-input battery,
-isolation: tests/export/contract.py), atomic versions, CLI, serving end to end. One full export (beam sizes
-1..8) per session; version/kill tests use cheap exports (``max_beam_size=1``)."""
+isolation: tests/export/contract.py), serving end to end. One full export (beam sizes 1..8) per session; the
+saved_model_cli test uses a cheap one (``max_beam_size=1``). The atomic-version rules (refusal, overwrite,
+stale leftovers, a kill mid-export) are the export base's: tests/export/test_base.py. The CLI export is
+tested on the job's run: tests/tasks/test_translation_job.py."""
 import json
 import os
 import re
-import shutil
-import signal
 import subprocess
 import sys
-import time
 import urllib.request
 
 import pytest
 import tensorflow as tf
 
 from kerasplm.data import read_parallel_tsv, sample_path
-from kerasplm.export import export_translator, load_and_translate, read_metadata
+from kerasplm.export import export_translator, read_metadata
 from kerasplm.models.transformer import Transformer
 from kerasplm.tasks.translation import Translator
 from kerasplm.text import WordPieceTokenizer, build_wordpiece_vocab, write_vocab
@@ -222,96 +221,6 @@ def test_documented_saved_model_cli_run_works(small_export, tiny_translator):
     assert proc.returncode == 0, proc.stderr[-3000:]
     expected = tiny_translator.translate(["Hace mucho frío aquí."])[0]
     assert "translation" in proc.stdout and repr(expected.encode())[1:] in proc.stdout
-
-
-# ---- atomic versions ----
-def test_versions_refusal_overwrite_and_cleanup(tiny_translator, small_export, tmp_path):
-    base = str(tmp_path / "translator")
-    os.makedirs(base)
-    shutil.copytree(small_export, os.path.join(base, "3"))
-    stale = os.path.join(base, ".tmp-5-999999999-deadbeef")  # left by a killed export (no such pid)
-    os.makedirs(os.path.join(stale, "variables"))
-    path = export_translator(tiny_translator, base, max_beam_size=1)
-    assert path == os.path.join(base, "4") and not os.path.exists(stale)
-    with pytest.raises(FileExistsError, match="version 4 exists; pass overwrite=True"):
-        export_translator(tiny_translator, base, version=4, max_beam_size=1)
-    before = read_metadata(path)["export_time"]
-    inode = os.stat(os.path.join(path, "saved_model.pb")).st_ino
-    time.sleep(1.1)
-    assert export_translator(tiny_translator, base, version=4, overwrite=True, max_beam_size=1) == path
-    assert os.stat(os.path.join(path, "saved_model.pb")).st_ino != inode
-    assert read_metadata(path)["export_time"] >= before
-    assert sorted(os.listdir(base)) == ["3", "4"]
-    assert load_and_translate(path, SENTENCES[:2]) == tiny_translator.translate(SENTENCES[:2])
-    with pytest.raises(ValueError, match="version must be a positive integer"):
-        export_translator(tiny_translator, base, version=0)
-
-
-_KILL_SCRIPT = r"""
-import os, sys, time
-from kerasplm.export import export_translator
-from kerasplm.models.transformer import Transformer
-from kerasplm.tasks.translation import Translator
-from kerasplm.text import WordPieceTokenizer
-src, tgt, base = sys.argv[1:4]
-s, t = WordPieceTokenizer(src), WordPieceTokenizer(tgt)
-model = Transformer.from_preset("transformer_tiny", s.vocab_size, t.vocab_size)
-real_rename = os.rename
-def slow_rename(a, b, *args, **kw):   # the SavedModel is complete in the tmp dir: wait to be killed
-    if os.path.basename(a).startswith(".tmp-"):
-        print("READY", a, flush=True)
-        time.sleep(600)
-    return real_rename(a, b, *args, **kw)
-os.rename = slow_rename
-export_translator(Translator(model, s, t), base, max_beam_size=1)
-"""
-
-
-def test_kill_mid_export_leaves_no_version(tiny_translator, tmp_path):
-    base = str(tmp_path / "translator")
-    paths = tiny_translator.vocab_paths
-    proc = subprocess.Popen([PY, "-c", _KILL_SCRIPT, paths["src"], paths["tgt"], base], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith("READY"), line
-        tmp = line.split()[1]
-        assert os.path.isfile(os.path.join(tmp, "saved_model.pb"))
-        assert os.path.isfile(os.path.join(tmp, "assets.extra", "kerasplm.json"))
-        assert [n for n in os.listdir(base) if n.isdigit()] == []
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    names = os.listdir(base)
-    assert [n for n in names if n.isdigit()] == [] and len(names) == 1 and names[0].startswith(".tmp-1-")
-    from kerasplm.export.atomic import list_version_numbers
-
-    assert list_version_numbers(base) == []  # servers list versions with this: they ignore the leftover
-    path = export_translator(tiny_translator, base, max_beam_size=1)  # cleans it and takes version 1
-    assert os.listdir(base) == ["1"] and path.endswith("/1")
-
-
-# ---- CLI ----
-def test_cli_export_translator(tmp_path, capsys):
-    from kerasplm import cli
-    from kerasplm.tasks.translation import train_translator
-
-    src, tgt = read_parallel_tsv(sample_path("spa-eng-train.tsv"), src_col=1, tgt_col=0, max_pairs=80)
-    data = tmp_path / "pairs.tsv"
-    data.write_text("".join(f"{t}\t{s}\n" for s, t in zip(src, tgt)), encoding="utf-8")
-    run = str(tmp_path / "run")
-    train_translator(run, data=str(data), preset="transformer_tiny", steps=2, vocab_size=200, dev_size=4,
-                     batch_size=8, warmup_steps=10, bleu_max_sentences=0, verbose=0, log=lambda *a: None)
-    base = str(tmp_path / "export" / "translator")
-    capsys.readouterr()
-    assert cli.main(["export", "translator", "--run", run, "--to", base, "--max-beam-size", "1"]) == 0
-    path = capsys.readouterr().out.strip().splitlines()[-1]
-    assert path == os.path.join(os.path.abspath(base), "1")
-    assert read_metadata(path)["training_step"] == 2
-    assert cli.main(["export", "translator", "--run", run, "--to", base, "--version", "1"]) == 2
-    assert "version 1 exists; pass overwrite=True / --overwrite" in capsys.readouterr().err
 
 
 # ---- serving end to end ----

@@ -1,12 +1,11 @@
 """The translator job and CLI: a short run whose loss falls, resume, translate, BLEU, one-line errors."""
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from kerasplm import cli
+from kerasplm.export import load_and_translate, read_metadata
 from kerasplm.tasks.translation import corpus_bleu, load_translator, train_translator
 
 PAIRS = [("I am here.", "Estoy aquí."), ("You are here.", "Estás aquí."), ("He is here.", "Él está aquí."),
@@ -89,16 +88,22 @@ def test_corpus_bleu_multi_reference():
         corpus_bleu(["a", "b"], [["a"]])
 
 
-def run_cli(*args, stdin=None):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    return subprocess.run([sys.executable, "-m", "kerasplm.cli", *args], capture_output=True, text=True,
-                          input=stdin, env=env, timeout=300)
+def test_cli_translate(tiny_run, capsys):
+    capsys.readouterr()
+    assert cli.main(["translate", "--run", tiny_run[0], "Estoy aquí.", "¡Hola!"]) == 0
+    assert capsys.readouterr().out.splitlines() == load_translator(tiny_run[0]).translate(["Estoy aquí.", "¡Hola!"])
 
 
-def test_cli_translate(tiny_run):
-    result = run_cli("translate", "--run", tiny_run[0], "Estoy aquí.", "¡Hola!")
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == load_translator(tiny_run[0]).translate(["Estoy aquí.", "¡Hola!"])
+def test_cli_export_translator(tiny_run, tmp_path, capsys):
+    base = str(tmp_path / "export" / "translator")
+    capsys.readouterr()
+    assert cli.main(["export", "translator", "--run", tiny_run[0], "--to", base, "--max-beam-size", "1"]) == 0
+    path = capsys.readouterr().out.strip().splitlines()[-1]
+    assert path == os.path.join(os.path.abspath(base), "1")
+    assert read_metadata(path)["training_step"] == 60
+    assert load_and_translate(path, ["Estoy aquí."]) == load_translator(tiny_run[0]).translate(["Estoy aquí."])
+    assert cli.main(["export", "translator", "--run", tiny_run[0], "--to", base, "--version", "1"]) == 2
+    assert "version 1 exists; pass overwrite=True / --overwrite" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, message", [
