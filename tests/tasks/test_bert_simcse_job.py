@@ -14,7 +14,7 @@ from kerasplm.models.bert_simcse import BertSimCSE
 from kerasplm.tasks.bert_simcse_job import finetune_bert_simcse
 from kerasplm.tasks.run_dir import load_run
 from kerasplm.text.bert_tokenizer import BertPreprocessor
-from tests.tasks.test_bert_finetune import toy, toy_examples  # noqa: F401 (toy: the session's tiny BERT run)
+from tests.tasks.test_bert_finetune import toy, toy_examples  # noqa: F401,F811 (toy: the session's tiny BERT run)
 
 
 def positive_minus_negative_cosine(model, inputs):
@@ -77,4 +77,5 @@ def test_recorded_pooling_names_are_the_exporters():
     from kerasplm.export.embedder import _SENTENCE_TRANSFORMERS_POOLING
     from kerasplm.tasks.bert_simcse_job import _RECORDED_POOLING
 
-    assert {_SENTENCE_TRANSFORMERS_POOLING[v]: k for k, v in _RECORDED_POOLING.items()} == {"cls": "cls", "mean": "mean"}
+    back = {_SENTENCE_TRANSFORMERS_POOLING[v]: k for k, v in _RECORDED_POOLING.items()}
+    assert back == {"cls": "cls", "mean": "mean"}
