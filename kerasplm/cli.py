@@ -106,7 +106,9 @@ def build_parser():
     _add_serve_parser(commands)
     _add_presets_parser(commands)
     _add_elmo_parsers(train_families, export_families, _add_convert_parser(commands))
-    _add_finetune_tagger_parser(_add_finetune_parser(commands))
+    finetune_tasks = _add_finetune_parser(commands)
+    _add_finetune_tagger_parser(finetune_tasks)
+    _add_finetune_simcse_parser(finetune_tasks)
     return parser
 
 
@@ -609,6 +611,29 @@ def _finetune_bert_tagger(args):
     from kerasplm.tasks.bert_tagger_job import TaggerOptions, finetune_bert_tagger
 
     summary = _run_training_job(args, TaggerOptions, lambda out, **options: finetune_bert_tagger(out, **options)[0])
+    print(f"wrote {args.out}: step {summary['step']}")
+    return 0
+
+
+# ---- unsupervised SimCSE: `finetune bert-simcse` (exported by `export embedder`) ----
+def _add_finetune_simcse_parser(tasks):
+    from kerasplm.tasks.bert_simcse_job import SimCSEOptions
+    from kerasplm.tasks.options import add_options_to_parser
+
+    sc = tasks.add_parser(
+        "bert-simcse", help="unsupervised SimCSE sentence embeddings on a BERT run",
+        description="Train sentence embeddings with unsupervised SimCSE (dropout noise, in-batch negatives) from "
+                    "a BERT run (--init) on a text file, one sentence per line; export the run with "
+                    "`kerasplm export embedder`. Rerun the same command to resume.")
+    add_options_to_parser(sc, SimCSEOptions)
+    sc.add_argument("--out", required=True, help="run directory (an existing run is resumed)")
+    sc.set_defaults(handler=_finetune_bert_simcse)
+
+
+def _finetune_bert_simcse(args):
+    from kerasplm.tasks.bert_simcse_job import SimCSEOptions, finetune_bert_simcse
+
+    summary = _run_training_job(args, SimCSEOptions, finetune_bert_simcse)
     print(f"wrote {args.out}: step {summary['step']}")
     return 0
 

@@ -6,7 +6,8 @@ Signature ``serving_default``: ``text`` tf.string [None] (one text per row) ->
     entity_label string  [batch, N]   its type ("PER", "LOC", ...)
     start, end   int64   [batch, N]   character offsets into the input string (end exclusive; Unicode
                                       code points, invalid UTF-8 bytes counted as one U+FFFD each)
-    score        float32 [batch, N]   mean over the entity's words of the chosen tag's probability
+    score        float32 [batch, N]   mean over the entity's words of the chosen tag's probability (a
+                                      CRF tagger: Viterbi tags, their marginal probabilities)
     count        int64   [batch]      entities in the row; N = the largest count of the batch, the rest of
                                       each row is padding ("" / 0)
 
@@ -50,5 +51,5 @@ def export_tagger(model, preprocessor, label_names, model_base_path, version=Non
     """Writes ``model_base_path/<version>/`` (see the module docstring); returns the version directory."""
     module = TaggerModule(model, preprocessor, label_names)
     metadata = {"labels": module.label_names, "sequence_length": preprocessor.sequence_length,
-                "lower_case": preprocessor.tokenizer.lower_case}
+                "lower_case": preprocessor.tokenizer.lower_case, "crf": getattr(model, "crf", None) is not None}
     return save_version(module, model_base_path, version=version, overwrite=overwrite, metadata=metadata)

@@ -12,17 +12,24 @@ classifier"). :class:`BertTaggerPreprocessor` makes that alignment in graph:
     word_index -1    0    -1     2... (the word whose first piece sits there, -1 elsewhere)
 
 so a tagger's per-piece predictions read back to one tag per word by ``word_index``.
+
+With ``crf=True`` (BERT paper's tagging head plus a linear-chain CRF, :class:`kerasplm.layers.crf.CRF`, as in
+the BiLSTM-CRF taggers of Huang et al. 2015 / Lample et al. 2016), the first-piece logits of each sentence,
+moved to the front in word order (:func:`first_piece_sequences`), are the CRF's emissions: the loss is the
+negative log-likelihood of the word tag sequence (summed, divided by the number of words like the softmax
+loss), decoding is Viterbi and a tag's score its marginal probability.
 """
 import keras
 import tensorflow as tf
 
+from kerasplm.layers.crf import CRF
 from kerasplm.layers.dropout import Dropout
 from kerasplm.models.base import Task
 from kerasplm.models.bert import BertBackbone
 from kerasplm.text.preprocessing import Preprocessor, pack_segments, pad_packed
 
-__all__ = ["BertTokenClassifier", "BertTaggerPreprocessor", "IGNORED", "decode_entities", "split_words_with_offsets",
-           "tag_texts"]
+__all__ = ["BertTokenClassifier", "BertTaggerPreprocessor", "IGNORED", "decode_entities", "first_piece_sequences",
+           "piece_tags", "split_words_with_offsets", "tag_texts"]
 
 IGNORED = -1            # word_index of the positions that carry no word's label
 
@@ -35,15 +42,17 @@ class BertTokenClassifier(Task):
       backbone: the BERT encoder.
       num_labels: number of tags (``len(label_vocabulary)``).
       dropout: dropout on ``sequence_output`` before the head (BERT's 0.1).
-    Call: the backbone's input dict -> float32 logits ``(batch, seq_len, num_labels)``.
+      crf: a linear-chain CRF over the words' tags (see the module docstring).
+    Call: the backbone's input dict -> float32 logits ``(batch, seq_len, num_labels)`` (with a CRF: its emissions).
     Loss (``compute_loss_sums``): ``batch`` is :class:`BertTaggerPreprocessor`'s dict (``token_ids``,
     ``segment_ids``, ``padding_mask``, ``labels``, ``label_weights``) or ``(inputs, labels, label_weights)``;
-    returns the weighted cross-entropy sum, the weight sum and the number of correct weighted tokens.
+    returns the weighted cross-entropy sum (with a CRF: the sum of the sentences' negative log-likelihoods),
+    the weight sum and the number of correct weighted tokens (with a CRF: of the Viterbi path).
     """
 
     backbone_class = BertBackbone
 
-    def __init__(self, backbone, num_labels, dropout=0.1, preprocessor=None, **kwargs):
+    def __init__(self, backbone, num_labels, dropout=0.1, preprocessor=None, crf=False, **kwargs):
         super().__init__(backbone, preprocessor, **kwargs)
         if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
             raise ValueError(f"num_labels must be a positive integer, got {num_labels!r}")
@@ -53,10 +62,13 @@ class BertTokenClassifier(Task):
         self.dropout = Dropout(dropout, name="head_dropout")
         init = keras.initializers.TruncatedNormal(stddev=backbone.config.initializer_range)
         self.head = keras.layers.Dense(num_labels, kernel_initializer=init, name="tagger_head")
+        self.crf = CRF(num_labels, name="crf") if crf else None
         self.build()
 
     def build(self, input_shape=None):
         self.head.build((None, None, self.backbone.config.hidden_size))
+        if self.crf is not None:
+            self.crf.build()
         self.built = True
 
     def call(self, inputs, training=None):
@@ -72,18 +84,57 @@ class BertTokenClassifier(Task):
         logits = self(inputs, training=training)
         labels = tf.cast(labels, tf.int32)
         weights = tf.cast(weights, tf.float32)
+        if self.crf is not None:
+            (emissions, word_labels), words = first_piece_sequences([logits, labels], weights > 0)
+            predicted = tf.cast(self.crf.viterbi_decode(emissions, words)[0], tf.int32)
+            correct = tf.cast(tf.equal(predicted, word_labels), tf.float32) * tf.cast(words, tf.float32)
+            return {"loss": -tf.reduce_sum(self.crf.log_likelihood(emissions, word_labels, words)),
+                    "weight": tf.reduce_sum(weights), "accuracy": tf.reduce_sum(correct)}
         cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
         correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels), tf.float32)
         return {"loss": tf.reduce_sum(cross_entropy * weights), "weight": tf.reduce_sum(weights),
                 "accuracy": tf.reduce_sum(correct * weights)}
 
     @classmethod
-    def from_preset(cls, preset, num_labels, dropout=0.1, preprocessor=None, **overrides):
+    def from_preset(cls, preset, num_labels, dropout=0.1, preprocessor=None, crf=False, **overrides):
         """A tagger over ``BertBackbone.from_preset(preset, **overrides)`` (random weights)."""
-        return cls(BertBackbone.from_preset(preset, **overrides), num_labels, dropout, preprocessor, name=preset)
+        return cls(BertBackbone.from_preset(preset, **overrides), num_labels, dropout, preprocessor, crf=crf,
+                   name=preset)
 
     def get_config(self):
-        return {**super().get_config(), "num_labels": self.num_labels, "dropout": self.dropout_rate}
+        return {**super().get_config(), "num_labels": self.num_labels, "dropout": self.dropout_rate,
+                "crf": self.crf is not None}
+
+
+def first_piece_sequences(values, first):
+    """Moves each row's first-piece positions to its front, in order: the word sequence a CRF runs over.
+
+    ``values``: a list of ``(batch, L, ...)`` tensors; ``first``: bool ``(batch, L)``. Returns ``(moved values,
+    word mask)``, same shapes (a stable sort of the positions, so static shapes, XLA-friendly); the word mask
+    is 1 on the first ``count`` positions of each row.
+    """
+    length = tf.shape(first)[1]
+    order = tf.argsort(tf.where(first, 0, 1) * length + tf.range(length)[tf.newaxis], axis=1, stable=True)
+    return [tf.gather(v, order, batch_dims=1) for v in values], tf.gather(first, order, batch_dims=1)
+
+
+def piece_tags(logits, first, crf=None):
+    """Per-piece ``(tags int64 (batch, L), scores float32 (batch, L))``, meaningful where ``first``.
+
+    Without a CRF: the argmax of the logits and its softmax probability. With one: the Viterbi path over each
+    sentence's words (its first pieces) and the marginal probability of each chosen tag.
+    """
+    logits = tf.cast(logits, tf.float32)
+    if crf is None:
+        probabilities = tf.nn.softmax(logits, axis=-1)
+        return tf.argmax(probabilities, axis=-1), tf.reduce_max(probabilities, axis=-1)
+    length = tf.shape(first)[1]
+    positions = tf.broadcast_to(tf.range(length)[tf.newaxis], tf.shape(first))
+    (emissions, order), words = first_piece_sequences([logits, positions], first)
+    tags = crf.viterbi_decode(emissions, words)[0]
+    scores = tf.gather(crf.marginals(emissions, words), tags, batch_dims=2)
+    back = tf.argsort(order, axis=1)                                    # the inverse permutation
+    return (tf.cast(tf.gather(tags, back, batch_dims=1), tf.int64), tf.gather(scores, back, batch_dims=1))
 
 
 class BertTaggerPreprocessor(Preprocessor):
@@ -198,16 +249,18 @@ def label_tables(label_names):
     return tf.constant(is_begin), tf.constant(type_id, tf.int64), type_names
 
 
-def decode_entities(texts, logits, word_index, words, label_names):
+def decode_entities(texts, logits, word_index, words, label_names, crf=None):
     """Per-piece logits -> entity spans with character offsets (in graph).
 
-    Each word's tag is the argmax at its first piece, its score that tag's probability. A chunk starts at
+    Each word's tag is the argmax at its first piece, its score that tag's probability (with ``crf``: the
+    Viterbi path over the words and each tag's marginal probability, :func:`piece_tags`). A chunk starts at
     a ``B-`` tag or where the type changes (an ``I-`` after ``O`` or after another type): conlleval's
     rule for IOB1/IOB2 (:mod:`kerasplm.tasks.ner_metrics`); it spans consecutive words of its type.
 
     Args:
       texts: tf.string [batch]; logits: float [batch, L, C]; word_index: int [batch, L] (the
-      preprocessor's); words: :func:`split_words_with_offsets`'s tuple; label_names: list of C tags.
+      preprocessor's); words: :func:`split_words_with_offsets`'s tuple; label_names: list of C tags;
+      crf: the model's :class:`kerasplm.layers.crf.CRF`, or None.
     Returns a dict of ragged [batch, (entities)] tensors: ``entity_text`` (the text between the offsets),
     ``entity_label`` (the type), ``start``/``end`` (int64 character offsets, end exclusive) and ``score``
     (float32, the mean over its words of the tag probability).
@@ -216,10 +269,10 @@ def decode_entities(texts, logits, word_index, words, label_names):
 
     _, byte_starts, byte_ends, char_starts, char_ends = words
     is_begin, type_of_label, type_names = label_tables(label_names)
-    probabilities = tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)
     first = word_index >= 0                           # words cut by truncation have no first piece: dropped
-    tags = tf.ragged.boolean_mask(tf.argmax(probabilities, axis=-1), first)             # [batch, (kept)]
-    scores = tf.ragged.boolean_mask(tf.reduce_max(probabilities, axis=-1), first)
+    piece_tag, piece_score = piece_tags(logits, first, crf)
+    tags = tf.ragged.boolean_mask(piece_tag, first)                                      # [batch, (kept)]
+    scores = tf.ragged.boolean_mask(piece_score, first)
     kept = tags.row_lengths()
     byte_starts, byte_ends, char_starts, char_ends = (
         tf.RaggedTensor.from_row_lengths(_take_first(r, kept), kept)
@@ -269,4 +322,4 @@ def tag_texts(model, preprocessor, texts, label_names):
     words = split_words_with_offsets(texts)
     inputs = preprocessor(words[0])
     logits = model({k: inputs[k] for k in INPUT_KEYS}, training=False)
-    return decode_entities(texts, logits, inputs["word_index"], words, label_names)
+    return decode_entities(texts, logits, inputs["word_index"], words, label_names, crf=getattr(model, "crf", None))

@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from kerasplm.data.conll import label_vocabulary, read_conll
 from kerasplm.models.bert import BertBackbone, BertConfig
-from kerasplm.models.bert_tagger import INPUT_KEYS, BertTaggerPreprocessor, BertTokenClassifier, tag_texts
+from kerasplm.models.bert_tagger import INPUT_KEYS, BertTaggerPreprocessor, BertTokenClassifier, piece_tags, tag_texts
 from kerasplm.tasks.bert_finetune import make_optimizer
 from kerasplm.tasks.job import TrainingOptions, fit_recorded, open_run, restores_global_policy, training_summary
 from kerasplm.tasks.ner_metrics import conlleval
@@ -53,6 +53,8 @@ class TaggerOptions(TrainingOptions):
                                 minimum=0, maximum=1, exclusive_minimum=True)
     dropout: float = option(0.1, "dropout before the tagging head", kind=float, minimum=0, maximum=1,
                             exclusive_maximum=True)
+    crf: bool = option(False, "a linear-chain CRF over the word tags (Viterbi decoding)", flag="--crf", const=True,
+                       choices=[True, False])
 
 
 @dataclasses.dataclass
@@ -78,13 +80,14 @@ def _dataset(preprocessor, sentences, label_ids, batch_size, seed=None):
 
 
 def predict_tags(model, preprocessor, sentences, labels, batch_size=64):
-    """Word-level tag names for each sentence (argmax at each word's first piece; words cut by the
-    sequence length get ``O``)."""
+    """Word-level tag names for each sentence (argmax at each word's first piece, or the CRF's Viterbi path;
+    words cut by the sequence length get ``O``)."""
     predicted = []
     for start in range(0, len(sentences), batch_size):
         chunk = sentences[start:start + batch_size]
         inputs = preprocessor(tf.ragged.constant([list(s.tokens) for s in chunk], dtype=tf.string))
-        ids = tf.argmax(model({k: inputs[k] for k in INPUT_KEYS}, training=False), axis=-1).numpy()
+        logits = model({k: inputs[k] for k in INPUT_KEYS}, training=False)
+        ids = piece_tags(logits, inputs["word_index"] >= 0, model.crf)[0].numpy()
         word_index = inputs["word_index"].numpy()
         for row, sentence in enumerate(chunk):
             tags = ["O"] * len(sentence.tokens)
@@ -94,8 +97,8 @@ def predict_tags(model, preprocessor, sentences, labels, batch_size=64):
     return predicted
 
 
-def _build(backbone_config, num_labels, dropout):
-    return BertTokenClassifier(BertBackbone.from_config_object(backbone_config), num_labels, dropout=dropout)
+def _build(backbone_config, num_labels, dropout, crf=False):
+    return BertTokenClassifier(BertBackbone.from_config_object(backbone_config), num_labels, dropout=dropout, crf=crf)
 
 
 @restores_global_policy
@@ -125,7 +128,7 @@ def finetune_bert_tagger(out, options=None, **overrides):
     preprocessor = BertTaggerPreprocessor(tokenizer, o.sequence_length)
 
     def make_model():
-        model = _build(backbone_config, len(labels), o.dropout)
+        model = _build(backbone_config, len(labels), o.dropout, o.crf)
         if init_backbone is not None:              # a new run starts from the pretrained weights
             model.backbone.set_weights(init_backbone.get_weights())
         return model
@@ -162,7 +165,8 @@ def load_bert_tagger(run, config):
     """``load_run``'s loader for tagger runs: a :class:`BertTagger` with its checkpoint restored."""
     backbone_config = BertConfig(**config["model"]["backbone"]).validate()
     labels = config["model"]["labels"]
-    model = _build(backbone_config, len(labels), config["options"].get("dropout", 0.1))
+    model = _build(backbone_config, len(labels), config["options"].get("dropout", 0.1),
+                   bool(config["options"].get("crf", False)))
     run.restore(model=model)
     tokenizer = WordPieceTokenizer(run.asset(config, "vocab"), lower_case=config["model"]["lower_case"])
     return BertTagger(model, BertTaggerPreprocessor(tokenizer, config["options"]["sequence_length"]), labels)

@@ -58,3 +58,22 @@ def test_bad_inputs(exported):
 def test_label_count_checked(tagger, tmp_path):
     with pytest.raises(ValueError, match="2 label names for a model with num_labels=5"):
         export_tagger(tagger[0], tagger[1], ["O", "B-PER"], tmp_path)
+
+
+def test_crf_tagger_exports_with_viterbi_in_graph(tagger, tmp_path):
+    model, preprocessor = tagger
+    crf_model = tiny_tagger(crf=True)
+    crf_model.set_weights(model.get_weights() + [w.numpy() for w in crf_model.crf.weights])
+    # a B-PER may not follow a B-PER: the Viterbi path differs from the per-word argmax (all B-PER here)
+    transitions = np.zeros((5, 5), np.float32)
+    transitions[3, 3] = -50.0
+    crf_model.crf.transitions.assign(transitions)
+    eager = tag_texts(crf_model, preprocessor, TEXTS, TAGS)
+    assert eager["start"].to_list() != tag_texts(model, preprocessor, TEXTS, TAGS)["start"].to_list()
+    path = export_tagger(crf_model, preprocessor, TAGS, tmp_path / "crf")
+    served, = run_isolated(path, [("serving_default", {"text": TEXTS})])
+    assert served["count"] == eager["start"].row_lengths().numpy().tolist()
+    for name in ("start", "end"):
+        assert [row[:n] for row, n in zip(served[name], served["count"])] == eager[name].to_list()
+    np.testing.assert_allclose(served["score"][0][:served["count"][0]], eager["score"][0].numpy(), rtol=1e-5)
+    assert read_metadata(path)["crf"] is True

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from kerasplm.models.bert import BertBackbone
-from kerasplm.models.bert_tagger import (BertTaggerPreprocessor, BertTokenClassifier, decode_entities,
+from kerasplm.models.bert_tagger import (BertTaggerPreprocessor, BertTokenClassifier, decode_entities, piece_tags,
                                        split_words_with_offsets, tag_texts)
 from kerasplm.text import WordPieceTokenizer
 from tests.harness import check_model
@@ -127,3 +127,34 @@ def test_tag_texts_end_to_end(preprocessor):
     assert out["entity_text"].nrows() == 2 and out["entity_text"].row_lengths().numpy()[1] == 0
     for text, start, end in zip(out["entity_text"][0].numpy(), out["start"][0].numpy(), out["end"][0].numpy()):
         assert "Johanson lives in New York."[start:end].encode() == text
+
+
+def test_crf_tagger_loss_is_the_word_sequences_nll(preprocessor, tmp_path):
+    model = tiny_tagger(crf=True)
+    rng = np.random.default_rng(0)
+    for weight in model.crf.weights:
+        weight.assign(rng.normal(size=weight.shape).astype(np.float32))
+    batch = preprocessor(WORDS, LABELS)
+    sums = model.compute_loss_sums(batch, training=False)
+    inputs = {k: batch[k] for k in ("token_ids", "segment_ids", "padding_mask")}
+    logits = model(inputs, training=False).numpy()
+    first = batch["word_index"].numpy() >= 0
+    # the CRF sees each sentence's words only: their first-piece logits, in order, padded after them
+    emissions = np.zeros((2, 12, 5), np.float32)
+    tags, mask = np.zeros((2, 12), np.int32), np.zeros((2, 12), bool)
+    for row in range(2):
+        n = first[row].sum()
+        emissions[row, :n], tags[row, :n] = logits[row][first[row]], batch["labels"].numpy()[row][first[row]]
+        mask[row, :n] = True
+    expected = -model.crf.log_likelihood(emissions, tags, mask).numpy().sum()
+    np.testing.assert_allclose(float(sums["loss"]), expected, rtol=1e-5)
+    assert float(sums["weight"]) == 9.0
+    viterbi = model.crf.viterbi_decode(emissions, mask)[0].numpy()
+    assert float(sums["accuracy"]) == ((viterbi == tags) & mask).sum()
+    # decoding reads the Viterbi path back to the words' first pieces; scores are marginals in (0, 1]
+    piece_tag, piece_score = piece_tags(logits, tf.constant(first), model.crf)
+    for row in range(2):
+        np.testing.assert_array_equal(piece_tag.numpy()[row][first[row]], viterbi[row, :first[row].sum()])
+    assert ((piece_score.numpy()[first] > 0) & (piece_score.numpy()[first] <= 1 + 1e-6)).all()
+    check_model(lambda: tiny_tagger(crf=True), inputs, expected_shapes=(2, 12, 5), tmp_path=tmp_path,
+                checks=("config", "checkpoint"))

@@ -3,6 +3,7 @@ import dataclasses
 import json
 
 import keras
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -61,3 +62,15 @@ def test_finetune_scores_dev_resumes_and_loads(tmp_path, init_run, capsys):
     assert isinstance(loaded, BertTagger) and loaded.labels == tagger.labels
     with pytest.raises(ValueError, match="--init"):
         finetune_bert_tagger(str(tmp_path / "other"), train=train, steps=1)
+
+
+def test_crf_tagger_trains_a_few_steps_and_loads(tmp_path, init_run):
+    train = _write_conll(tmp_path / "train.conll", SENTENCES * 4)
+    out = str(tmp_path / "run")
+    assert main(["finetune", "bert-tagger", "--out", out, "--train", train, "--init", init_run[0], "--crf",
+                 "--steps", "3", "--batch-size", "4", "--sequence-length", "16", "--quiet", "--no-jit"]) == 0
+    history = json.loads((tmp_path / "run" / "history.json").read_text())
+    assert history["step"][-1] == 3 and all(loss > 0 for loss in history["loss"])       # an NLL: positive
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["options"]["crf"] is True
+    loaded = load_run(out)              # the CRF's weights come back from the checkpoint (export: test_tagger_export)
+    assert loaded.model.crf is not None and np.abs(loaded.model.crf.transitions.numpy()).sum() > 0
