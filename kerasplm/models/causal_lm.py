@@ -84,8 +84,9 @@ class DecoderOnlyBackbone(Backbone):
     a final LayerNorm when pre-LN.
 
     Args: the fields of :class:`CausalLMConfig`.
-    Call: ``token_ids (batch, seq_len)`` right-padded, ``training`` -> ``{"sequence_output": (batch, seq_len,
-    d_model)}`` (float in the compute dtype).
+    Call: ``token_ids (batch, seq_len)`` right-padded, ``training``, ``output_attentions`` -> ``{"sequence_output":
+    (batch, seq_len, d_model)}`` (float in the compute dtype), plus ``"attentions"`` (one ``(batch, heads,
+    seq_len, seq_len)`` tensor per block) when ``output_attentions=True``.
     """
 
     preset_family = "causal_lm"
@@ -126,12 +127,19 @@ class DecoderOnlyBackbone(Backbone):
     def _finish(self, x):
         return self.final_layernorm(x) if self.config.normalize_first else x
 
-    def call(self, token_ids, training=None):
+    def call(self, token_ids, training=None, output_attentions=False):
+        """``output_attentions=True`` adds ``"attentions"``: per block, the causal self-attention weights
+        ``(batch, heads, seq_len, seq_len)`` (row i: query position i over keys 0..i), as BERT's backbone."""
         x = self.embeddings(token_ids, training=training)
         mask = create_look_ahead_mask(tf.shape(token_ids)[1])
+        attentions = []
         for block in self.blocks:
-            x, _, _ = block(x, training=training, look_ahead_mask=mask)
-        return {"sequence_output": self._finish(x)}
+            x, weights, _ = block(x, training=training, look_ahead_mask=mask)
+            attentions.append(weights)
+        outputs = {"sequence_output": self._finish(x)}
+        if output_attentions:
+            outputs["attentions"] = attentions
+        return outputs
 
     # ---- incremental decoding (kerasplm.generation) ----
     def init_cache(self, batch_size, max_length):

@@ -2,8 +2,10 @@
 
 * ``test_notebook_runs``: executes each ``notebooks/*.ipynb`` with nbclient in a fresh kernel of THIS
   interpreter, ``KERASPLM_NOTEBOOK_MODE=ci`` and a temporary working directory (``runs/`` and
-  ``export/`` land there); any cell error fails the test. A notebook may write the ids of processes
-  it started to ``notebook_children.pid`` (one per line): they must all be gone afterwards.
+  ``export/`` land there); any cell error fails the test. ``KERASPLM_DATA_DIR`` points the notebooks at
+  ``../shared/data`` when the checkout has it (without it they fall back to bundled or generated data).
+  A notebook may write the ids of processes it started to ``notebook_children.pid`` (one per line):
+  they must all be gone afterwards.
 * ``test_committed_notebook_outputs``: the committed files were executed (every code cell has an
   execution count and no error output), plots carry ``image/png`` outputs, and each file is small.
 """
@@ -15,6 +17,8 @@ import sys
 import time
 
 import pytest
+
+from tests.conftest import SHARED_DATA
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
@@ -73,7 +77,7 @@ def test_kernel_uses_this_interpreter(tmp_path, kernel_name):
 
 
 def test_notebooks_exist():
-    assert {"01_transformer_translation", "05_export_and_serving"} <= set(_ids(NOTEBOOKS))
+    assert {"01_transformer_translation", "02_bert", "03_gpt", "05_export_and_serving"} <= set(_ids(NOTEBOOKS))
 
 
 # Each notebook run is its own xdist group: under `pytest -n 2 --dist loadgroup` (the README's command) the
@@ -83,6 +87,8 @@ def test_notebooks_exist():
 def test_notebook_runs(path, tmp_path, kernel_name, monkeypatch):
     monkeypatch.setenv("KERASPLM_NOTEBOOK_MODE", "ci")
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+    if SHARED_DATA.is_dir():
+        monkeypatch.setenv("KERASPLM_DATA_DIR", str(SHARED_DATA))
     nb = nbformat.read(path, as_version=4)
     start = time.monotonic()
     try:
