@@ -57,7 +57,8 @@ class GPTClassifierOptions(BertClassifierOptions):
     task: str = option("classification", "GPT-1's input transformation: classification (start text extract), "
                                           "entailment (start premise delim hypothesis extract; --pair-col), "
                                           "similarity (both orders added; --pair-col)", choices=TASKS)
-    max_length: int = option(128, "tokens per example, start/delim/extract included", kind=int, minimum=3)
+    max_length: int = option(None, "tokens per example, start/delim/extract included (default: 128, or the "
+                                   "model's positions when fewer)", kind=int, minimum=3)
     learning_rate: float = option(6.25e-5, "peak learning rate (GPT-1: 6.25e-5)", kind=float, minimum=0,
                                   exclusive_minimum=True)
     warmup_fraction: float = option(0.002, "fraction of the steps with linear warmup (GPT-1: 0.002)", kind=float,
@@ -88,7 +89,8 @@ def _model_parts(run, config):
 
 
 def _start_run(run, o, raw_labels, log):
-    """A fresh run: the init run's tokenizer files, the grown backbone (pretrained or fresh weights), config.json."""
+    """A fresh run: the init run's tokenizer files, the grown backbone (pretrained or fresh weights), config.json.
+    Returns ``(options with max_length set, config, backbone, tokenizer)``."""
     if o.init is None:
         raise ValueError("give the GPT run to start from (init / --init; with random_init / --random-init only its "
                          "architecture and tokenizer are used)")
@@ -97,8 +99,10 @@ def _start_run(run, o, raw_labels, log):
     tokenizer = load_run_tokenizer(init_run, init_config)   # a clear error for a run without one
     keras.utils.set_random_seed(o.seed)
     pretrained = load_gpt_from_run(init_run, init_config).backbone
-    if o.max_length > pretrained.config.max_positions:
-        raise ValueError(f"max_length={o.max_length} exceeds the model's {pretrained.config.max_positions} positions")
+    positions = pretrained.config.max_positions
+    o = o.replace(max_length=o.max_length or min(128, positions))
+    if o.max_length > positions:
+        raise ValueError(f"max_length={o.max_length} exceeds the model's {positions} positions")
     special_ids = special_token_ids(pretrained.config.vocab_size)
     backbone = grow_token_embedding(pretrained)
     if o.random_init:
@@ -115,7 +119,7 @@ def _start_run(run, o, raw_labels, log):
     config = run.write_config(FAMILY, o.task, init_config.get("preset", "custom"), model, o.stored(RUN), assets=assets)
     log(f"started from {o.init} ({'fresh weights' if o.random_init else 'pretrained'}; {tokenizer.vocab_size} "
         f"tokens + start/delim/extract at ids {special_ids['start']}..{special_ids['extract']})")
-    return config, backbone, tokenizer
+    return o, config, backbone, tokenizer
 
 
 @restores_global_policy
@@ -131,7 +135,7 @@ def finetune_gpt_classifier(out, options=None, log=print, **overrides):
     run, o, config, previous_history = open_run(out, FAMILY, GPTClassifierOptions, options, overrides, what=WHAT,
                                                 check_config=_model_parts)
     if config is None:
-        config, backbone, tokenizer = _start_run(run, o, examples[2], log)
+        o, config, backbone, tokenizer = _start_run(run, o, examples[2], log)
     else:
         log(f"resuming run in {out}")
         backbone = GPTBackbone.from_config_object(_model_parts(run, config)[0])   # weights: the run's checkpoint
@@ -156,7 +160,7 @@ def load_gpt_classifier_run(run, config):
     backbone_config, labels, model = _model_parts(run, config)
     options = config["options"]
     preprocessor = GPTClassifierPreprocessor(load_run_tokenizer(run, config), model["special_ids"],
-                                             int(options.get("max_length", 128)), model["task_type"])
+                                             int(options.get("max_length") or 128), model["task_type"])
     classifier = GPTClassifier(GPTBackbone.from_config_object(backbone_config), int(model["num_labels"]),
                                task_type=model["task_type"], dropout=float(model["dropout"]),
                                lm_weight=float(model["lm_weight"]), preprocessor=preprocessor)

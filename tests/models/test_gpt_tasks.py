@@ -9,7 +9,6 @@ from kerasplm.models.gpt import GPT, GPTBackbone
 from kerasplm.models.gpt_tasks import GPTClassifier, grow_token_embedding
 from kerasplm.text.gpt_inputs import GPTClassifierPreprocessor, special_token_ids
 from kerasplm.text.sentencepiece import SentencePieceTokenizer, train_sentencepiece
-from kerasplm.training import Trainer
 from tests.harness import check_model
 
 WORDS = ["the", "king", "queen", "speaks", "walks", "to", "a", "castle", "garden", "good", "bad", "sleeps"]
@@ -110,10 +109,12 @@ def test_loss_is_task_cross_entropy_plus_half_the_lm_loss(parts):
     lm_logits = GPT(backbone=parts["backbone"])(inputs["token_ids"]).numpy()      # the tied LM head
     token_nll = -np.take_along_axis(log_softmax(lm_logits[:, :-1]), ids[:, 1:, None], -1)[..., 0]
     lm = (token_nll * mask[:, 1:]).sum() / mask[:, 1:].sum()
-    trainer = Trainer(model, keras.optimizers.SGD(0.0), GPTClassifier.trainer_loss, jit_compile=False, verbose=0)
-    result = trainer.evaluate(tf.data.Dataset.from_tensors((inputs, labels)))
-    np.testing.assert_allclose([result["task_loss"], result["lm_loss"], result["loss"]], [task, lm, task + 0.5 * lm],
-                               rtol=1e-5)
+    sums = model.compute_loss_sums((inputs, labels), training=False)
+    (task_sum, examples), (lm_sum, tokens, lam) = sums["losses"]["task"], sums["losses"]["lm"]
+    assert (float(examples), float(tokens), lam) == (3.0, mask[:, 1:].sum(), 0.5)
+    # The Trainer's objective: Σ λ_i S_i / C_i (kerasplm.training.trainer, tested there).
+    np.testing.assert_allclose([task_sum / examples, lm_sum / tokens, task_sum / examples + lam * lm_sum / tokens],
+                               [task, lm, task + 0.5 * lm], rtol=1e-5)
     without_lm = classifier(parts, "classification", lm_weight=0.0).compute_loss_sums((inputs, labels), False)
     assert set(without_lm["losses"]) == {"task"}
 
