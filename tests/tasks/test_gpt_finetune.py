@@ -53,6 +53,7 @@ def data(tmp_path_factory):
     examples = toy_examples(256, 0)
     texts = [text for text, _ in examples] + [" ".join(POSITIVE + NEGATIVE + FILLER)]
     train_sentencepiece(texts, vocab_size=300, model_prefix=str(root / "spm"))
+    (root / "bpe").mkdir()
     bpe = train_gpt2_vocab(root / "bpe", vocab_size=300, texts=texts)
     return {"root": root, "init": write_gpt_run(root / "gpt", {"spm_model": str(root / "spm.model")}, 300),
             "init_bpe": write_gpt_run(root / "gpt2", {key: os.path.join(bpe, name) for key, name in BPE_ASSETS.items()},
