@@ -24,6 +24,7 @@ import tensorflow as tf
 
 from kerasplm.layers.dropout import Dropout
 from kerasplm.models.base import Task
+from kerasplm.models.bert_tasks import logits_for_texts
 from kerasplm.models.gpt import GPTBackbone
 from kerasplm.text.gpt_inputs import SPECIAL_TOKENS, TASK_TYPES
 
@@ -138,14 +139,7 @@ class GPTClassifier(Task):
 
     def predict_texts(self, texts, pairs=None, batch_size=64):
         """Probabilities ``(N, C)`` (multiple choice: over the answers; ``pairs`` = the answers ``[N][K]``)."""
-        if self.preprocessor is None:
-            raise ValueError("predict_texts needs a preprocessor (GPTClassifier(..., preprocessor=...))")
-        outputs = []
-        for start in range(0, len(texts), batch_size):
-            chunk = tf.constant(list(texts[start:start + batch_size]), tf.string)
-            pair = None if pairs is None else tf.constant(list(pairs[start:start + batch_size]), tf.string)
-            outputs.append(tf.nn.softmax(self(self.preprocessor(chunk, pair), training=False)).numpy())
-        return tf.concat(outputs, 0).numpy() if outputs else tf.zeros((0, self.num_labels)).numpy()
+        return tf.nn.softmax(logits_for_texts(self, texts, pairs, batch_size)).numpy()
 
     def get_config(self):
         return {**super().get_config(), "num_labels": self.num_labels, "task_type": self.task_type,
