@@ -39,8 +39,10 @@ def classifier(parts, task_type, num_labels=2, lm_weight=0.5):
 
 
 def real_rows(inputs):
-    return [list(ids[mask == 1]) for ids, mask in zip(inputs["token_ids"].numpy().reshape(-1, inputs["token_ids"].shape[-1]),
-                                                      inputs["padding_mask"].numpy().reshape(-1, inputs["token_ids"].shape[-1]))]
+    """The real tokens of every packed sequence (rows of [B, L] or [B, K, L] inputs, in order)."""
+    width = inputs["token_ids"].shape[-1]
+    ids, masks = (inputs[k].numpy().reshape(-1, width) for k in ("token_ids", "padding_mask"))
+    return [list(row[mask == 1]) for row, mask in zip(ids, masks)]
 
 
 def test_input_transformations(parts):

@@ -74,8 +74,8 @@ def learned(data):
 def pair_run(data):
     """Entailment-style pairs from the command line, from a GPT-2-style run (BPE) with fresh weights (--random-init)."""
     out = str(data["root"] / "pairs")
-    assert main(["finetune", "gpt-classifier", "--train", data["pairs"], "--init", data["init_bpe"], "--task", "entailment",
-                 "--text-col", "a", "--pair-col", "b", "--steps", "3", "--batch-size", "8", "--max-length", "32",
+    assert main(["finetune", "gpt-classifier", "--train", data["pairs"], "--init", data["init_bpe"],
+                 "--task", "entailment", "--text-col", "a", "--pair-col", "b", "--steps", "3", "--batch-size", "8", "--max-length", "32",
                  "--random-init", "--quiet", "--out", out]) == 0
     return out
 
