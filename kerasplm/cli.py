@@ -109,6 +109,7 @@ def build_parser():
     finetune_tasks = _add_finetune_parser(commands)
     _add_finetune_tagger_parser(finetune_tasks)
     _add_finetune_simcse_parser(finetune_tasks)
+    _add_finetune_gpt_parser(finetune_tasks)
     return parser
 
 
@@ -337,10 +338,11 @@ def _add_bert_export_parsers(families):
                                          "-> `embedding` vectors, pooled and normalized as the run records.")
     add_embedder_arguments(em)
     em.set_defaults(handler=_export_embedder)
-    ec = families.add_parser("classifier", help="export a fine-tuned BERT classifier run",
-                             description="Export a `kerasplm finetune bert-classifier` run: `text` (and `text_pair` "
-                                         "for a pair model) strings -> `probabilities` and `label` names.")
-    add_export_target_arguments(ec, "a BERT classifier (kerasplm finetune bert-classifier)")
+    ec = families.add_parser("classifier", help="export a fine-tuned BERT or GPT classifier run",
+                             description="Export a `kerasplm finetune bert-classifier` or `gpt-classifier` run: `text` "
+                                         "(and `text_pair` for a pair model) strings -> `probabilities` and `label` "
+                                         "names.")
+    add_export_target_arguments(ec, "a classifier (kerasplm finetune bert-classifier / gpt-classifier)")
     ec.set_defaults(handler=_export_classifier)
 
 
@@ -659,6 +661,28 @@ def _export_tagger(args):
     path = export_tagger(tagger.model, tagger.preprocessor, tagger.labels, args.to, version=args.version,
                          overwrite=args.overwrite)
     print(f"exported {path}")
+    return 0
+
+
+# ---- GPT-1 fine-tuning: `finetune gpt-classifier` (kerasplm.tasks.gpt_finetune) ----
+def _add_finetune_gpt_parser(tasks):
+    from kerasplm.tasks.gpt_finetune import GPTClassifierOptions
+    from kerasplm.tasks.options import add_options_to_parser
+
+    gc = tasks.add_parser(
+        "gpt-classifier", help="GPT-1 fine-tuning: classification, entailment or similarity on a GPT run",
+        description="Fine-tune a GPT run (--init: kerasplm train gpt / convert gpt2) as GPT-1 did: start/delim/extract "
+                    "tokens, a linear head on the extract token, task loss + λ·LM loss. Prints the dev accuracy, F1 "
+                    "and MCC and writes them to metrics.json. Rerun the same command to resume.")
+    add_options_to_parser(gc, GPTClassifierOptions)
+    gc.add_argument("--out", required=True, help="run directory (an existing run is resumed)")
+    gc.set_defaults(handler=_finetune_gpt_classifier)
+
+
+def _finetune_gpt_classifier(args):
+    from kerasplm.tasks.gpt_finetune import GPTClassifierOptions, finetune_gpt_classifier
+
+    _run_training_job(args, GPTClassifierOptions, finetune_gpt_classifier)
     return 0
 
 

@@ -1,4 +1,6 @@
-"""Export a fine-tuned BERT classifier (``kerasplm finetune bert-classifier``) as a SavedModel: strings in, labels out.
+"""Export a fine-tuned classifier as a SavedModel: strings in, labels out. Runs of ``kerasplm finetune
+bert-classifier`` (family ``bert_classifier``) and of ``kerasplm finetune gpt-classifier`` (``gpt_classifier``: GPT-1's
+input transformations, :mod:`kerasplm.text.gpt_inputs`) give the same signature.
 
 ``serving_default``: ``text`` tf.string [None] (and ``text_pair`` tf.string [None] when the model was trained on
 sentence pairs) -> ``probabilities`` float32 [None, C] (softmax over the classes, in the order of ``labels`` in
@@ -7,8 +9,9 @@ regression model (``num_labels == 1``) answers ``score`` float32 [None] instead.
 
 >>> path = export_classifier("runs/sst2", "export/sst2")        # -> "export/sst2/1"
 
-Tokenization and packing are the training's :class:`kerasplm.text.BertPreprocessor` (same cut at
-``max_length``), padded to the longest row of each request. Variable tracking, metadata and the atomic
+Tokenization and packing are the training's preprocessor (:class:`kerasplm.text.BertPreprocessor`, or
+:class:`kerasplm.text.gpt_inputs.GPTClassifierPreprocessor`; same cut at ``max_length``), padded to the longest row
+of each request. Variable tracking, metadata and the atomic
 versioned save are :mod:`kerasplm.export.base`'s.
 """
 import tensorflow as tf
@@ -17,19 +20,25 @@ from kerasplm.export.base import ExportModule, save_version
 from kerasplm.text.bert_tokenizer import BertPreprocessor
 
 FAMILY = "bert_classifier"
+CLASSIFIER_FAMILIES = (FAMILY, "gpt_classifier")
 _TEXT = tf.TensorSpec([None], tf.string, name="text")
 _PAIR = tf.TensorSpec([None], tf.string, name="text_pair")
 
 
 class ClassifierModule(ExportModule):
-    """The exported classifier: :class:`kerasplm.models.bert_tasks.BertClassifier` + preprocessor + label names."""
+    """The exported classifier: a classifier task (``model(preprocessor(text[, text_pair])) -> logits``) +
+    preprocessor + label names. ``classifier.preprocessor`` is a ``BertPreprocessor`` or anything with
+    ``with_padding(False)`` (a copy padding each batch to its longest row); ``family`` names the run's family."""
 
     family = FAMILY
 
-    def __init__(self, classifier, labels, pair_input=False):
-        super().__init__(classifier, name="classifier")
-        self.preprocessor = BertPreprocessor(classifier.preprocessor.tokenizer, classifier.preprocessor.sequence_length,
-                                             pad_to_length=False)
+    def __init__(self, classifier, labels, pair_input=False, family=FAMILY):
+        super().__init__(classifier, family=family, name="classifier")
+        if isinstance(classifier.preprocessor, BertPreprocessor):
+            self.preprocessor = BertPreprocessor(classifier.preprocessor.tokenizer,
+                                                 classifier.preprocessor.sequence_length, pad_to_length=False)
+        else:
+            self.preprocessor = classifier.preprocessor.with_padding(False)
         self.regression = classifier.num_labels == 1
         if not self.regression and len(labels) != classifier.num_labels:
             raise ValueError(f"{len(labels)} label names for a model of {classifier.num_labels} classes")
@@ -55,10 +64,14 @@ class ClassifierModule(ExportModule):
 
 def export_classifier(run_dir, model_base_path, version=None, overwrite=False):
     """Export the classifier run ``run_dir`` to ``model_base_path/<version>/``; returns the version directory."""
-    from kerasplm.tasks.bert_finetune import load_bert_classifier
+    from kerasplm.tasks.run_dir import RunDir, load_run
 
-    classifier = load_bert_classifier(run_dir)
-    module = ClassifierModule(classifier, classifier.labels, pair_input=classifier.pair_input)
+    family = RunDir(run_dir).read_config()["family"]
+    if family not in CLASSIFIER_FAMILIES:
+        raise ValueError(f"{run_dir} is a {family!r} run, not a classifier ({', '.join(CLASSIFIER_FAMILIES)}: "
+                         f"kerasplm finetune bert-classifier / gpt-classifier)")
+    classifier = load_run(run_dir)
+    module = ClassifierModule(classifier, classifier.labels, pair_input=classifier.pair_input, family=family)
     metadata = {"labels": list(classifier.labels), "regression": module.regression, "pair_input": module.pair_input,
                 "sequence_length": module.preprocessor.sequence_length}
     return save_version(module, model_base_path, version=version, overwrite=overwrite, metadata=metadata)

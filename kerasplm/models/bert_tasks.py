@@ -88,18 +88,24 @@ class BertClassifier(Task):
 
     def predict_texts(self, texts, pairs=None, batch_size=64):
         """Class probabilities ``(N, C)`` (regression: values ``(N,)``) for lists of strings, via the preprocessor."""
-        if self.preprocessor is None:
-            raise ValueError("predict_texts needs a preprocessor (BertClassifier(..., preprocessor=...))")
-        outputs = []
-        for start in range(0, len(texts), batch_size):
-            chunk = tf.constant(list(texts[start:start + batch_size]), tf.string)
-            pair = None if pairs is None else tf.constant(list(pairs[start:start + batch_size]), tf.string)
-            outputs.append(self(self.preprocessor(chunk, pair), training=False).numpy())
-        logits = np.concatenate(outputs) if outputs else np.zeros((0, self.num_labels), np.float32)
+        logits = logits_for_texts(self, texts, pairs, batch_size)
         return logits[:, 0] if self.is_regression else tf.nn.softmax(logits).numpy()
 
     def get_config(self):
         return {**super().get_config(), "num_labels": self.num_labels, "dropout": self.dropout_rate}
+
+
+def logits_for_texts(task, texts, pairs=None, batch_size=64):
+    """``task(task.preprocessor(texts[, pairs]))`` in batches of ``batch_size`` strings -> numpy float32 logits
+    ``(N, C)`` (``(0, task.num_labels)`` for no text). Every classifier task's ``predict_texts`` uses it."""
+    if task.preprocessor is None:
+        raise ValueError(f"predict_texts needs a preprocessor ({type(task).__name__}(..., preprocessor=...))")
+    outputs = []
+    for start in range(0, len(texts), batch_size):
+        chunk = tf.constant(list(texts[start:start + batch_size]), tf.string)
+        pair = None if pairs is None else tf.constant(list(pairs[start:start + batch_size]), tf.string)
+        outputs.append(task(task.preprocessor(chunk, pair), training=False).numpy())
+    return np.concatenate(outputs) if outputs else np.zeros((0, task.num_labels), np.float32)
 
 
 def classification_metrics(labels, predictions, num_labels):

@@ -250,16 +250,8 @@ def finetune_bert_classifier(out, options=None, log=print, **overrides):
     ``steps`` and ``time_budget`` it trains ``epochs`` epochs. The summary (also ``metrics.json``) has the
     training figures and ``dev`` (accuracy, F1, MCC), and "classifier" is the trained :class:`BertClassifier`.
     """
-    run = RunDir(out)
-    stored = run.read_config(family=FAMILY, what="BERT classifier")["options"] if run.exists() else None
-    planned_options, _ = resolve_options(BertClassifierOptions, options, overrides, stored=stored, where=out)
-    if planned_options.train is None:
-        raise ValueError("give the training file (train / --train)")
-    texts, pairs, raw_labels = _read(planned_options, planned_options.train, planned_options.max_examples)
-    planned = max(1, math.ceil(planned_options.epochs * len(texts) / planned_options.batch_size))
-    overrides = dict(overrides)
-    if planned_options.steps is None and planned_options.time_budget is None:
-        overrides["steps"] = planned
+    (texts, pairs, raw_labels), planned, overrides = plan_epochs(out, FAMILY, BertClassifierOptions, options,
+                                                                 overrides, "BERT classifier")
     run, o, config, previous_history = open_run(out, FAMILY, BertClassifierOptions, options, overrides,
                                                 what="BERT classifier", check_config=_model_parts)
     regression = o.task == "regression"
@@ -289,9 +281,24 @@ def finetune_bert_classifier(out, options=None, log=print, **overrides):
         backbone = BertBackbone.from_config_object(backbone_config)    # weights come from the run's checkpoint
         tokenizer = BertTokenizer(run.asset(config, "vocab"), lower_case=bool(config["options"].get("lower_case")))
     preprocessor = BertPreprocessor(tokenizer, o.max_length)
+    train_ds, dev_ds = classification_datasets(o, preprocessor, (texts, pairs, raw_labels), labels, regression, log)
+    total_steps = max(planned, o.steps or 0)
+    trainer = Trainer(
+        model=lambda: BertClassifier(backbone, num_labels, preprocessor=preprocessor, dropout=o.dropout),
+        optimizer=lambda: make_optimizer(o, total_steps, backbone.config.num_layers),
+        compute_loss=BertClassifier.trainer_loss, jit_compile=o.jit_compile, clip_norm=1.0,
+        checkpoint_dir=run.checkpoint_dir, checkpoint_every=500, log_dir=run.log_dir, seed=o.seed, verbose=o.verbose)
+    return fit_and_score(run, trainer, previous_history, train_ds, o, total_steps, labels, pairs is not None, dev_ds,
+                         regression, num_labels, log)
+
+
+def classification_datasets(o, preprocessor, examples, labels, regression, log):
+    """``(train_ds () -> dataset, dev_ds or None)`` of a classification job's options ``o``; ``examples`` are the
+    training file's ``(texts, pairs, raw labels)``, ``labels`` the class names."""
+    texts, pairs, raw_labels = examples
     train_labels = _label_ids(o.train, raw_labels, labels, regression)
     log(f"data: {len(texts)} training examples ({'pairs' if pairs is not None else 'single texts'}), "
-        f"{'regression' if regression else f'{num_labels} labels: ' + ', '.join(labels)}")
+        f"{'regression' if regression else f'{len(labels)} labels: ' + ', '.join(labels)}")
 
     def train_ds():
         return make_classification_dataset(preprocessor, texts, pairs, train_labels, o.batch_size, shuffle=True,
@@ -302,16 +309,34 @@ def finetune_bert_classifier(out, options=None, log=print, **overrides):
         dev_texts, dev_pairs, dev_raw = _read(o, o.dev)
         dev_ds = make_classification_dataset(preprocessor, dev_texts, dev_pairs,
                                              _label_ids(o.dev, dev_raw, labels, regression), o.eval_batch_size)
-    total_steps = max(planned, o.steps or 0)
-    trainer = Trainer(
-        model=lambda: BertClassifier(backbone, num_labels, preprocessor=preprocessor, dropout=o.dropout),
-        optimizer=lambda: make_optimizer(o, total_steps, backbone.config.num_layers),
-        compute_loss=BertClassifier.trainer_loss, jit_compile=o.jit_compile, clip_norm=1.0,
-        checkpoint_dir=run.checkpoint_dir, checkpoint_every=500, log_dir=run.log_dir, seed=o.seed, verbose=o.verbose)
+    return train_ds, dev_ds
+
+
+def plan_epochs(out, family, options_cls, options, overrides, what):
+    """What a classification job knows before :func:`open_run`: ``(the training examples (texts, pairs, labels),
+    the steps of options.epochs epochs, overrides)``; with neither steps nor time_budget, ``overrides`` gain
+    ``steps`` = those steps. (Shared with :mod:`kerasplm.tasks.gpt_finetune`.)"""
+    run = RunDir(out)
+    stored = run.read_config(family=family, what=what)["options"] if run.exists() else None
+    planned_options, _ = resolve_options(options_cls, options, overrides, stored=stored, where=out)
+    if planned_options.train is None:
+        raise ValueError("give the training file (train / --train)")
+    examples = _read(planned_options, planned_options.train, planned_options.max_examples)
+    planned = max(1, math.ceil(planned_options.epochs * len(examples[0]) / planned_options.batch_size))
+    overrides = dict(overrides)
+    if planned_options.steps is None and planned_options.time_budget is None:
+        overrides["steps"] = planned
+    return examples, planned, overrides
+
+
+def fit_and_score(run, trainer, previous_history, train_ds, o, total_steps, labels, pair_input, dev_ds, regression,
+                  num_labels, log):
+    """A classification job's end: fit, score ``dev_ds`` (accuracy/F1/MCC, or MSE/Pearson), write metrics.json;
+    returns the summary with "classifier" = the trained model (``labels``, ``pair_input`` set on it)."""
     history, train_seconds = fit_recorded(run, trainer, previous_history, train_ds, o, log_every=25)
     log(f"trained to step {trainer.step} of {total_steps} planned ({trainer.stop_reason}) in {train_seconds:.0f}s")
     model = trainer.model
-    model.labels, model.pair_input = labels, pairs is not None
+    model.labels, model.pair_input = labels, pair_input
     summary = training_summary(trainer, history, train_seconds)
     summary.update(planned_steps=total_steps, labels=labels)
     if trainer.stop_reason != "sigterm" and dev_ds is not None:
