@@ -1,17 +1,15 @@
 """`finetune gpt-classifier` on a toy sentiment task from tiny GPT runs as `train gpt` (SentencePiece) and `convert
 gpt2` (GPT-2's BPE) write them: the run directory (grown vocabulary, tokenizer copied), dev metrics equal to the
-loaded model's, exact resume, entailment pairs from the CLI with --random-init, and the classifier export (isolated
+loaded model's, entailment pairs from the CLI with --random-init, and the classifier export (isolated
 load, bad-input battery, same answers as in process)."""
+import dataclasses
 import json
 import os
-
-import numpy as np
-import pytest
-
-import dataclasses
 import shutil
 
 import keras
+import numpy as np
+import pytest
 import tensorflow as tf
 
 from kerasplm.cli import main
@@ -100,16 +98,6 @@ def test_run_directory_and_dev_metrics(data, learned):
     predicted = model.predict_texts(texts).argmax(-1)
     assert metrics["dev"] == classification_metrics([NAMES.index(y) for y in labels], predicted, 2)
     assert metrics["dev"]["accuracy"] >= 0.75, metrics["dev"]
-
-
-def test_resume_is_exact(data, learned):
-    out = str(data["root"] / "resumed")
-    options = dict(train=data["train"], dev=data["dev"], init=data["init"], **JOB)
-    finetune_gpt_classifier(out, steps=10, **options)
-    summary = finetune_gpt_classifier(out, steps=20, **options)
-    assert summary["dev"] == learned[1]["dev"]
-    for a, b in zip(load_gpt_classifier(out).weights, load_gpt_classifier(learned[0]).weights):
-        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6, err_msg=a.path)
 
 
 def test_pairs_from_the_cli_with_fresh_weights(data, pair_run):
