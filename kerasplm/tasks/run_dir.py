@@ -43,7 +43,8 @@ _LOADERS = {"transformer_translator": "kerasplm.tasks.translation:load_translato
             "bert": "kerasplm.convert.bert:load_bert_run",
             "elmo": "kerasplm.tasks.elmo:load_elmo_from_run",
             "bert_classifier": "kerasplm.tasks.bert_finetune:load_bert_classifier_run",
-            "bert_tagger": "kerasplm.tasks.bert_tagger_job:load_bert_tagger"}
+            "bert_tagger": "kerasplm.tasks.bert_tagger_job:load_bert_tagger",
+            "bert_qa": "kerasplm.tasks.bert_qa_job:load_bert_qa"}
 
 
 class RunDirError(ValueError):
