@@ -187,7 +187,7 @@ class QuestionAnswerPreprocessor(Preprocessor):
 def _filled(lengths, value):
     """A RaggedTensor [N, (lengths)] holding ``value`` (int64 or bool) everywhere."""
     values = tf.fill([tf.reduce_sum(lengths)], tf.constant(value, tf.bool if isinstance(value, bool) else tf.int64))
-    return tf.RaggedTensor.from_row_lengths(values, lengths)
+    return tf.RaggedTensor.from_row_lengths(values, lengths, validate=False)
 
 
 def decode_answers(context, features, start_logits, end_logits, max_answer_length=30, n_best=20):

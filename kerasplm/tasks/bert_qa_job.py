@@ -100,8 +100,8 @@ class BertQA:
         """Lists of strings -> ``{"answer": [str], "start", "end" (character offsets), "score"}`` (numpy)."""
         if len(questions) != len(contexts):
             raise ValueError(f"{len(questions)} questions for {len(contexts)} contexts")
-        parts = [self._answer(tf.constant(questions[i:i + batch_size], tf.string, shape=[None]),
-                              tf.constant(contexts[i:i + batch_size], tf.string, shape=[None]))
+        parts = [self._answer(tf.constant(list(questions[i:i + batch_size]), tf.string),
+                              tf.constant(list(contexts[i:i + batch_size]), tf.string))
                  for i in range(0, len(questions), batch_size)]
         out = {k: np.concatenate([p[k].numpy() for p in parts]) if parts else np.zeros([0])
                for k in ("answer", "start", "end", "score")}
@@ -111,12 +111,12 @@ class BertQA:
 
 def make_qa_features(preprocessor, examples, chunk=256):
     """Training windows of ``examples`` (each with its first answer) as a dict of int32 numpy arrays ``(W, L)``
-    / ``(W,)``: the model inputs and ``start_positions``/``end_positions``."""
-    build = tf.function(preprocessor.__call__, autograph=False)
+    / ``(W,)``: the model inputs and ``start_positions``/``end_positions``. Eager: tracing the ragged window
+    arithmetic costs more than running it once over a SQuAD-sized file."""
     parts = []
     for i in range(0, len(examples), chunk):
         part = examples[i:i + chunk]
-        features = build(tf.constant([e.question for e in part]), tf.constant([e.context for e in part]),
+        features = preprocessor(tf.constant([e.question for e in part]), tf.constant([e.context for e in part]),
                          tf.constant([e.answers[0].start for e in part], tf.int64),
                          tf.constant([e.answers[0].end for e in part], tf.int64))
         parts.append({k: features[k].numpy().astype(np.int32) for k in INPUT_KEYS + LABEL_KEYS})
