@@ -33,6 +33,7 @@ __all__ = ["BertQuestionAnswerer", "QuestionAnswerPreprocessor", "decode_answers
 INPUT_KEYS = ("token_ids", "segment_ids", "padding_mask")
 NO_SPAN = -1          # the character offset of positions that are not context ([CLS], question, [SEP], padding)
 _NEG = -1e9           # logits of positions that cannot be chosen
+_PADDING = {"token_start": NO_SPAN, "token_end": NO_SPAN, "max_context": False}
 
 
 @keras.saving.register_keras_serializable(package="kerasplm")
@@ -162,6 +163,12 @@ class QuestionAnswerPreprocessor(Preprocessor):
                "token_end": around(windowed(char_ends.flat_values), NO_SPAN).to_tensor(NO_SPAN, shape=shape),
                "max_context": around(flat_index.with_flat_values(is_max), False).to_tensor(False, shape=shape),
                "example_index": example}
+        if not self.pad_to_length:
+            # Every window holds [CLS] [SEP] [SEP]; only an empty batch is narrower ([0, 0]): widen it so that the
+            # model's position slicing stays well defined.
+            out = {k: v if k == "example_index" else tf.pad(v, [[0, 0], [0, tf.maximum(0, 3 - tf.shape(v)[1])]],
+                                                            constant_values=_PADDING.get(k, 0))
+                   for k, v in out.items()}
         if answer_start is not None:
             out.update(self._answer_positions(char_starts, char_ends, answer_start, answer_end, example, first,
                                               length, question_length))
