@@ -640,6 +640,7 @@ def _export_tagger(args):
 
 # ---- BERT question answering: `finetune bert-qa`, `export qa` ----
 def _add_qa_parsers(commands):
+    from kerasplm.export.embedder import add_export_target_arguments
     from kerasplm.tasks.bert_qa_job import BertQAOptions
     from kerasplm.tasks.options import add_options_to_parser
 
@@ -655,10 +656,7 @@ def _add_qa_parsers(commands):
     ex = subparsers["export"].add_parser("qa", help="export a BERT question answering run",
                                          description="Export a `finetune bert-qa` run: question + context strings "
                                                      "-> answer, start/end character offsets, score.")
-    ex.add_argument("--run", required=True, help="run directory written by `kerasplm finetune bert-qa`")
-    ex.add_argument("--to", required=True, help="model base path")
-    ex.add_argument("--version", type=_positive_int, help="version number (default: next free)")
-    ex.add_argument("--overwrite", action="store_true", help="replace an existing version")
+    add_export_target_arguments(ex, "a BERT question answerer (kerasplm finetune bert-qa)")
     ex.set_defaults(handler=_export_qa)
 
 

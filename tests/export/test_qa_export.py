@@ -10,7 +10,7 @@ from kerasplm.cli import main
 from kerasplm.export.base import read_metadata
 from kerasplm.tasks.run_dir import load_run
 from tests.export.contract import check_bad_inputs, run_isolated
-from tests.serving.client import predict
+from tests.serving.client import http
 from tests.tasks.test_bert_qa_job import qa_run  # noqa: F401 (session fixture)
 
 QUESTIONS = ["Where does John live?", "Where does Anna sleep?", "who works in london", "", "Where?"]
@@ -55,8 +55,9 @@ def test_served(exported):
     server = serving.ModelServer(os.path.dirname(path), "qa", port=0, quiet=True)
     server.start()
     try:
-        status, body = predict(f"{server.url}/v1/models/qa", {"instances": [
-            {"question": q, "context": c} for q, c in zip(QUESTIONS[:2], CONTEXTS[:2])]})
+        # a long timeout: the first request runs the model's first call (slow on a loaded 2-core machine)
+        status, body = http("POST", f"{server.url}/v1/models/qa:predict", {"instances": [
+            {"question": q, "context": c} for q, c in zip(QUESTIONS[:2], CONTEXTS[:2])]}, timeout=300)
     finally:
         server.stop()
     assert status == 200, body
