@@ -5,13 +5,14 @@ import json
 import pytest
 
 from kerasplm.cli import main
-from kerasplm.tasks.bert_qa_job import BertQA, _examples, BertQAOptions, finetune_bert_qa
+from kerasplm.tasks.bert_qa_job import BertQA, BertQAOptions, _examples, finetune_bert_qa
 from kerasplm.tasks.run_dir import load_run
 from tests.tasks.qa_toy import make_init_run, write_squad
 
 # One question per context: a tiny model learns these three spans in a few steps.
 DISTINCT = [("A", "John lives in Paris.", [("Where does John live?", "Paris")]),
-            ("B", "Anna sleeps in the city of New York, and John works in Rome.", [("Where does Anna sleep?", "New York")]),
+            ("B", "Anna sleeps in the city of New York, and John works in Rome.",
+             [("Where does Anna sleep?", "New York")]),
             ("C", "Mary works in London and sleeps in Oslo.", [("Who works in London?", "Mary")])]
 SMALL = dict(sequence_length=24, doc_stride=4, max_query_length=8)
 
