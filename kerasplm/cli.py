@@ -110,6 +110,8 @@ def build_parser():
     _add_finetune_tagger_parser(finetune_tasks)
     _add_finetune_simcse_parser(finetune_tasks)
     _add_finetune_gpt_parser(finetune_tasks)
+    _add_finetune_tagger_parser(_add_finetune_parser(commands))
+    _add_qa_parsers(commands)
     return parser
 
 
@@ -683,6 +685,44 @@ def _finetune_gpt_classifier(args):
     from kerasplm.tasks.gpt_finetune import GPTClassifierOptions, finetune_gpt_classifier
 
     _run_training_job(args, GPTClassifierOptions, finetune_gpt_classifier)
+# ---- BERT question answering: `finetune bert-qa`, `export qa` ----
+def _add_qa_parsers(commands):
+    from kerasplm.export.embedder import add_export_target_arguments
+    from kerasplm.tasks.bert_qa_job import BertQAOptions
+    from kerasplm.tasks.options import add_options_to_parser
+
+    subparsers = {name: next(a for a in commands.choices[name]._actions if isinstance(a, argparse._SubParsersAction))
+                  for name in ("finetune", "export")}
+    qa = subparsers["finetune"].add_parser(
+        "bert-qa", help="extractive question answering (SQuAD v1.1 JSON) on a BERT run",
+        description="Fine-tune a BERT run (--init) on SQuAD v1.1 files; prints the held-out exact match and F1 "
+                    "(--dev, or --holdout-fraction of --train's articles) and writes them to metrics.json. Resumable.")
+    add_options_to_parser(qa, BertQAOptions)
+    qa.add_argument("--out", required=True, help="run directory (an existing run is resumed)")
+    qa.set_defaults(handler=_finetune_bert_qa)
+    ex = subparsers["export"].add_parser("qa", help="export a BERT question answering run",
+                                         description="Export a `finetune bert-qa` run: question + context strings "
+                                                     "-> answer, start/end character offsets, score.")
+    add_export_target_arguments(ex, "a BERT question answerer (kerasplm finetune bert-qa)")
+    ex.set_defaults(handler=_export_qa)
+
+
+def _finetune_bert_qa(args):
+    from kerasplm.tasks.bert_qa_job import BertQAOptions, finetune_bert_qa
+
+    _run_training_job(args, BertQAOptions, finetune_bert_qa)
+    return 0
+
+
+def _export_qa(args):
+    from kerasplm.export.qa import export_qa
+    from kerasplm.tasks.bert_qa_job import BertQA
+    from kerasplm.tasks.run_dir import load_run
+
+    qa = load_run(args.run)
+    if not isinstance(qa, BertQA):
+        raise ValueError(f"{args.run} is not a BERT question answering run (written by `kerasplm finetune bert-qa`)")
+    print(f"exported {export_qa(qa, args.to, version=args.version, overwrite=args.overwrite)}")
     return 0
 
 

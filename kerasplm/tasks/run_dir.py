@@ -45,7 +45,8 @@ _LOADERS = {"transformer_translator": "kerasplm.tasks.translation:load_translato
             "bert_classifier": "kerasplm.tasks.bert_finetune:load_bert_classifier_run",
             "bert_tagger": "kerasplm.tasks.bert_tagger_job:load_bert_tagger",
             "bert_simcse": "kerasplm.tasks.bert_simcse_job:load_bert_simcse_run",
-            "gpt_classifier": "kerasplm.tasks.gpt_finetune:load_gpt_classifier_run"}
+            "gpt_classifier": "kerasplm.tasks.gpt_finetune:load_gpt_classifier_run",
+            "bert_qa": "kerasplm.tasks.bert_qa_job:load_bert_qa"}
 
 
 class RunDirError(ValueError):

@@ -46,6 +46,7 @@ _CJK = (r"[\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{20000}-\x{2A6DF}\x{2A700}-\x{2B7
 # _is_punctuation: every non-alphanumeric ASCII character, and the Unicode punctuation categories.
 _PUNCTUATION = r"[!-/:-@\[-`{-~]|\p{P}"
 _WHITESPACE = r"\p{Z}+"   # after the clean-up: the space, U+2028 and U+2029 (str.split splits on them too)
+_RAW_WHITESPACE = r"[\t\n\r\p{Z}]+"   # the same separators before the clean-up turns them into spaces
 
 
 def _literal(token):
@@ -102,9 +103,10 @@ class BertTokenizer(WordPieceTokenizer):
         (Done before anything else: tensorflow-text's regex_split stops at a NUL character.)"""
         return tf.strings.regex_replace(tf.strings.regex_replace(strings, _WHITESPACE_TO_SPACE, " "), _REMOVED, "")
 
-    def normalize(self, text):
-        """Steps 3-5 of the module docstring on cleaned text of any shape."""
-        if self.tokenize_chinese_chars:
+    def normalize(self, text, space_cjk=True):
+        """Steps 3-5 of the module docstring on cleaned text of any shape (``space_cjk=False``: without step 3,
+        for text already cut at the ideographs)."""
+        if self.tokenize_chinese_chars and space_cjk:
             text = tf.strings.regex_replace(text, f"({_CJK})", r" \1 ")
         text = tf_text.normalize_utf8(text, "NFC")
         if self.lower_case:
@@ -137,6 +139,60 @@ class BertTokenizer(WordPieceTokenizer):
         too_long = tf.strings.length(words.flat_values, unit="UTF8_CHAR") > self.max_chars_per_word
         capped = words.with_flat_values(tf.where(too_long, self.unk_token, words.flat_values))   # -> [UNK]
         return self._tokenizer.tokenize(capped).merge_dims(-2, -1)             # [B, (words), (pieces)] merged
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
+    def tokenize_with_offsets(self, strings):
+        """Strings [B] -> ``(ids, starts, ends)``, int64 RaggedTensors [B, (pieces)]: the ids of :meth:`tokenize`
+        and each piece's character span ``[start, end)`` in its string (Unicode code points of the string with
+        invalid UTF-8 replaced by U+FFFD, one per bad byte sequence, as the tagger export counts them).
+
+        The raw text is cut into the basic tokenizer's words first (at whitespace, punctuation, CJK ideographs
+        and written special tokens: the same cuts :meth:`words` makes after normalizing) and each word is
+        normalized on its own, so every piece stays inside its word's span. A piece's span is its exact
+        characters when normalization kept the word's length (lower case, stripped accents of composed
+        letters: ``"Café"`` -> ``caf`` [0, 3), ``##e`` [3, 4)); otherwise (a length change, a word turned into
+        ``[UNK]``) every piece of the word spans the whole word. The ids equal :meth:`tokenize`'s
+        (``tests/text/test_bert_tokenizer.py`` checks it on the edge cases).
+        """
+        strings = sanitize_utf8(strings)
+        keep = [_PUNCTUATION] + ([_CJK] if self.tokenize_chinese_chars else [])
+        if self._special_pattern is not None:
+            keep.insert(0, self._special_pattern)          # leftmost alternative wins: "[MASK]" before "["
+        keep = "|".join(keep)
+        words, byte_starts, byte_ends = tf_text.regex_split_with_offsets(
+            strings, f"{keep}|{_RAW_WHITESPACE}", keep)                  # [B, (words)] of the raw text
+        raw = words.flat_values
+        special = (tf.strings.regex_full_match(raw, self._special_pattern) if self._special_pattern is not None
+                   else tf.zeros_like(raw, tf.bool))
+        normalized = tf.where(special, raw, self.normalize(self.clean(raw), space_cjk=False))
+        length = tf.cast(tf.strings.length(normalized, unit="UTF8_CHAR"), tf.int64)
+        too_long = length > self.max_chars_per_word
+        normalized = tf.where(too_long, self.unk_token, normalized)
+        ids, piece_starts, piece_ends = self._tokenizer.tokenize_with_offsets(normalized)  # [words, (pieces)]
+        # A piece's characters within its word, mapped into the text where normalization kept the length.
+        word_starts = _char_offsets(strings, byte_starts).flat_values
+        word_ends = _char_offsets(strings, byte_ends).flat_values
+        exact = ~too_long & tf.equal(length, word_ends - word_starts)
+        per_piece = ids.value_rowids()
+        inside_starts = _char_offsets(normalized, piece_starts).flat_values
+        inside_ends = _char_offsets(normalized, piece_ends).flat_values
+        exact = tf.gather(exact, per_piece)
+        starts = tf.where(exact, tf.gather(word_starts, per_piece) + inside_starts, tf.gather(word_starts, per_piece))
+        ends = tf.where(exact, tf.gather(word_starts, per_piece) + inside_ends, tf.gather(word_ends, per_piece))
+        by_text = [words.with_flat_values(ids.with_flat_values(v)).merge_dims(-2, -1) for v in (ids.flat_values,
+                                                                                                 starts, ends)]
+        return tuple(by_text)
+
+
+def _char_offsets(strings, byte_offsets):
+    """Byte offsets ragged [N, (k)] into ``strings`` [N] (valid UTF-8) -> the same offsets in characters: the
+    number of characters that start before each byte offset (a sorted search over the character starts)."""
+    _, char_starts = tf.strings.unicode_decode_with_offsets(strings, "UTF-8")         # [N, (chars)] byte starts
+    limit = tf.int64.max
+    sorted_starts = char_starts.to_tensor(default_value=limit)
+    values = tf.cast(byte_offsets, tf.int64).to_tensor(default_value=limit)
+    found = tf.searchsorted(sorted_starts, values, side="left")
+    return tf.RaggedTensor.from_tensor(tf.cast(found, tf.int64), lengths=byte_offsets.row_lengths())
 
 
 class BertPreprocessor(Preprocessor):
