@@ -17,3 +17,4 @@ def shared_data():
     if not SHARED_DATA.is_dir():
         pytest.skip(f"shared corpora not present at {SHARED_DATA} (only CI and dev machines have them)")
     return SHARED_DATA
+

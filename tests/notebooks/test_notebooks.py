@@ -80,11 +80,8 @@ def test_notebooks_exist():
     assert {"01_transformer_translation", "02_bert", "03_gpt", "05_export_and_serving"} <= set(_ids(NOTEBOOKS))
 
 
-# Each notebook run is its own xdist group: under `pytest -n 2 --dist loadgroup` (the README's command) the
-# runs, the longest tests of the suite, go to different workers instead of queueing behind each other.
-@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xdist_group(p.stem)) for p in NOTEBOOKS],
-                         ids=_ids(NOTEBOOKS))
-def test_notebook_runs(path, tmp_path, kernel_name, monkeypatch):
+def run_notebook(path, tmp_path, kernel_name, monkeypatch):
+    """Executes ``path`` in ci mode; fails on any cell error or on a process the notebook left running."""
     monkeypatch.setenv("KERASPLM_NOTEBOOK_MODE", "ci")
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
     if SHARED_DATA.is_dir():
@@ -105,6 +102,21 @@ def test_notebook_runs(path, tmp_path, kernel_name, monkeypatch):
                 os.kill(pid, 9)
             assert not alive, f"{path.name} left processes running: {alive}"
     print(f"{path.name}: {time.monotonic() - start:.0f}s in ci mode")
+
+
+def _notebook_run_class(path):
+    def test_runs_top_to_bottom(self, tmp_path, kernel_name, monkeypatch):
+        run_notebook(path, tmp_path, kernel_name, monkeypatch)
+
+    return type(f"TestNotebook_{path.stem}", (), {"test_runs_top_to_bottom": test_runs_top_to_bottom,
+                                                  "__doc__": f"{path.name} runs top to bottom in ci mode."})
+
+
+# One test class per notebook: under `pytest -n 2 --dist loadscope` (the README's command) a class is a unit of
+# its own while the other tests go by file, so the notebook runs, the longest tests of the suite, can go to
+# different workers instead of queueing behind each other.
+for _path in NOTEBOOKS:
+    globals()[f"TestNotebook_{_path.stem}"] = _notebook_run_class(_path)
 
 
 def _draws_plot(source):
