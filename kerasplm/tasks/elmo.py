@@ -286,6 +286,20 @@ def load_elmo_from_run(run, config):
     return Elmo(model, vocab, None, config, int(step.numpy()))
 
 
+def save_bilm_run(bilm, vocab, out, options=None, preset="custom"):
+    """Write run directory ``out`` (family ``elmo``, no softmax) holding ``bilm``'s weights and the word list
+    ``vocab`` (what ``kerasplm convert elmo`` writes; ``load_elmo(out)`` reads it back). Returns the RunDir."""
+    run = RunDir(out)
+    os.makedirs(out, exist_ok=True)
+    write_vocab_file(vocab, run.file(ASSETS["vocab"]))
+    checkpoint = tf.train.Checkpoint(model=tf.train.Checkpoint(backbone=bilm), step=tf.Variable(0, dtype=tf.int64))
+    tf.train.CheckpointManager(checkpoint, run.checkpoint_dir, max_to_keep=1).save()
+    run.write_config(FAMILY, "language_model", preset,
+                     {"bilm": dataclasses.asdict(bilm.config), "vocab_size": None, "num_sampled": 0},
+                     dict(options or {}), assets=ASSETS)
+    return run
+
+
 def load_elmo(run_dir):
     run = RunDir(run_dir)
     return load_elmo_from_run(run, run.read_config(family=FAMILY, what="ELMo"))
