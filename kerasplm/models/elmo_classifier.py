@@ -35,14 +35,17 @@ class ClassifierPreprocessor(tf.Module):
     in ``vocab`` (a list whose entries 0 and 1 are ``<PAD>`` and ``<UNK>``) and their bilm-tf character ids.
 
     Call: ``text`` string ``(batch,)`` [, ``pair`` ignored: single sentences only] ->
-    ``{"word_ids": int32 (batch, n), "char_ids": int32 (batch, n, max_characters)}``, n = longest sentence.
+    ``{"word_ids": int32 (batch, n), "char_ids": int32 (batch, n, max_characters)}``: n is the longest sentence
+    rounded up to a multiple of ``pad_to_multiple`` (at most ``max_length``), so that a training step is traced
+    for a few widths only, not for every batch's own.
     """
 
-    def __init__(self, vocab, max_length=64, max_characters=MAX_CHARACTERS, name=None):
+    def __init__(self, vocab, max_length=64, max_characters=MAX_CHARACTERS, pad_to_multiple=16, name=None):
         super().__init__(name=name)
         if list(vocab[:2]) != [PAD, UNK]:
             raise ValueError(f"the word vocabulary must start with {PAD}, {UNK}; got {list(vocab[:2])}")
         self.vocab, self.max_length, self.max_characters = list(vocab), int(max_length), int(max_characters)
+        self.pad_to_multiple = int(pad_to_multiple)
         self.table = tf.lookup.StaticHashTable(
             tf.lookup.KeyValueTensorInitializer(tf.constant(self.vocab[2:], tf.string),
                                                 tf.range(2, len(self.vocab), dtype=tf.int32)), default_value=1)
@@ -50,7 +53,10 @@ class ClassifierPreprocessor(tf.Module):
     def __call__(self, text, pair=None):
         tokens = tf.strings.split(text)[:, :self.max_length]
         word_ids = tf.ragged.map_flat_values(self.table.lookup, tokens).to_tensor(default_value=0)
-        return {"word_ids": word_ids, "char_ids": sentence_char_ids(tokens, self.max_characters, add_boundaries=False)}
+        char_ids = sentence_char_ids(tokens, self.max_characters, add_boundaries=False)
+        n, m = tf.shape(word_ids)[1], self.pad_to_multiple
+        extra = tf.minimum((n + m - 1) // m * m, self.max_length) - n
+        return {"word_ids": tf.pad(word_ids, [[0, 0], [0, extra]]), "char_ids": tf.pad(char_ids, [[0, 0], [0, extra], [0, 0]])}
 
 
 @keras.saving.register_keras_serializable(package="kerasplm")

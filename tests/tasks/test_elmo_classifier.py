@@ -57,11 +57,14 @@ def test_vocabulary_and_preprocessor(inputs):
     np.testing.assert_array_equal(inputs["word_ids"], [[8, 5, 6, 0, 0], [3, 4, 1, 7, 2]])
     assert inputs["char_ids"].shape == (2, 5, 50)
     assert (inputs["char_ids"][0, 3:] == 0).numpy().all() and (inputs["char_ids"][1] > 0).numpy().any(-1).all()
+    padded = ClassifierPreprocessor(["<PAD>", "<UNK>", "a"], max_length=40, pad_to_multiple=4)(tf.constant(["a b a a x"]))
+    np.testing.assert_array_equal(padded["word_ids"], [[2, 1, 2, 2, 1, 0, 0, 0]])   # width 5 -> 8
+    assert padded["char_ids"].shape == (1, 8, 50) and not padded["char_ids"][0, 5:].numpy().any()
     with pytest.raises(ValueError, match="must start with <PAD>, <UNK>"):
         ClassifierPreprocessor(["a", "b"])
 
 
-@pytest.mark.parametrize("num_mixes", [0, 1, 2])
+@pytest.mark.parametrize("num_mixes", [0, 2])
 def test_shapes_and_what_trains(bilm, inputs, num_mixes):
     embedder = ElmoEmbedder(bilm, num_mixes=num_mixes) if num_mixes else None
     model = ElmoClassifier(9, 3, embedder=embedder, embedding_dim=4, lstm_units=5, dropout=0.0)
@@ -99,9 +102,9 @@ def job(bilm, tmp_path_factory):
     elmo = save_bilm_run(bilm, ["<S>", "</S>", "<UNK>"], str(root / "elmo")).path
     quiet = dict(log=lambda *_: None)
     resumed, straight = str(root / "resumed"), str(root / "straight")
-    first = finetune_elmo_classifier(resumed, steps=2, elmo=elmo, elmo_at_output=True, **data, **TINY, **quiet)
+    first = finetune_elmo_classifier(resumed, steps=2, elmo=elmo, **data, **TINY, **quiet)
     second = finetune_elmo_classifier(resumed, steps=4, verbose=0, **quiet)
-    whole = finetune_elmo_classifier(straight, steps=4, elmo=elmo, elmo_at_output=True, **data, **TINY, **quiet)
+    whole = finetune_elmo_classifier(straight, steps=4, elmo=elmo, **data, **TINY, **quiet)
     return {"root": root, "data": data, "first": first, "second": second, "whole": whole, "straight": straight}
 
 
@@ -115,7 +118,7 @@ def test_job_resumes_exactly_and_reports_dev(job):
     with open(os.path.join(job["straight"], "metrics.json")) as f:
         metrics = json.load(f)
     assert metrics["dev"]["examples"] == 16 and 0 <= metrics["dev"]["accuracy"] <= 1
-    assert len(metrics["mix_weights"]) == 2 and sum(metrics["mix_weights"][0]["s"]) == pytest.approx(1.0)
+    assert len(metrics["mix_weights"]) == 1 and sum(metrics["mix_weights"][0]["s"]) == pytest.approx(1.0)
 
 
 def test_loader_restores_the_whole_model(job):
