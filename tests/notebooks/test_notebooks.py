@@ -73,7 +73,7 @@ def test_kernel_uses_this_interpreter(tmp_path, kernel_name):
 
 
 def test_notebooks_exist():
-    assert {"01_transformer_translation", "05_export_and_serving"} <= set(_ids(NOTEBOOKS))
+    assert {"01_transformer_translation", "04_elmo", "05_export_and_serving"} <= set(_ids(NOTEBOOKS))
 
 
 # Each notebook run is its own xdist group: under `pytest -n 2 --dist loadgroup` (the README's command) the
