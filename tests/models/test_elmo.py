@@ -51,6 +51,7 @@ def test_sentence_char_ids_boundaries_and_padding():
 
 def test_counts_formula_and_published_sizes():
     assert ElmoBiLM.from_preset("elmo_tiny").count_params() == num_parameters(presets.get_preset("elmo_tiny"))
+    assert ElmoBiLM.from_preset("elmo_mini").count_params() == num_parameters(presets.get_preset("elmo_mini")) == 696_288
     fused = ElmoBiLM.from_preset("elmo_tiny", projection_dim=None, cell_clip=None, proj_clip=None)
     assert isinstance(fused.forward_layers[0], keras.layers.LSTM)
     assert fused.count_params() == num_parameters(fused.config)
