@@ -207,10 +207,12 @@ class Elmo:
         """A fresh :class:`ElmoEmbedder` (trainable mixes) over this frozen biLM."""
         return ElmoEmbedder(self.bilm, num_mixes=num_mixes, layer_norm=layer_norm)
 
-    def nearest_contexts(self, word, query, sentences, layer=-1, k=5):
+    def nearest_contexts(self, word, query, sentences, layer=-1, k=5, center=False):
         """The paper's "play" example (table 4): the ``k`` sentences whose use of ``word`` is closest (cosine of
         ``layer``'s representation, default the top biLSTM layer) to its use in ``query``.
 
+        ``center``: subtract the mean of the word's vectors (query and sentences) first. A small biLM's vectors of
+        one word share a large common direction (raw cosines all near 1); centring compares what the contexts add.
         Returns ``[(similarity, sentence)]``, best first, over the sentences of ``sentences`` containing ``word``
         (its first occurrence in each).
         """
@@ -225,6 +227,9 @@ class Elmo:
         if q is None:
             raise ValueError(f"{word!r} is not a token of the query {query!r}")
         hits = [(s, v) for s, v in zip(sentences, vectors(sentences)) if v is not None]
+        if center:
+            mean = np.mean([q] + [v for _, v in hits], axis=0)
+            q, hits = q - mean, [(s, v - mean) for s, v in hits]
         scored = [(float(v @ q / (np.linalg.norm(v) * np.linalg.norm(q) + 1e-12)), s) for s, v in hits]
         return sorted(scored, key=lambda pair: -pair[0])[:k]
 
