@@ -23,7 +23,6 @@ import dataclasses
 import os
 
 import keras
-import tensorflow as tf
 
 from kerasplm.models.elmo import ElmoBiLM, ElmoConfig, ElmoEmbedder
 from kerasplm.models.elmo_classifier import PAD, UNK, ClassifierPreprocessor, ElmoClassifier
