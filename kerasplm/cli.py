@@ -110,7 +110,7 @@ def build_parser():
     _add_finetune_tagger_parser(finetune_tasks)
     _add_finetune_simcse_parser(finetune_tasks)
     _add_finetune_gpt_parser(finetune_tasks)
-    _add_finetune_tagger_parser(_add_finetune_parser(commands))
+    _add_finetune_elmo_parser(finetune_tasks)
     _add_qa_parsers(commands)
     return parser
 
@@ -480,6 +480,28 @@ def _train_elmo(args):
     from kerasplm.tasks.elmo import ElmoOptions, train_elmo
 
     _run_training_job(args, ElmoOptions, train_elmo)
+    return 0
+
+
+def _add_finetune_elmo_parser(tasks):
+    """``kerasplm finetune elmo-classifier`` (kerasplm.tasks.elmo_classifier)."""
+    from kerasplm.tasks.elmo_classifier import ElmoClassifierOptions
+    from kerasplm.tasks.options import add_options_to_parser
+
+    ec = tasks.add_parser(
+        "elmo-classifier", help="BiLSTM sentence classifier: static embeddings, with [x; ELMo] from a biLM run",
+        description="Train a BiLSTM sentence classifier on tab-separated examples with static word embeddings "
+                    "and ELMo features of a frozen biLM (--elmo RUN_DIR; --no-elmo: the static baseline); prints "
+                    "the dev accuracy, F1 and MCC and writes them to metrics.json. Rerun to resume.")
+    add_options_to_parser(ec, ElmoClassifierOptions)
+    ec.add_argument("--out", required=True, help="run directory (an existing run is resumed)")
+    ec.set_defaults(handler=_finetune_elmo_classifier)
+
+
+def _finetune_elmo_classifier(args):
+    from kerasplm.tasks.elmo_classifier import ElmoClassifierOptions, finetune_elmo_classifier
+
+    _run_training_job(args, ElmoClassifierOptions, finetune_elmo_classifier)
     return 0
 
 

@@ -25,7 +25,6 @@ reported in one ``ValueError`` naming the file, and nothing is assigned unless a
 """
 import json
 import os
-import shutil
 
 import numpy as np
 
@@ -153,25 +152,13 @@ def load_bilm_tf(options_path, weights_path):
 def convert_elmo_to_run(options_path, weights_path, vocab_path, out):
     """Write run directory ``out`` (family ``elmo``, no softmax) holding bilm-tf's biLM and vocabulary;
     ``kerasplm.tasks.run_dir.load_run(out)`` returns a :class:`kerasplm.tasks.elmo.Elmo`. Returns the RunDir."""
-    import dataclasses  # noqa: PLC0415
-
-    import tensorflow as tf  # noqa: PLC0415
-
-    from kerasplm.tasks.elmo import ASSETS, FAMILY, read_vocab_file  # noqa: PLC0415
+    from kerasplm.tasks.elmo import read_vocab_file, save_bilm_run  # noqa: PLC0415
     from kerasplm.tasks.run_dir import RunDir  # noqa: PLC0415
 
-    run = RunDir(out)
-    if run.exists():
+    if RunDir(out).exists():
         raise FileExistsError(f"{out} already holds a run; convert into a new directory")
-    read_vocab_file(vocab_path)
+    vocab = read_vocab_file(vocab_path)
     bilm = load_bilm_tf(options_path, weights_path)
-    os.makedirs(out, exist_ok=True)
-    shutil.copyfile(vocab_path, run.file(ASSETS["vocab"]))
-    checkpoint = tf.train.Checkpoint(model=tf.train.Checkpoint(backbone=bilm), step=tf.Variable(0, dtype=tf.int64))
-    tf.train.CheckpointManager(checkpoint, run.checkpoint_dir, max_to_keep=1).save()
     sources = {"options": os.path.abspath(options_path), "weights": os.path.abspath(weights_path),
                "vocab": os.path.abspath(vocab_path)}
-    run.write_config(FAMILY, "language_model", "custom",
-                     {"bilm": dataclasses.asdict(bilm.config), "vocab_size": None, "num_sampled": 0},
-                     {"converted_from": "bilm-tf", **sources}, assets=ASSETS)
-    return run
+    return save_bilm_run(bilm, vocab, out, {"converted_from": "bilm-tf", **sources})

@@ -119,6 +119,9 @@ PRESETS = {
     "elmo_original": ElmoConfig(),
     "elmo_medium": ElmoConfig(n_highway=1, lstm_dim=2048, projection_dim=256),
     "elmo_small": ElmoConfig(n_highway=1, lstm_dim=1024, projection_dim=128),
+    # A CPU-sized biLM for the downstream experiments and notebook 04 (ELMo vectors 2P = 128 wide).
+    "elmo_mini": ElmoConfig(filters=((1, 16), (2, 16), (3, 32), (4, 64), (5, 64)), n_highway=1, lstm_dim=256,
+                            projection_dim=64),
     "elmo_tiny": ElmoConfig(filters=((1, 8), (2, 8), (3, 16)), char_embedding_dim=8, lstm_dim=32,
                             projection_dim=16),
 }

@@ -207,10 +207,12 @@ class Elmo:
         """A fresh :class:`ElmoEmbedder` (trainable mixes) over this frozen biLM."""
         return ElmoEmbedder(self.bilm, num_mixes=num_mixes, layer_norm=layer_norm)
 
-    def nearest_contexts(self, word, query, sentences, layer=-1, k=5):
+    def nearest_contexts(self, word, query, sentences, layer=-1, k=5, center=False):
         """The paper's "play" example (table 4): the ``k`` sentences whose use of ``word`` is closest (cosine of
         ``layer``'s representation, default the top biLSTM layer) to its use in ``query``.
 
+        ``center``: subtract the mean of the word's vectors (query and sentences) first. A small biLM's vectors of
+        one word share a large common direction (raw cosines all near 1); centring compares what the contexts add.
         Returns ``[(similarity, sentence)]``, best first, over the sentences of ``sentences`` containing ``word``
         (its first occurrence in each).
         """
@@ -225,6 +227,9 @@ class Elmo:
         if q is None:
             raise ValueError(f"{word!r} is not a token of the query {query!r}")
         hits = [(s, v) for s, v in zip(sentences, vectors(sentences)) if v is not None]
+        if center:
+            mean = np.mean([q] + [v for _, v in hits], axis=0)
+            q, hits = q - mean, [(s, v - mean) for s, v in hits]
         scored = [(float(v @ q / (np.linalg.norm(v) * np.linalg.norm(q) + 1e-12)), s) for s, v in hits]
         return sorted(scored, key=lambda pair: -pair[0])[:k]
 
@@ -284,6 +289,20 @@ def load_elmo_from_run(run, config):
         return Elmo(model.backbone, vocab, model, config, int(step.numpy()))
     run.restore(model=tf.train.Checkpoint(backbone=model), step=step)  # same paths as an LM's backbone
     return Elmo(model, vocab, None, config, int(step.numpy()))
+
+
+def save_bilm_run(bilm, vocab, out, options=None, preset="custom"):
+    """Write run directory ``out`` (family ``elmo``, no softmax) holding ``bilm``'s weights and the word list
+    ``vocab`` (what ``kerasplm convert elmo`` writes; ``load_elmo(out)`` reads it back). Returns the RunDir."""
+    run = RunDir(out)
+    os.makedirs(out, exist_ok=True)
+    write_vocab_file(vocab, run.file(ASSETS["vocab"]))
+    checkpoint = tf.train.Checkpoint(model=tf.train.Checkpoint(backbone=bilm), step=tf.Variable(0, dtype=tf.int64))
+    tf.train.CheckpointManager(checkpoint, run.checkpoint_dir, max_to_keep=1).save()
+    run.write_config(FAMILY, "language_model", preset,
+                     {"bilm": dataclasses.asdict(bilm.config), "vocab_size": None, "num_sampled": 0},
+                     dict(options or {}), assets=ASSETS)
+    return run
 
 
 def load_elmo(run_dir):

@@ -42,6 +42,7 @@ _LOADERS = {"transformer_translator": "kerasplm.tasks.translation:load_translato
             "gpt": "kerasplm.models.gpt:load_gpt_from_run",
             "bert": "kerasplm.convert.bert:load_bert_run",
             "elmo": "kerasplm.tasks.elmo:load_elmo_from_run",
+            "elmo_classifier": "kerasplm.tasks.elmo_classifier:load_elmo_classifier_run",
             "bert_classifier": "kerasplm.tasks.bert_finetune:load_bert_classifier_run",
             "bert_tagger": "kerasplm.tasks.bert_tagger_job:load_bert_tagger",
             "bert_simcse": "kerasplm.tasks.bert_simcse_job:load_bert_simcse_run",

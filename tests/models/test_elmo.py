@@ -51,6 +51,7 @@ def test_sentence_char_ids_boundaries_and_padding():
 
 def test_counts_formula_and_published_sizes():
     assert ElmoBiLM.from_preset("elmo_tiny").count_params() == num_parameters(presets.get_preset("elmo_tiny"))
+    assert ElmoBiLM.from_preset("elmo_mini").count_params() == num_parameters(presets.get_preset("elmo_mini")) == 696_288
     fused = ElmoBiLM.from_preset("elmo_tiny", projection_dim=None, cell_clip=None, proj_clip=None)
     assert isinstance(fused.forward_layers[0], keras.layers.LSTM)
     assert fused.count_params() == num_parameters(fused.config)
@@ -215,5 +216,7 @@ def test_plot_helpers_and_nearest_contexts(tiny_bilm):
     ranked = elmo.nearest_contexts("play", "kids play outside", candidates, k=5)
     assert [s for _, s in ranked][0] == "kids play outside" and ranked[0][0] == pytest.approx(1.0, abs=1e-5)
     assert len(ranked) == 3 and ranked[1][0] >= ranked[2][0]
+    centred = elmo.nearest_contexts("play", "kids play outside", candidates, k=5, center=True)
+    assert centred[0] == (pytest.approx(1.0, abs=1e-5), "kids play outside") and centred[-1][0] < ranked[-1][0]
     with pytest.raises(ValueError, match="not a token of the query"):
         elmo.nearest_contexts("play", "nothing here", candidates)
