@@ -58,7 +58,7 @@ def kerasplm_step(shape, batch, jit_compile):
     trainer._ensure_ready(tf.data.Dataset.from_tensors(data).repeat())
 
     def step():
-        trainer._train_fn(data)["loss"].numpy()
+        trainer._train_fn(data)["terms"]["loss"][0].numpy()
 
     return step, {"parameters": trainer.model.count_params(), "jit_compile": jit_compile}
 

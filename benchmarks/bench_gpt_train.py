@@ -45,7 +45,7 @@ def kerasplm_step(args, tokens, jit_compile):
     trainer._ensure_ready(tf.data.Dataset.from_tensors(batch).repeat())
 
     def step():
-        trainer._train_fn(batch)["loss"].numpy()
+        trainer._train_fn(batch)["terms"]["loss"][0].numpy()
 
     return step, {"parameters": trainer.model.count_params(), "jit_compile": jit_compile}
 

@@ -2,6 +2,7 @@
 import datetime
 import os
 import platform
+import sys
 
 
 def machine_info():
@@ -57,6 +58,7 @@ def interleaved(sides, rounds, steps_per_round, warmup=1):
             step()
             if name not in result:
                 result[name] = {"first_step_s": round(time.perf_counter() - t0, 2), "rounds": []}
+        print(f"{name}: warm ({result[name]['first_step_s']} s for the first step)", file=sys.stderr, flush=True)
     names = list(sides)
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
@@ -64,6 +66,8 @@ def interleaved(sides, rounds, steps_per_round, warmup=1):
             for _ in range(steps_per_round):
                 sides[name]()
             result[name]["rounds"].append((time.perf_counter() - t0) / steps_per_round)
+            print(f"round {r + 1}/{rounds} {name}: {result[name]['rounds'][-1]:.3f} s/step", file=sys.stderr,
+                  flush=True)
     for value in result.values():
         value["seconds_per_step"] = statistics.median(value["rounds"])
         value["rounds"] = [round(t, 4) for t in value["rounds"]]
