@@ -89,6 +89,8 @@ def main(argv=None):
               "transformers": transformers.__version__, "torch": torch.__version__, "rows": []}
     bandwidth, by_library = read_bandwidth()
     result["read_bandwidth_bytes_per_s"] = {"best": bandwidth, **by_library}
+    print(f"read bandwidth: {bandwidth / 1e9:.2f} GB/s ({', '.join(f'{k} {v / 1e9:.2f}' for k, v in by_library.items())})",
+          flush=True)
     torch.manual_seed(0)
     hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(**SHAPE)).eval()
     keras_hub, reason = keras_hub_or_reason()
