@@ -1,24 +1,38 @@
-"""BERT pretraining throughput: MLM + NSP training tokens/s, kerasplm vs HuggingFace (and keras-hub if installed).
+"""BERT pretraining throughput: MLM + NSP training tokens/s, kerasplm vs keras-hub vs HuggingFace, interleaved.
 
 Same configuration on every side (issue 11): L4 H256 A4 (``bert_mini``, vocabulary 30,522), sequence 128,
-batch 16, 20 masked positions per sequence, AdamW. kerasplm runs its Trainer step (MLM head on the masked
-positions only + NSP); HuggingFace runs ``BertForMaskedLM`` (torch, CPU; full-sequence MLM logits, as its
-model computes them) with ``torch.optim.AdamW``; keras-hub's ``BertMaskedLM`` when the package is installed
-(it is not a dependency; the result says so). Synthetic random batches: throughput does not depend on the
-text. Also reports the fp32 matmul peak measured here and kerasplm's achieved FLOP/s over it
-(6 · parameters-in-the-forward · tokens, plus the attention terms).
+batch 16, 20 masked positions per sequence, AdamW, random weights, one synthetic batch fitted repeatedly
+(throughput does not depend on the text). tokens/s = batch × sequence / seconds per step on every side.
 
-    python -m benchmarks.bench_bert_pretrain [--steps 20] [--warmup 3] [--json out.json]
+- kerasplm: its Trainer step on ``BertPretrainer`` (MLM head on the masked positions only + NSP), with and
+  without ``jit_compile``.
+- keras-hub (benchmark extra, ``pip install -e ".[test,bench]"``): ``BertMaskedLM`` on a ``BertBackbone`` of
+  the same sizes (MLM on the masked positions, no NSP head: it has none), ``compile(optimizer=AdamW,
+  jit_compile=...)`` then ``train_on_batch``, with and without XLA.
+- HuggingFace ``BertForMaskedLM`` (torch, CPU; full-sequence MLM logits, as its model computes them) with
+  ``torch.optim.AdamW``.
+
+All sides are built first, then take turns (``--rounds`` rounds of ``--steps`` steps each, order rotating),
+so they share the machine's load; the median seconds per step is reported with the load average. Also the
+fp32 matmul peak measured here and each side's achieved FLOP/s over it (the same model-FLOP count for
+every side: 6 · encoder weights · tokens + attention + MLM head on the masked positions; HF's MLM head
+actually runs on every position, so its figure credits it only with the work the others do).
+
+    python -m benchmarks.bench_bert_pretrain [--rounds 5] [--steps 3] [--sides kerasplm ...] [--json out.json]
 """
 import argparse
 import json
-import time
+import os
+import sys
 
-import numpy as np
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from benchmarks.common import machine_info
+import numpy as np  # noqa: E402
+
+from benchmarks.common import interleaved, keras_hub_or_reason, load_average, machine_info  # noqa: E402
 
 L, H, A, V, SEQ, BATCH, PRED = 4, 256, 4, 30522, 128, 16, 20
+SIDES = ("kerasplm", "kerasplm_xla", "keras_hub", "keras_hub_xla", "huggingface")
 
 
 def synthetic_batch(seed=0):
@@ -33,17 +47,14 @@ def synthetic_batch(seed=0):
             "next_sentence_label": rng.integers(0, 2, size=BATCH).astype(np.int32)}
 
 
-def _timed(step, steps, warmup):
-    for _ in range(warmup):
-        step()
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        step()
-    seconds = time.perf_counter() - t0
-    return {"seconds_per_step": seconds / steps, "tokens_per_second": BATCH * SEQ * steps / seconds}
+def model_flops_per_step():
+    """Training FLOPs ≈ 3 × forward; forward ≈ 2 · (encoder matmul weights) · tokens + attention + MLM head."""
+    encoder = L * (4 * H * H + 2 * H * 4 * H)
+    forward = 2 * encoder * BATCH * SEQ + 2 * 2 * L * BATCH * SEQ * SEQ * H + 2 * BATCH * PRED * (H * H + H * V)
+    return 3 * forward
 
 
-def bench_kerasplm(steps, warmup, jit_compile):
+def kerasplm_step(jit_compile):
     import tensorflow as tf
 
     from kerasplm.models.bert import BertBackbone
@@ -56,33 +67,54 @@ def bench_kerasplm(steps, warmup, jit_compile):
     trainer = Trainer(model=lambda: BertPretrainer(BertBackbone.from_preset("bert_mini")),
                       optimizer=lambda: _optimizer(options, 10_000), compute_loss=BertPretrainer.trainer_loss,
                       jit_compile=jit_compile, verbose=0)
-    dataset = tf.data.Dataset.from_tensors(batch).repeat()
-    trainer._ensure_ready(dataset)
+    trainer._ensure_ready(tf.data.Dataset.from_tensors(batch).repeat())
 
     def step():
         trainer._train_fn(batch)["terms"]["mlm"][0].numpy()
 
-    result = _timed(step, steps, warmup)
-    params = trainer.model.count_params()
-    # Training FLOPs ≈ 3 × forward; forward ≈ 2 · (encoder matmul weights) · tokens + attention + MLM head.
-    encoder = L * (4 * H * H + 2 * H * 4 * H)
-    forward = 2 * encoder * BATCH * SEQ + 2 * 2 * L * BATCH * SEQ * SEQ * H + 2 * BATCH * PRED * (H * H + H * V)
-    result.update({"parameters": params, "flops_per_step": 3 * forward,
-                   "flops_per_second": 3 * forward / result["seconds_per_step"], "jit_compile": jit_compile})
-    return result
+    return step, {"parameters": trainer.model.count_params(), "jit_compile": jit_compile}
 
 
-def bench_hf(steps, warmup):
+def keras_hub_step(jit_compile):
+    import keras
+    import tensorflow as tf
+
+    keras_hub, reason = keras_hub_or_reason()
+    if keras_hub is None:
+        raise ImportError(reason)
+    keras.utils.set_random_seed(0)
+    backbone = keras_hub.models.BertBackbone(vocabulary_size=V, num_layers=L, num_heads=A, hidden_dim=H,
+                                             intermediate_dim=4 * H, dropout=0.1, max_sequence_length=512)
+    model = keras_hub.models.BertMaskedLM(backbone, preprocessor=None)
+    optimizer = keras.optimizers.AdamW(learning_rate=1e-4, weight_decay=0.01, epsilon=1e-6)
+    model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  weighted_metrics=[], jit_compile=jit_compile)
+    b = synthetic_batch()
+    x = {"token_ids": tf.constant(b["token_ids"]), "segment_ids": tf.constant(b["segment_ids"]),
+         "padding_mask": tf.constant(b["padding_mask"]), "mask_positions": tf.constant(b["masked_positions"])}
+    y, weights = tf.constant(b["masked_ids"]), tf.constant(b["masked_weights"])
+
+    def step():
+        model.train_on_batch(x, y, sample_weight=weights)
+
+    return step, {"parameters": model.count_params(), "jit_compile": jit_compile,
+                  "keras_hub": keras_hub.__version__}
+
+
+def huggingface_step(threads=None):
     import torch
     import transformers
 
+    if threads:
+        torch.set_num_threads(threads)
+    torch.manual_seed(0)
     config = transformers.BertConfig(vocab_size=V, hidden_size=H, num_hidden_layers=L, num_attention_heads=A,
                                      intermediate_size=4 * H)
     model = transformers.BertForMaskedLM(config).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, eps=1e-6)
     b = synthetic_batch()
     labels = np.full((BATCH, SEQ), -100, np.int64)
-    np.put_along_axis(labels, b["masked_positions"], b["masked_ids"], 1)
+    np.put_along_axis(labels, b["masked_positions"].astype(np.int64), b["masked_ids"].astype(np.int64), 1)
     inputs = {"input_ids": torch.tensor(b["token_ids"]).long(), "token_type_ids": torch.tensor(b["segment_ids"]).long(),
               "attention_mask": torch.tensor(b["padding_mask"]).long(), "labels": torch.tensor(labels)}
 
@@ -91,10 +123,13 @@ def bench_hf(steps, warmup):
         model(**inputs).loss.backward()
         optimizer.step()
 
-    return {**_timed(step, steps, warmup), "torch": torch.__version__, "threads": torch.get_num_threads()}
+    return step, {"torch": torch.__version__, "transformers": transformers.__version__,
+                  "threads": torch.get_num_threads(), "parameters": sum(p.numel() for p in model.parameters())}
 
 
 def matmul_peak(size=1024, repeats=20):
+    import time
+
     import tensorflow as tf
 
     a = tf.random.normal([size, size])
@@ -106,28 +141,53 @@ def matmul_peak(size=1024, repeats=20):
     return 2 * size ** 3 * repeats / (time.perf_counter() - t0)
 
 
+def build_sides(names, threads=None):
+    """{name: step} for the sides that can run here, and {name: info or {"skipped": reason}}."""
+    builders = {"kerasplm": lambda: kerasplm_step(False), "kerasplm_xla": lambda: kerasplm_step(True),
+                "keras_hub": lambda: keras_hub_step(False), "keras_hub_xla": lambda: keras_hub_step(True),
+                "huggingface": lambda: huggingface_step(threads)}
+    steps, info = {}, {}
+    for name in names:
+        try:
+            steps[name], info[name] = builders[name]()
+        except ImportError as e:
+            info[name] = {"skipped": f"not installed ({e})"}
+            print(f"{name}: skipped, not installed ({e})", flush=True)
+    return steps, info
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=3, help="steps per side per round")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
-    results = {"machine": machine_info(), "config": {"layers": L, "hidden": H, "heads": A, "vocab": V,
-                                                     "seq": SEQ, "batch": BATCH, "predictions": PRED}}
-    results["matmul_peak_flops"] = matmul_peak()
-    results["kerasplm"] = bench_kerasplm(args.steps, args.warmup, jit_compile=False)
-    results["kerasplm_xla"] = bench_kerasplm(args.steps, args.warmup, jit_compile=True)
-    for name in ("kerasplm", "kerasplm_xla"):
-        results[name]["fraction_of_matmul_peak"] = results[name]["flops_per_second"] / results["matmul_peak_flops"]
-    try:
-        results["huggingface"] = bench_hf(args.steps, args.warmup)
-    except ImportError as e:
-        results["huggingface"] = {"skipped": f"not installed ({e})"}
-    try:
-        import keras_hub  # noqa: F401
-        results["keras_hub"] = {"skipped": "installed, but not benchmarked by this script yet"}
-    except ImportError:
-        results["keras_hub"] = {"skipped": "keras-hub is not installed (not a kerasplm dependency)"}
+    results = {"machine": machine_info(), "load_average_start": load_average(),
+               "config": {"layers": L, "hidden": H, "heads": A, "vocab": V, "seq": SEQ, "batch": BATCH,
+                          "predictions": PRED}}
+    steps, info = build_sides(args.sides, args.threads)
+    results["matmul_peak_flops"] = peak = matmul_peak()
+    timings = interleaved(steps, args.rounds, args.steps, args.warmup)
+    results["matmul_peak_flops_after"] = peak_after = matmul_peak()
+    results["load_average_end"] = load_average()
+    flops = model_flops_per_step()
+    for name in args.sides:
+        results[name] = info[name]
+        if name in timings:
+            t = timings[name]
+            results[name].update(t, tokens_per_second=BATCH * SEQ / t["seconds_per_step"], flops_per_step=flops,
+                                 flops_per_second=flops / t["seconds_per_step"],
+                                 fraction_of_matmul_peak=flops / t["seconds_per_step"] / ((peak + peak_after) / 2))
+    measured = {n: results[n]["tokens_per_second"] for n in args.sides if "tokens_per_second" in results[n]}
+    others = {n: v for n, v in measured.items() if not n.startswith("kerasplm")}
+    ours = {n: v for n, v in measured.items() if n.startswith("kerasplm")}
+    if others and ours:
+        fastest = max(others, key=others.get)
+        results["ratio_best_kerasplm_over_fastest_other"] = {
+            "kerasplm": max(ours, key=ours.get), "other": fastest, "ratio": max(ours.values()) / others[fastest]}
     print(json.dumps(results, indent=2))
     if args.json:
         with open(args.json, "w") as f:

@@ -2,6 +2,7 @@
 import datetime
 import os
 import platform
+import sys
 
 
 def machine_info():
@@ -20,3 +21,54 @@ def machine_info():
             "gpus": [d.name for d in tf.config.list_physical_devices("GPU")],
             "tensorflow": tf.__version__, "keras": keras.__version__, "python": platform.python_version(),
             "date": datetime.datetime.now().isoformat(timespec="seconds")}
+
+
+def load_average():
+    """The 1/5/15-minute load averages (os.getloadavg), rounded; None where the platform has none."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
+def keras_hub_or_reason():
+    """(keras_hub module, None) when importable, else (None, a one-line "not installed" reason)."""
+    try:
+        import keras_hub
+    except ImportError as e:
+        return None, f"keras-hub is not installed ({e}); pip install -e \".[test,bench]\""
+    return keras_hub, None
+
+
+def interleaved(sides, rounds, steps_per_round, warmup=1):
+    """Time several contenders taking turns, so that they share the machine's noise (a loaded machine).
+
+    ``sides``: {name: zero-argument callable running one step and blocking until it is done}. Each side
+    first runs ``warmup`` untimed steps (tracing / compilation: the first one's time is reported), then
+    ``rounds`` rounds run every side for ``steps_per_round`` steps, the order rotating each round.
+    Returns {name: {"seconds_per_step": median over rounds, "rounds": [...], "first_step_s": ...}}.
+    """
+    import statistics
+    import time
+
+    result = {}
+    for name, step in sides.items():
+        t0 = time.perf_counter()
+        for _ in range(max(warmup, 1)):
+            step()
+            if name not in result:
+                result[name] = {"first_step_s": round(time.perf_counter() - t0, 2), "rounds": []}
+        print(f"{name}: warm ({result[name]['first_step_s']} s for the first step)", file=sys.stderr, flush=True)
+    names = list(sides)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            t0 = time.perf_counter()
+            for _ in range(steps_per_round):
+                sides[name]()
+            result[name]["rounds"].append((time.perf_counter() - t0) / steps_per_round)
+            print(f"round {r + 1}/{rounds} {name}: {result[name]['rounds'][-1]:.3f} s/step", file=sys.stderr,
+                  flush=True)
+    for value in result.values():
+        value["seconds_per_step"] = statistics.median(value["rounds"])
+        value["rounds"] = [round(t, 4) for t in value["rounds"]]
+    return result

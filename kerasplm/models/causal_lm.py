@@ -184,7 +184,12 @@ class CausalLM(Task):
 
     def _logits(self, hidden):
         table = self.backbone.embeddings.embedding.embeddings
-        return tf.cast(tf.matmul(hidden, tf.cast(table, hidden.dtype), transpose_b=True), tf.float32)
+        # One 2-D GEMM over all positions: a rank-3 tf.matmul against the 2-D table runs as a broadcast batch
+        # matmul, 2-3x slower on CPU (benchmarks/RESULTS.md, issue 11 profile).
+        flat = tf.reshape(hidden, [-1, tf.shape(hidden)[-1]])
+        logits = tf.matmul(flat, tf.cast(table, hidden.dtype), transpose_b=True)
+        logits = tf.reshape(logits, tf.concat([tf.shape(hidden)[:-1], tf.shape(table)[:1]], 0))
+        return tf.cast(logits, tf.float32)
 
     def call(self, token_ids, training=None):
         return self._logits(self.backbone(token_ids, training=training)["sequence_output"])

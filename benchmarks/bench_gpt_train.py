@@ -1,0 +1,124 @@
+"""Causal-LM training throughput of GPT-2-shaped blocks: kerasplm vs keras-hub ``GPT2CausalLM``, interleaved.
+
+Issue 13's training evidence. Same model on both sides: GPT-2 layout, L6 H512 A8 (FFN 2,048), vocabulary
+50,257, 1,024 positions, random weights; sequence 256, batch 8 (``--layers/--hidden/--heads/--seq/--batch``
+to change), one synthetic batch of random tokens fitted repeatedly; next-token cross-entropy over every
+position, AdamW (β2 0.95, weight decay 0.1), gradient clipped to global norm 1, dropout 0.1.
+
+- kerasplm: the Trainer step of ``kerasplm train gpt`` (``GPT.compute_loss_sums`` with the fused loss, the
+  job's own optimizer ``kerasplm.tasks.language_model.adamw``), with and without ``jit_compile``.
+- keras-hub (benchmark extra, ``pip install -e ".[test,bench]"``): ``GPT2CausalLM`` on a ``GPT2Backbone`` of
+  the same sizes, ``compile(jit_compile=...)`` then ``train_on_batch``, with and without XLA.
+
+training tokens/s = batch × sequence / median seconds per step; the sides take turns (``--rounds`` ×
+``--steps``) so that they share the machine's load.
+
+    python -m benchmarks.bench_gpt_train [--rounds 4] [--steps 2] [--json out.json]
+"""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import numpy as np  # noqa: E402
+
+from benchmarks.common import interleaved, keras_hub_or_reason, load_average, machine_info  # noqa: E402
+
+V, POSITIONS = 50257, 1024
+SIDES = ("kerasplm", "kerasplm_xla", "keras_hub", "keras_hub_xla")
+
+
+def kerasplm_step(args, tokens, jit_compile):
+    import tensorflow as tf
+
+    from kerasplm.models.presets import get_preset
+    from kerasplm.tasks.language_model import adamw, build_gpt, lm_loss
+    from kerasplm.training import Trainer
+
+    config = get_preset("gpt2", num_layers=args.layers, d_model=args.hidden, num_heads=args.heads,
+                        dff=4 * args.hidden).validate()
+    batch = tf.constant(tokens)
+    trainer = Trainer(model=lambda: build_gpt(config, "gpt2_shaped"), optimizer=lambda: adamw(3e-4, 0.1),
+                      compute_loss=lm_loss, clip_norm=1.0, jit_compile=jit_compile, verbose=0)
+    trainer._ensure_ready(tf.data.Dataset.from_tensors(batch).repeat())
+
+    def step():
+        trainer._train_fn(batch)["terms"]["loss"][0].numpy()
+
+    return step, {"parameters": trainer.model.count_params(), "jit_compile": jit_compile}
+
+
+def keras_hub_step(args, tokens, jit_compile):
+    import keras
+    import tensorflow as tf
+
+    keras_hub, reason = keras_hub_or_reason()
+    if keras_hub is None:
+        raise ImportError(reason)
+    keras.utils.set_random_seed(0)
+    backbone = keras_hub.models.GPT2Backbone(vocabulary_size=V, num_layers=args.layers, num_heads=args.heads,
+                                             hidden_dim=args.hidden, intermediate_dim=4 * args.hidden,
+                                             dropout=0.1, max_sequence_length=POSITIONS)
+    model = keras_hub.models.GPT2CausalLM(backbone, preprocessor=None)
+    optimizer = keras.optimizers.AdamW(learning_rate=3e-4, weight_decay=0.1, beta_2=0.95, epsilon=1e-8,
+                                       global_clipnorm=1.0)
+    model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  weighted_metrics=["sparse_categorical_accuracy"], jit_compile=jit_compile)
+    x = {"token_ids": tf.constant(tokens[:, :-1]), "padding_mask": tf.ones_like(tokens[:, :-1], tf.bool)}
+    y = tf.constant(tokens[:, 1:])
+
+    def step():
+        model.train_on_batch(x, y)
+
+    return step, {"parameters": model.count_params(), "jit_compile": jit_compile,
+                  "keras_hub": keras_hub.__version__}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=6)
+    parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--seq", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=2, help="steps per side per round")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
+    parser.add_argument("--json")
+    args = parser.parse_args(argv)
+    tokens = np.random.default_rng(0).integers(1, V, size=(args.batch, args.seq + 1)).astype(np.int32)
+    results = {"machine": machine_info(), "load_average_start": load_average(),
+               "config": {"layers": args.layers, "hidden": args.hidden, "heads": args.heads, "vocab": V,
+                          "seq": args.seq, "batch": args.batch}}
+    builders = {"kerasplm": lambda: kerasplm_step(args, tokens, False),
+                "kerasplm_xla": lambda: kerasplm_step(args, tokens, True),
+                "keras_hub": lambda: keras_hub_step(args, tokens, False),
+                "keras_hub_xla": lambda: keras_hub_step(args, tokens, True)}
+    steps = {}
+    for name in args.sides:
+        try:
+            steps[name], results[name] = builders[name]()
+        except ImportError as e:
+            results[name] = {"skipped": f"not installed ({e})"}
+            print(f"{name}: skipped, not installed ({e})", flush=True)
+    for name, t in interleaved(steps, args.rounds, args.steps, args.warmup).items():
+        results[name].update(t, tokens_per_second=args.batch * args.seq / t["seconds_per_step"])
+    results["load_average_end"] = load_average()
+    measured = {n: results[n]["tokens_per_second"] for n in args.sides if "tokens_per_second" in results[n]}
+    ours = {n: v for n, v in measured.items() if n.startswith("kerasplm")}
+    others = {n: v for n, v in measured.items() if n.startswith("keras_hub")}
+    if ours and others:
+        best, fastest = max(ours, key=ours.get), max(others, key=others.get)
+        results["ratio_best_kerasplm_over_fastest_keras_hub"] = {
+            "kerasplm": best, "keras_hub": fastest, "ratio": ours[best] / others[fastest]}
+    print(json.dumps(results, indent=2))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
