@@ -58,8 +58,10 @@ class TransformerConfig:
 PRESETS = {
     "transformer_tiny": TransformerConfig(num_layers=2, d_model=32, num_heads=4, dff=64, rate=0.1),
     "transformer_seed": TransformerConfig(num_layers=4, d_model=128, num_heads=8, dff=512, rate=0.1),
-    # The seed's sizes with pre-LN blocks: the main job's model for short budgets (benchmarks/RESULTS.md, issue 10).
-    "transformer_seed_prenorm": TransformerConfig(num_layers=4, d_model=128, num_heads=8, dff=512, rate=0.1,
+    # The main job's default, fitted to short budgets on CPU (issue 10, benchmarks/RESULTS.md): the seed's
+    # sizes with pre-LN blocks (stable at a higher learning rate) and no dropout (a few-minute run sees
+    # its training pairs about once; pass a dropout rate for longer runs).
+    "transformer_seed_prenorm": TransformerConfig(num_layers=4, d_model=128, num_heads=8, dff=512, rate=0.0,
                                                   normalize_first=True),
     "transformer_base": TransformerConfig(num_layers=6, d_model=512, num_heads=8, dff=2048, rate=0.1),
     "transformer_big": TransformerConfig(num_layers=6, d_model=1024, num_heads=16, dff=4096, rate=0.3),
