@@ -167,6 +167,9 @@ class TranslatorOptions(TrainingOptions):
                              exclusive_minimum=True)
     vocab_size: int = option(DEFAULT_VOCAB_SIZE, "WordPiece vocabulary size per language", kind=int, minimum=0,
                              exclusive_minimum=True)
+    vocab_max_sentences: int = option(30000, "learn each vocabulary from at most this many training sentences, "
+                                      "evenly spaced (the learner's time grows with the corpus; 0: all)",
+                                      kind=int, minimum=0)
     max_length: int = option(40, "max tokens per sentence, [START]/[END] included", kind=int, minimum=3)
     schedule: str = option("budget", "learning rate: 'budget' = linear warmup over --warmup-fraction of the run "
                            "to --peak-learning-rate, linear decay to 0 at its last step (fitted to --steps or "
@@ -346,7 +349,8 @@ def train_translator(out, options=None, log=print, **overrides):
     """
     run, o, config, previous_history = open_run(out, FAMILY, TranslatorOptions, options, overrides,
                                                 what="translator", check_config=_model_config,
-                                                legacy_options={"schedule": "seed", "bundled_data": "sample"})
+                                                legacy_options={"schedule": "seed", "bundled_data": "sample",
+                                                                "vocab_max_sentences": 0})
     t0 = time.time()
     (train_src, train_tgt), (dev_src, dev_tgt), (dev_sources, dev_refs) = _prepare_data(o)
     log(f"data: {len(train_src)} training pairs, {len(dev_sources)} held-out source sentences "
@@ -361,6 +365,8 @@ def train_translator(out, options=None, log=print, **overrides):
     else:
         os.makedirs(out, exist_ok=True)
         for texts, path in ((train_src, src_vocab_path), (train_tgt, tgt_vocab_path)):
+            if o.vocab_max_sentences and len(texts) > o.vocab_max_sentences:  # evenly spaced: Tatoeba is length-sorted
+                texts = texts[::-(-len(texts) // o.vocab_max_sentences)]
             write_vocab(build_wordpiece_vocab(texts, vocab_size=o.vocab_size,
                                               reserved_tokens=TranslatorPreprocessor.special_tokens), path)
     src_tok, tgt_tok = WordPieceTokenizer(src_vocab_path), WordPieceTokenizer(tgt_vocab_path)
