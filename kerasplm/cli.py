@@ -81,9 +81,9 @@ def build_parser():
     train = commands.add_parser("train", help="train a model", description="Train a model family.")
     train_families = train.add_subparsers(dest="family", metavar="FAMILY", required=True)
     tr = train_families.add_parser(
-        "translator", help="the Transformer translator (default: Spanish→English, bundled Tatoeba sample)",
+        "translator", help="the Transformer translator (default: Spanish→English, bundled Tatoeba data)",
         description="Train the seed's Transformer translator. With no --data it trains Spanish→English on the "
-                    "Tatoeba sample bundled in the package, reports held-out BLEU and exports a SavedModel. "
+                    "Tatoeba corpus bundled in the package, reports held-out BLEU and exports a SavedModel. "
                     f"With neither --steps nor --time-budget it trains for {DEFAULT_TIME_BUDGET} seconds. After "
                     "SIGTERM it saves a checkpoint and exits with status 143 (rerun the command to resume).")
     add_options_to_parser(tr, TranslatorOptions)

@@ -1,4 +1,6 @@
-"""Corpus readers and tf.data pipelines, plus the small Tatoeba sample bundled with the package."""
+"""Corpus readers and tf.data pipelines, plus the Tatoeba Spanish-English data bundled with the package:
+a 20,000-pair sample of short sentences, a 500-sentence held-out split, and the whole corpus less those
+held-out sentences (gzip; the main job's default training data). See ``kerasplm/data/make_sample.py``."""
 from importlib import resources
 
 from kerasplm.data.conll import Sentence, iob1_to_iob2, label_vocabulary, read_conll
@@ -20,7 +22,7 @@ from kerasplm.data.pretraining import (
     tokenize_documents,
 )
 
-SAMPLE_FILES = ("spa-eng-train.tsv", "spa-eng-dev.tsv", "LICENSE-tatoeba.txt")
+SAMPLE_FILES = ("spa-eng-train.tsv", "spa-eng-dev.tsv", "spa-eng-all-train.tsv.gz", "LICENSE-tatoeba.txt")
 
 
 def sample_path(name):

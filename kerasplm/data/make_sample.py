@@ -8,11 +8,16 @@ Selection rule (seeded, deterministic):
   3. dev = the first `--dev-sources` Spanish sentences with ALL their English translations
      (multi-reference BLEU); train = pairs of the following sentences until `--train-pairs` pairs.
      No Spanish sentence is in both files.
-Both files keep the original column layout and line order.
+  4. the whole corpus for training (`spa-eng-all-train.tsv.gz`, the main job's default training data):
+     every distinct pair of the input file, of any length, whose Spanish sentence is not a dev sentence
+     (so the same held-out split stays honest). gzip-compressed with a zero timestamp, so the file is
+     a deterministic function of the input.
+Every file keeps the original column layout and line order.
 
     python -m kerasplm.data.make_sample --input /work/shared/data/tatoeba_spa_eng/spa-eng.tsv
 """
 import argparse
+import gzip
 import os
 import random
 
@@ -30,7 +35,9 @@ Attribution: Tatoeba Project contributors (tatoeba.org) and manythings.org/anki.
 The sample was drawn by kerasplm (kerasplm/data/make_sample.py, seed {seed}) from that file:
 pairs whose Spanish and English both have at most {max_words} words, exact duplicates removed,
 {dev_sources} held-out Spanish sentences with all their translations in spa-eng-dev.tsv and
-{train_pairs} pairs of other Spanish sentences in spa-eng-train.tsv. Sentences are unchanged.
+{train_pairs} pairs of other Spanish sentences in spa-eng-train.tsv. spa-eng-all-train.tsv.gz holds
+all {all_pairs} distinct pairs of the file (any length) whose Spanish sentence is not in
+spa-eng-dev.tsv (gzip-compressed). Sentences are unchanged.
 Columns: English<TAB>Spanish, as in the original file.
 """
 
@@ -57,6 +64,24 @@ def draw_sample(spa, eng, train_pairs=20000, dev_sources=500, max_words=8, seed=
     return sorted(train[:train_pairs]), dev
 
 
+def all_training_pairs(spa, eng, dev_indexes):
+    """Indexes (sorted) of every distinct pair whose Spanish sentence is not a dev source (any length)."""
+    dev_sources = {spa[i] for i in dev_indexes}
+    first_index = {}
+    for i, pair in enumerate(zip(spa, eng)):
+        if pair[0] not in dev_sources:
+            first_index.setdefault(pair, i)
+    return sorted(first_index.values())
+
+
+def _write_pairs(path, spa, eng, indexes):
+    data = "".join(f"{eng[i]}\t{spa[i]}\n" for i in indexes).encode("utf-8")
+    if path.endswith(".gz"):
+        data = gzip.compress(data, compresslevel=9, mtime=0)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
 def main(argv=None):
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sample")
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -69,15 +94,15 @@ def main(argv=None):
     a = p.parse_args(argv)
     spa, eng = read_parallel_tsv(a.input, src_col=1, tgt_col=0)
     train, dev = draw_sample(spa, eng, a.train_pairs, a.dev_sources, a.max_words, a.seed)
+    everything = all_training_pairs(spa, eng, dev)
     os.makedirs(a.out_dir, exist_ok=True)
-    for name, indexes in (("spa-eng-train.tsv", train), ("spa-eng-dev.tsv", dev)):
-        with open(os.path.join(a.out_dir, name), "w", encoding="utf-8", newline="\n") as f:
-            for i in indexes:
-                f.write(f"{eng[i]}\t{spa[i]}\n")
+    for name, indexes in (("spa-eng-train.tsv", train), ("spa-eng-dev.tsv", dev),
+                          ("spa-eng-all-train.tsv.gz", everything)):
+        _write_pairs(os.path.join(a.out_dir, name), spa, eng, indexes)
         print(f"{name}: {len(indexes)} pairs")
     with open(os.path.join(a.out_dir, "LICENSE-tatoeba.txt"), "w", encoding="utf-8") as f:
-        f.write(LICENSE_TEXT.format(seed=a.seed, max_words=a.max_words,
-                                    dev_sources=a.dev_sources, train_pairs=len(train)))
+        f.write(LICENSE_TEXT.format(seed=a.seed, max_words=a.max_words, dev_sources=a.dev_sources,
+                                    train_pairs=len(train), all_pairs=len(everything)))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 The Tatoeba / manythings.org file is `English<TAB>Spanish`, so the default direction
 (`src_col=1`, `tgt_col=0`) translates Spanish into English, like the seed.
 """
+import gzip
 import random
 from typing import NamedTuple
 
@@ -18,6 +19,7 @@ DEFAULT_BUCKET_LENGTHS = (8, 16, 24, 32, 40)
 def read_parallel_tsv(path, src_col=1, tgt_col=0, max_pairs=None):
     """Reads sentence pairs from a tab-separated UTF-8 file; returns (src list, tgt list).
 
+    A path ending in ``.gz`` is read through gzip (the bundled whole corpus is compressed).
     Column indexes are 0-based; blank lines are skipped; `max_pairs` stops early. Errors name the
     file and the 1-based line number: missing file (FileNotFoundError), empty file, a line with
     too few columns or an empty sentence, a line that is not valid UTF-8 (ValueError).
@@ -33,6 +35,11 @@ def read_parallel_tsv(path, src_col=1, tgt_col=0, max_pairs=None):
             raw = f.read()
     except FileNotFoundError:
         raise FileNotFoundError(f"parallel corpus not found: {path}") from None
+    if path.endswith(".gz"):
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as e:
+            raise ValueError(f"{path}: not a valid gzip file ({e})") from None
     src, tgt = [], []
     for lineno, line in enumerate(raw.split(b"\n"), start=1):
         try:

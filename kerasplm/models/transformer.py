@@ -37,6 +37,9 @@ class TransformerConfig:
     pe_input: int = 1000
     pe_target: int = 1000
     rate: float = 0.1
+    # False: the seed's post-LN blocks. True: pre-LN blocks (Xiong et al., 2020) and a final LayerNorm
+    # after each stack; they train stably at a higher learning rate (benchmarks/RESULTS.md, issue 10).
+    normalize_first: bool = False
 
     def validate(self):
         for name in ("num_layers", "d_model", "num_heads", "dff", "input_vocab_size",
@@ -55,6 +58,11 @@ class TransformerConfig:
 PRESETS = {
     "transformer_tiny": TransformerConfig(num_layers=2, d_model=32, num_heads=4, dff=64, rate=0.1),
     "transformer_seed": TransformerConfig(num_layers=4, d_model=128, num_heads=8, dff=512, rate=0.1),
+    # The main job's default, fitted to short budgets on CPU (issue 10, benchmarks/RESULTS.md): the seed's
+    # sizes with pre-LN blocks (stable at a higher learning rate) and no dropout (a few-minute run sees
+    # its training pairs about once; pass a dropout rate for longer runs).
+    "transformer_seed_prenorm": TransformerConfig(num_layers=4, d_model=128, num_heads=8, dff=512, rate=0.0,
+                                                  normalize_first=True),
     "transformer_base": TransformerConfig(num_layers=6, d_model=512, num_heads=8, dff=2048, rate=0.1),
     "transformer_big": TransformerConfig(num_layers=6, d_model=1024, num_heads=16, dff=4096, rate=0.3),
 }
@@ -73,23 +81,37 @@ def num_parameters(config):
     d, f, n = config.d_model, config.dff, config.num_layers
     attention = 4 * (d * d + d)
     ffn = d * f + f + f * d + d
-    encoder = config.input_vocab_size * d + n * (attention + ffn + 2 * 2 * d)
-    decoder = config.target_vocab_size * d + n * (2 * attention + ffn + 3 * 2 * d)
+    final_norm = 2 * d if config.normalize_first else 0
+    encoder = config.input_vocab_size * d + n * (attention + ffn + 2 * 2 * d) + final_norm
+    decoder = config.target_vocab_size * d + n * (2 * attention + ffn + 3 * 2 * d) + final_norm
     return encoder + decoder + d * config.target_vocab_size + config.target_vocab_size
 
 
 class _Embedder(TracksLayerLists, EmbeddingMixin, keras.layers.Layer):
     """The seed's embedding: token embedding · sqrt(d_model) + sinusoidal position encoding, then dropout
     (:class:`kerasplm.layers.EmbeddingMixin` in its seed configuration; the token table stays the
-    attribute ``embedding``, so checkpoints keep their variable paths)."""
+    attribute ``embedding``, so checkpoints keep their variable paths). With ``normalize_first`` (pre-LN
+    blocks) the stack's output also goes through a final LayerNorm, ``final_layernorm``."""
 
-    def __init__(self, vocab_size, d_model, maximum_position_encoding, rate, **kwargs):
+    def __init__(self, vocab_size, d_model, maximum_position_encoding, rate, normalize_first=False, **kwargs):
         super().__init__(**kwargs)
         self._init_embedding(vocab_size, d_model, maximum_position_encoding, rate)
+        self.normalize_first = bool(normalize_first)
+        if self.normalize_first:
+            self.final_layernorm = keras.layers.LayerNormalization(epsilon=1e-6, name="final_layernorm")
 
     def build(self, input_shape=None):
         self._build_embedding()
+        if self.normalize_first:
+            self.final_layernorm.build((None, None, self.d_model))
         self.built = True
+
+    def _final_norm(self, x):
+        """Pre-LN blocks leave their residual stream unnormalized: normalize it once at the end."""
+        return self.final_layernorm(x) if self.normalize_first else x
+
+    def _block_options(self):
+        return {"normalize_first": self.normalize_first}
 
 
 @keras.saving.register_keras_serializable(package="kerasplm")
@@ -101,11 +123,12 @@ class Encoder(_Embedder):
     """
 
     def __init__(self, num_layers, d_model, num_heads, dff, input_vocab_size, maximum_position_encoding,
-                 rate=0.1, **kwargs):
-        super().__init__(input_vocab_size, d_model, maximum_position_encoding, rate, **kwargs)
+                 rate=0.1, normalize_first=False, **kwargs):
+        super().__init__(input_vocab_size, d_model, maximum_position_encoding, rate, normalize_first, **kwargs)
         self.num_layers, self.num_heads, self.dff, self.rate = num_layers, num_heads, dff, rate
         self.input_vocab_size = input_vocab_size
-        self.enc_layers = [EncoderLayer(d_model, num_heads, dff, rate, name=f"encoder_layer{i + 1}")
+        self.enc_layers = [EncoderLayer(d_model, num_heads, dff, rate, name=f"encoder_layer{i + 1}",
+                                        **self._block_options())
                            for i in range(num_layers)]
 
     def build(self, input_shape=None):
@@ -117,12 +140,13 @@ class Encoder(_Embedder):
         x = self.embed(x, training=training)
         for layer in self.enc_layers:
             x = layer(x, training=training, padding_mask=padding_mask)
-        return x
+        return self._final_norm(x)
 
     def get_config(self):
         return {**super().get_config(), "num_layers": self.num_layers, "d_model": self.d_model,
                 "num_heads": self.num_heads, "dff": self.dff, "input_vocab_size": self.input_vocab_size,
-                "maximum_position_encoding": self.maximum_position_encoding, "rate": self.rate}
+                "maximum_position_encoding": self.maximum_position_encoding, "rate": self.rate,
+                **self._block_options()}
 
 
 @keras.saving.register_keras_serializable(package="kerasplm")
@@ -134,11 +158,12 @@ class Decoder(_Embedder):
     """
 
     def __init__(self, num_layers, d_model, num_heads, dff, target_vocab_size, maximum_position_encoding,
-                 rate=0.1, **kwargs):
-        super().__init__(target_vocab_size, d_model, maximum_position_encoding, rate, **kwargs)
+                 rate=0.1, normalize_first=False, **kwargs):
+        super().__init__(target_vocab_size, d_model, maximum_position_encoding, rate, normalize_first, **kwargs)
         self.num_layers, self.num_heads, self.dff, self.rate = num_layers, num_heads, dff, rate
         self.target_vocab_size = target_vocab_size
-        self.dec_layers = [DecoderLayer(d_model, num_heads, dff, rate, name=f"decoder_layer{i + 1}")
+        self.dec_layers = [DecoderLayer(d_model, num_heads, dff, rate, name=f"decoder_layer{i + 1}",
+                                        **self._block_options())
                            for i in range(num_layers)]
 
     def build(self, input_shape=None):
@@ -154,7 +179,7 @@ class Decoder(_Embedder):
                                       padding_mask=padding_mask)
             attention_weights[f"decoder_layer{i + 1}_block1"] = block1
             attention_weights[f"decoder_layer{i + 1}_block2"] = block2
-        return x, attention_weights
+        return self._final_norm(x), attention_weights
 
     # ---- incremental decoding (kerasplm.generation) ----
     def init_cache(self, batch_size, max_length):
@@ -180,7 +205,7 @@ class Decoder(_Embedder):
             x, layer_cache, w = layer.call_with_cache(x, layer_cache, cache_index, layer_cross_kv, padding_mask)
             new_cache.append(layer_cache)
             cross_weights.append(w)
-        return x, new_cache, cross_weights
+        return self._final_norm(x), new_cache, cross_weights
 
     def decode_step(self, ids_t, step, cache, cross_kv, padding_mask=None):
         """The decoder at one position: ``ids_t (batch, 1)`` token at position ``step`` (int32 scalar)
@@ -191,7 +216,8 @@ class Decoder(_Embedder):
     def get_config(self):
         return {**super().get_config(), "num_layers": self.num_layers, "d_model": self.d_model,
                 "num_heads": self.num_heads, "dff": self.dff, "target_vocab_size": self.target_vocab_size,
-                "maximum_position_encoding": self.maximum_position_encoding, "rate": self.rate}
+                "maximum_position_encoding": self.maximum_position_encoding, "rate": self.rate,
+                **self._block_options()}
 
 
 @keras.saving.register_keras_serializable(package="kerasplm")
@@ -199,7 +225,8 @@ class Transformer(ConfigMixin, keras.Model):
     """Encoder-decoder Transformer: ``((inp, tar)) -> (logits, attention_weights)``.
 
     Args follow the seed: ``num_layers, d_model, num_heads, dff, input_vocab_size, target_vocab_size,
-    pe_input, pe_target, rate``.
+    pe_input, pe_target, rate``; ``normalize_first=True`` builds pre-LN blocks with a final LayerNorm per
+    stack instead of the seed's post-LN blocks.
 
     Call:
       inputs: ``(inp, tar)``: source ids ``(batch, inp_len)``, decoder input ids ``(batch, tar_len)``,
@@ -221,14 +248,14 @@ class Transformer(ConfigMixin, keras.Model):
     preset_family = "transformer"
 
     def __init__(self, num_layers, d_model, num_heads, dff, input_vocab_size, target_vocab_size, pe_input,
-                 pe_target, rate=0.1, **kwargs):
+                 pe_target, rate=0.1, normalize_first=False, **kwargs):
         super().__init__(**kwargs)
         self.config = TransformerConfig(num_layers, d_model, num_heads, dff, input_vocab_size,
-                                        target_vocab_size, pe_input, pe_target, rate).validate()
+                                        target_vocab_size, pe_input, pe_target, rate, normalize_first).validate()
         self.encoder = Encoder(num_layers, d_model, num_heads, dff, input_vocab_size, pe_input, rate,
-                               name="encoder")
+                               normalize_first, name="encoder")
         self.decoder = Decoder(num_layers, d_model, num_heads, dff, target_vocab_size, pe_target, rate,
-                               name="decoder")
+                               normalize_first, name="decoder")
         self.final_layer = keras.layers.Dense(target_vocab_size, name="final_layer")
         self.build()
 

@@ -6,7 +6,7 @@ task ``translation``), with the assets ``source_vocab`` = ``src_vocab.txt`` and 
 :class:`TranslatorOptions`, declared once for this Python API and the CLI's flags.
 
 Example:
->>> summary = train_translator("runs/demo", steps=200)              # bundled Tatoeba sample
+>>> summary = train_translator("runs/demo", steps=200)              # bundled Tatoeba data
 >>> translator = load_translator("runs/demo")
 >>> translator.translate(["¿Puedo tomar prestado este libro?"])
 """
@@ -28,17 +28,28 @@ from kerasplm.text import (TranslatorPreprocessor, WordPieceTokenizer, build_wor
                            write_vocab)
 from kerasplm.training import BudgetSchedule, CustomSchedule, Trainer, fused_masked_cross_entropy
 
-DEFAULT_PRESET = "transformer_seed"
+# The job's defaults are fitted to short budgets on 2 CPU cores (issue 10, benchmarks/RESULTS.md): pre-LN
+# blocks of the seed's sizes without dropout, 256 pairs per batch, the whole bundled corpus. The seed's
+# configuration stays one flag away: --preset transformer_seed --batch-size 64 --bundled-data sample.
+DEFAULT_PRESET = "transformer_seed_prenorm"
+DEFAULT_BATCH_SIZE = 256
+DEFAULT_VOCAB_SIZE = 4000
 # The job's default learning-rate schedule ("budget"): BudgetSchedule fitted to the steps the run will make;
 # "seed" is the seed's CustomSchedule(d_model, warmup_steps). Measured in benchmarks/RESULTS.md.
 SCHEDULES = ("budget", "seed")
-DEFAULT_PEAK_LEARNING_RATE = 1e-3
+# Peak of the budget schedule when --peak-learning-rate is not given: pre-LN blocks train stably at twice the
+# rate that suits the seed's post-LN blocks (which plateaued at 2e-3 with batches of 64: RESULTS.md).
+DEFAULT_PEAK_LEARNING_RATE = {"pre-LN": 2e-3, "post-LN": 1e-3}
 DEFAULT_WARMUP_FRACTION = 0.1
 # A time-budgeted run first makes TRACE_STEPS steps (tracing the train step's bucket shapes), then times
 # TIMED_STEPS steps to estimate how many steps the rest of the budget allows.
 TRACE_STEPS, TIMED_STEPS = 20, 60
 FAMILY = "transformer_translator"
 ASSETS = {"source_vocab": "src_vocab.txt", "target_vocab": "tgt_vocab.txt"}
+# The training data when --data is not given (kerasplm/data/sample/, drawn by kerasplm/data/make_sample.py):
+# "all" = the whole Tatoeba corpus less the held-out sentences; "sample" = 20,000 short pairs (the default
+# before issue 10). Both are scored on the same bundled held-out split (spa-eng-dev.tsv).
+BUNDLED_TRAIN = {"all": "spa-eng-all-train.tsv.gz", "sample": "spa-eng-train.tsv"}
 SEED_SENTENCES = ["¿Puedo tomar prestado este libro?", "Hace mucho frío aquí.", "Esta es mi vida.",
                   "¿Todavía están en casa?", "Trata de averiguarlo."]
 
@@ -136,8 +147,11 @@ class TranslatorOptions(TrainingOptions):
     :mod:`kerasplm.tasks.options`).
     """
     # data
-    data: str = option(None, "tab-separated parallel corpus (default: the bundled Tatoeba sample)", file=True,
-                       metavar="TSV")
+    data: str = option(None, "tab-separated parallel corpus, .gz allowed (default: the bundled Tatoeba data, "
+                       "see --bundled-data)", file=True, metavar="TSV")
+    bundled_data: str = option("all", "bundled training data when --data is not given: 'all' = the whole Tatoeba "
+                               "corpus less the held-out sentences (115,703 pairs), 'sample' = 20,000 short pairs",
+                               choices=list(BUNDLED_TRAIN))
     src_col: int = option(1, "0-based source column", kind=int, minimum=0)
     tgt_col: int = option(0, "0-based target column", kind=int, minimum=0)
     dev_data: str = option(None, "held-out corpus (default: split off --data by source sentence)", file=True,
@@ -146,16 +160,24 @@ class TranslatorOptions(TrainingOptions):
     max_pairs: int = option(None, "read at most this many pairs of --data", kind=int, minimum=0, exclusive_minimum=True)
     # model and training
     preset: str = option(DEFAULT_PRESET, "model preset", choices=lambda: sorted(PRESETS))
-    dropout: float = option(None, "dropout rate of the model (default: the preset's, 0.1 for transformer_seed)",
+    dropout: float = option(None, "dropout rate of the model (default: the preset's: 0 for transformer_seed_prenorm, "
+                            "0.1 for transformer_seed)",
                             kind=float, minimum=0, maximum=1, exclusive_maximum=True)
-    batch_size: int = option(64, "sentence pairs per global batch", kind=int, minimum=0, exclusive_minimum=True)
-    vocab_size: int = option(8000, "WordPiece vocabulary size per language", kind=int, minimum=0, exclusive_minimum=True)
+    batch_size: int = option(DEFAULT_BATCH_SIZE, "sentence pairs per global batch", kind=int, minimum=0,
+                             exclusive_minimum=True)
+    vocab_size: int = option(DEFAULT_VOCAB_SIZE, "WordPiece vocabulary size per language", kind=int, minimum=0,
+                             exclusive_minimum=True)
+    vocab_max_sentences: int = option(30000, "learn each vocabulary from at most this many training sentences, "
+                                      "evenly spaced (the learner's time grows with the corpus; 0: all)",
+                                      kind=int, minimum=0)
     max_length: int = option(40, "max tokens per sentence, [START]/[END] included", kind=int, minimum=3)
     schedule: str = option("budget", "learning rate: 'budget' = linear warmup over --warmup-fraction of the run "
                            "to --peak-learning-rate, linear decay to 0 at its last step (fitted to --steps or "
                            "to the steps --time-budget allows); 'seed' = the seed's CustomSchedule",
                            choices=list(SCHEDULES))
-    peak_learning_rate: float = option(DEFAULT_PEAK_LEARNING_RATE, "peak learning rate of the budget schedule",
+    peak_learning_rate: float = option(None, "peak learning rate of the budget schedule (default: "
+                                       f"{DEFAULT_PEAK_LEARNING_RATE['pre-LN']:g} for pre-LN presets, "
+                                       f"{DEFAULT_PEAK_LEARNING_RATE['post-LN']:g} for the seed's post-LN blocks)",
                                        kind=float, minimum=0, exclusive_minimum=True)
     warmup_fraction: float = option(DEFAULT_WARMUP_FRACTION, "warmup share of the budget schedule", kind=float,
                                     minimum=0, maximum=1)
@@ -222,7 +244,7 @@ def _prepare_data(options):
     """Returns train (src, tgt) lists, dev (src, tgt) lists and dev (sources, reference lists)."""
     o = options
     if o.data is None:
-        train_src, train_tgt = read_parallel_tsv(sample_path("spa-eng-train.tsv"), src_col=1, tgt_col=0)
+        train_src, train_tgt = read_parallel_tsv(sample_path(BUNDLED_TRAIN[o.bundled_data]), src_col=1, tgt_col=0)
         dev_src, dev_tgt = read_parallel_tsv(sample_path("spa-eng-dev.tsv"), src_col=1, tgt_col=0)
     else:
         src, tgt = read_parallel_tsv(o.data, src_col=o.src_col, tgt_col=o.tgt_col, max_pairs=o.max_pairs)
@@ -240,14 +262,16 @@ def _prepare_data(options):
     return (train_src, train_tgt), (dev_src, dev_tgt), (dev_sources, dev_refs)
 
 
-def _make_schedule(options, d_model):
-    """The optimizer's learning-rate schedule for the job's options."""
+def _make_schedule(options, model_config):
+    """The optimizer's learning-rate schedule for the job's options and model."""
     if options.schedule == "seed":
-        return CustomSchedule(d_model, options.warmup_steps)
+        return CustomSchedule(model_config.d_model, options.warmup_steps)
+    peak = options.peak_learning_rate or DEFAULT_PEAK_LEARNING_RATE[
+        "pre-LN" if model_config.normalize_first else "post-LN"]
     total = options.schedule_steps or options.steps
     if total is None:  # fitted once the first steps are timed; until then warmup spans the timing steps twice
         total = 2 * (TRACE_STEPS + TIMED_STEPS) / max(options.warmup_fraction, 1e-3)
-    return BudgetSchedule(options.peak_learning_rate, total, warmup_fraction=options.warmup_fraction)
+    return BudgetSchedule(peak, total, warmup_fraction=options.warmup_fraction)
 
 
 def _fit_schedule_to_budget(trainer, train_ds, schedule, time_budget):
@@ -277,8 +301,10 @@ def _fit_schedule_to_budget(trainer, train_ds, schedule, time_budget):
 
 
 def _mean_target_tokens(tgt_tokenizer, tgt_texts, sample=2000):
-    """Mean predicted target tokens per pair ([START] pieces [END], minus one) over a sample of pairs."""
-    lengths = tgt_tokenizer.tokenize(tf.constant(list(tgt_texts[:sample]), tf.string)).row_lengths()
+    """Mean predicted target tokens per pair ([START] pieces [END], minus one) over an evenly spaced
+    sample of pairs (corpora such as Tatoeba's are sorted by length)."""
+    texts = list(tgt_texts[::max(1, len(tgt_texts) // sample)])
+    lengths = tgt_tokenizer.tokenize(tf.constant(texts, tf.string)).row_lengths()
     return float(tf.reduce_mean(tf.cast(lengths, tf.float32))) + 1.0
 
 
@@ -314,8 +340,8 @@ def train_translator(out, options=None, log=print, **overrides):
 
     ``options`` is a :class:`TranslatorOptions` (default: its defaults); keyword ``overrides`` replace
     single options (``train_translator(out, steps=200, preset="transformer_tiny")``). With ``data=None``
-    it trains Spanish→English on the Tatoeba sample bundled in the package and scores the bundled
-    held-out split. Training stops at ``steps`` (absolute: a resumed run continues to the same total)
+    it trains Spanish→English on the Tatoeba data bundled in the package (``bundled_data``: the whole
+    corpus less the held-out sentences, or the 20,000-pair sample) and scores the bundled held-out split. Training stops at ``steps`` (absolute: a resumed run continues to the same total)
     or after ``time_budget`` seconds, or on SIGTERM (then it returns right after the checkpoint, without
     BLEU). An existing run in ``out`` is resumed with its stored options; asking for different ones raises
     :class:`kerasplm.tasks.options.OptionsConflict`. Returns a summary dict (steps, BLEU, timings, sample
@@ -323,11 +349,12 @@ def train_translator(out, options=None, log=print, **overrides):
     """
     run, o, config, previous_history = open_run(out, FAMILY, TranslatorOptions, options, overrides,
                                                 what="translator", check_config=_model_config,
-                                                legacy_options={"schedule": "seed"})
+                                                legacy_options={"schedule": "seed", "bundled_data": "sample",
+                                                                "vocab_max_sentences": 0})
     t0 = time.time()
     (train_src, train_tgt), (dev_src, dev_tgt), (dev_sources, dev_refs) = _prepare_data(o)
     log(f"data: {len(train_src)} training pairs, {len(dev_sources)} held-out source sentences "
-        f"({'bundled Tatoeba sample' if o.data is None else o.data})")
+        f"({f'bundled Tatoeba data: {o.bundled_data}' if o.data is None else o.data})")
 
     src_vocab_path, tgt_vocab_path = (run.file(n) for n in ASSETS.values())
     if config is not None:
@@ -338,6 +365,8 @@ def train_translator(out, options=None, log=print, **overrides):
     else:
         os.makedirs(out, exist_ok=True)
         for texts, path in ((train_src, src_vocab_path), (train_tgt, tgt_vocab_path)):
+            if o.vocab_max_sentences and len(texts) > o.vocab_max_sentences:  # evenly spaced: Tatoeba is length-sorted
+                texts = texts[::-(-len(texts) // o.vocab_max_sentences)]
             write_vocab(build_wordpiece_vocab(texts, vocab_size=o.vocab_size,
                                               reserved_tokens=TranslatorPreprocessor.special_tokens), path)
     src_tok, tgt_tok = WordPieceTokenizer(src_vocab_path), WordPieceTokenizer(tgt_vocab_path)
@@ -357,7 +386,7 @@ def train_translator(out, options=None, log=print, **overrides):
     if config is None:  # the run is valid: from now on this directory holds a run to resume
         config = run.write_config(FAMILY, "translation", o.preset, dataclasses.asdict(model_config), o.stored(RUN),
                                   assets=ASSETS)
-    lr_schedule = _make_schedule(o, model_config.d_model)
+    lr_schedule = _make_schedule(o, model_config)
     trainer = Trainer(
         model=lambda: Transformer.from_config_object(model_config, name=config["preset"]),
         optimizer=lambda: keras.optimizers.Adam(lr_schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9),

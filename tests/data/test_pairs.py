@@ -1,5 +1,6 @@
 """Parallel-corpus reader, held-out split and the bucketed translation dataset (tiny corpora)."""
 import collections
+import gzip
 
 import numpy as np
 import pytest
@@ -74,6 +75,14 @@ def test_reader_empty_sentence(tmp_path):
     p = _write(tmp_path / "e.tsv", "a\tb\nc\t \n")
     with pytest.raises(ValueError, match="line 2 has an empty sentence"):
         read_parallel_tsv(p)
+
+
+def test_reader_reads_gzip_and_names_a_damaged_one(tmp_path):
+    p = _write(tmp_path / "c.tsv.gz", gzip.compress("Go.\tVe.\nHi.\tHola.\n".encode("utf-8")))
+    assert read_parallel_tsv(p) == (["Ve.", "Hola."], ["Go.", "Hi."])
+    bad = _write(tmp_path / "bad.tsv.gz", b"Go.\tVe.\n")
+    with pytest.raises(ValueError, match=r"bad\.tsv\.gz: not a valid gzip file"):
+        read_parallel_tsv(bad)
 
 
 # --- split ------------------------------------------------------------------------------------
@@ -215,8 +224,13 @@ def test_bundled_sample():
     assert not set(spa) & set(dev_spa)
     assert max(len(s.split()) for s in spa + dev_spa) <= 8
     assert collections.Counter(zip(spa, eng)).most_common(1)[0][1] == 1
+    all_spa, all_eng = read_parallel_tsv(sample_path("spa-eng-all-train.tsv.gz"))  # the whole corpus, less dev
+    assert len(all_spa) == 115703 and not set(all_spa) & set(dev_spa)
+    assert set(zip(spa, eng)) <= set(zip(all_spa, all_eng))
+    assert collections.Counter(zip(all_spa, all_eng)).most_common(1)[0][1] == 1
     with open(sample_path("LICENSE-tatoeba.txt"), encoding="utf-8") as f:
         text = f.read()
     assert "CC-BY 2.0 FR" in text and "tatoeba.org" in text and "manythings.org/anki" in text
+    assert "115703 distinct pairs" in text
     with pytest.raises(ValueError, match="unknown sample file"):
         sample_path("nope.tsv")

@@ -15,3 +15,12 @@ def test_full_tatoeba_reads_and_splits_by_source(shared_data):
     # Deterministic: the seed baseline and kerasplm's run score the same sentences.
     assert _prepare_data(options)[2] == (dev_sources, dev_refs)
     assert group_references(["a", "a", "b"], ["x", "y", "z"]) == (["a", "b"], [["x", "y"], ["z"]])
+
+
+def test_make_sample_regenerates_the_bundled_files_exactly(shared_data, tmp_path):
+    from kerasplm.data import SAMPLE_FILES, make_sample, sample_path
+
+    make_sample.main(["--input", str(shared_data / "tatoeba_spa_eng" / "spa-eng.tsv"), "--out-dir", str(tmp_path)])
+    for name in SAMPLE_FILES:
+        with open(sample_path(name), "rb") as bundled:
+            assert (tmp_path / name).read_bytes() == bundled.read(), name

@@ -169,3 +169,28 @@ def test_trainer_learns_a_copy_task_under_each_precision(policy):
     assert trainer.model.compute_dtype == policy.replace("mixed_", "")
     assert history["loss"][-1] < 0.5 * history["loss"][0]
     assert history["accuracy"][-1] > history["accuracy"][0]
+
+
+def test_pre_ln_blocks_end_in_a_final_norm_and_decode_incrementally():
+    """normalize_first: x + F(LN(x)) per sub-layer, one LayerNorm after each stack (the job's default preset)."""
+    from kerasplm.layers.masks import create_padding_mask
+
+    model = tiny(normalize_first=True)
+    assert Transformer.num_parameters(model.config) == model.count_params()
+    assert Transformer.from_config(model.get_config()).config == model.config
+    inp, tar = batch()
+    mask = create_padding_mask(inp)
+    x = model.encoder.embed(inp, training=False)
+    for layer in model.encoder.enc_layers:
+        h = layer.layernorm1(x)
+        x = x + layer.mha(h, h, h, mask)[0]
+        x = x + layer.ffn(layer.layernorm2(x))
+    np.testing.assert_allclose(model.encoder(inp, training=False, padding_mask=mask).numpy(),
+                               model.encoder.final_layernorm(x).numpy(), atol=1e-5)
+    logits = model((inp, tar), training=False)[0]
+    enc, padding_mask = model.encode(inp)
+    cross_kv, cache = model.cross_attention_kv(enc), model.init_cache(2, tar.shape[1])
+    for t in range(tar.shape[1]):
+        step_logits, cache = model.decode_step(tar[:, t:t + 1], t, cache, cross_kv, padding_mask)
+        real = tar[:, t].numpy() != 0  # the full call also masks padded target positions as keys
+        np.testing.assert_allclose(step_logits.numpy()[real], logits[:, t].numpy()[real], atol=1e-4)
