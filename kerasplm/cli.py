@@ -21,6 +21,8 @@ Every subcommand has ``--help``. Bad flags and unreadable inputs end with a one-
 status 2.
 """
 import argparse
+import functools
+import importlib
 import os
 import signal
 import sys
@@ -106,11 +108,7 @@ def build_parser():
     _add_serve_parser(commands)
     _add_presets_parser(commands)
     _add_elmo_parsers(train_families, export_families, _add_convert_parser(commands))
-    finetune_tasks = _add_finetune_parser(commands)
-    _add_finetune_tagger_parser(finetune_tasks)
-    _add_finetune_simcse_parser(finetune_tasks)
-    _add_finetune_gpt_parser(finetune_tasks)
-    _add_finetune_elmo_parser(finetune_tasks)
+    _add_finetune_parser(commands)
     _add_qa_parsers(commands)
     return parser
 
@@ -348,26 +346,69 @@ def _add_bert_export_parsers(families):
     ec.set_defaults(handler=_export_classifier)
 
 
+# `kerasplm finetune TASK`: name -> (module, options class, job function, help, description). Every task's
+# flags come from its options class, and `--out` names the run directory (an existing run is resumed).
+FINETUNE_JOBS = {
+    "bert-classifier": (
+        "kerasplm.tasks.bert_finetune", "BertClassifierOptions", "finetune_bert_classifier",
+        "sentence (pair) classification or regression on a BERT run",
+        "Fine-tune a BERT run (--init) on tab-separated examples; prints the dev accuracy, F1 and MCC and writes "
+        "them to metrics.json. Resumable."),
+    "bert-tagger": (
+        "kerasplm.tasks.bert_tagger_job", "TaggerOptions", "finetune_bert_tagger",
+        "BERT named-entity tagger on CoNLL-2003 files",
+        "Fine-tune a BERT run (--init) on CoNLL-2003 files; prints the dev entity F1 (conlleval) and writes it to "
+        "metrics.json. Rerun the same command to resume."),
+    "bert-simcse": (
+        "kerasplm.tasks.bert_simcse_job", "SimCSEOptions", "finetune_bert_simcse",
+        "unsupervised SimCSE sentence embeddings on a BERT run",
+        "Train sentence embeddings with unsupervised SimCSE (dropout noise, in-batch negatives) from a BERT run "
+        "(--init) on a text file, one sentence per line; export the run with `kerasplm export embedder`. Rerun the "
+        "same command to resume."),
+    "bert-qa": (
+        "kerasplm.tasks.bert_qa_job", "BertQAOptions", "finetune_bert_qa",
+        "extractive question answering (SQuAD v1.1 JSON) on a BERT run",
+        "Fine-tune a BERT run (--init) on SQuAD v1.1 files; prints the held-out exact match and F1 (--dev, or "
+        "--holdout-fraction of --train's articles) and writes them to metrics.json. Resumable."),
+    "gpt-classifier": (
+        "kerasplm.tasks.gpt_finetune", "GPTClassifierOptions", "finetune_gpt_classifier",
+        "GPT-1 fine-tuning: classification, entailment or similarity on a GPT run",
+        "Fine-tune a GPT run (--init: kerasplm train gpt / convert gpt2) as GPT-1 did: start/delim/extract tokens, "
+        "a linear head on the extract token, task loss + λ·LM loss. Prints the dev accuracy, F1 and MCC and writes "
+        "them to metrics.json. Rerun the same command to resume."),
+    "elmo-classifier": (
+        "kerasplm.tasks.elmo_classifier", "ElmoClassifierOptions", "finetune_elmo_classifier",
+        "BiLSTM sentence classifier: static embeddings, with [x; ELMo] from a biLM run",
+        "Train a BiLSTM sentence classifier on tab-separated examples with static word embeddings and ELMo "
+        "features of a frozen biLM (--elmo RUN_DIR; --no-elmo: the static baseline); prints the dev accuracy, F1 "
+        "and MCC and writes them to metrics.json. Rerun to resume."),
+}
+
+
 def _add_finetune_parser(commands):
-    from kerasplm.tasks.bert_finetune import BertClassifierOptions
     from kerasplm.tasks.options import add_options_to_parser
 
     ft = commands.add_parser("finetune", help="fine-tune a pretrained model on a task",
                              description="Fine-tune a pretrained model on a task.")
     tasks = ft.add_subparsers(dest="finetune_task", metavar="TASK", required=True)
-    bc = tasks.add_parser("bert-classifier", help="sentence (pair) classification or regression on a BERT run",
-                          description="Fine-tune a BERT run (--init) on tab-separated examples; prints the dev "
-                                      "accuracy, F1 and MCC and writes them to metrics.json. Resumable.")
-    add_options_to_parser(bc, BertClassifierOptions)
-    bc.add_argument("--out", required=True, help="run directory (an existing run is resumed)")
-    bc.set_defaults(handler=_finetune_bert_classifier)
+    for name, (module, options_name, job_name, help_text, description) in FINETUNE_JOBS.items():
+        task = tasks.add_parser(name, help=help_text, description=description)
+        add_options_to_parser(task, getattr(importlib.import_module(module), options_name))
+        task.add_argument("--out", required=True, help="run directory (an existing run is resumed)")
+        task.set_defaults(handler=functools.partial(_finetune, module, options_name, job_name))
     return tasks
 
 
-def _finetune_bert_classifier(args):
-    from kerasplm.tasks.bert_finetune import BertClassifierOptions, finetune_bert_classifier
+def _finetune(module, options_name, job_name, args):
+    module = importlib.import_module(module)
+    job = getattr(module, job_name)
 
-    _run_training_job(args, BertClassifierOptions, finetune_bert_classifier)
+    def summary_of(out, **options):   # the tagger job returns (summary, tagger)
+        result = job(out, **options)
+        return result[0] if isinstance(result, tuple) else result
+
+    summary = _run_training_job(args, getattr(module, options_name), summary_of)
+    print(f"wrote {args.out}: step {summary['step']}")
     return 0
 
 
@@ -480,28 +521,6 @@ def _train_elmo(args):
     from kerasplm.tasks.elmo import ElmoOptions, train_elmo
 
     _run_training_job(args, ElmoOptions, train_elmo)
-    return 0
-
-
-def _add_finetune_elmo_parser(tasks):
-    """``kerasplm finetune elmo-classifier`` (kerasplm.tasks.elmo_classifier)."""
-    from kerasplm.tasks.elmo_classifier import ElmoClassifierOptions
-    from kerasplm.tasks.options import add_options_to_parser
-
-    ec = tasks.add_parser(
-        "elmo-classifier", help="BiLSTM sentence classifier: static embeddings, with [x; ELMo] from a biLM run",
-        description="Train a BiLSTM sentence classifier on tab-separated examples with static word embeddings "
-                    "and ELMo features of a frozen biLM (--elmo RUN_DIR; --no-elmo: the static baseline); prints "
-                    "the dev accuracy, F1 and MCC and writes them to metrics.json. Rerun to resume.")
-    add_options_to_parser(ec, ElmoClassifierOptions)
-    ec.add_argument("--out", required=True, help="run directory (an existing run is resumed)")
-    ec.set_defaults(handler=_finetune_elmo_classifier)
-
-
-def _finetune_elmo_classifier(args):
-    from kerasplm.tasks.elmo_classifier import ElmoClassifierOptions, finetune_elmo_classifier
-
-    _run_training_job(args, ElmoClassifierOptions, finetune_elmo_classifier)
     return 0
 
 
@@ -619,51 +638,7 @@ def _serve(args):
     return 0
 
 
-# ---- BERT tagger (NER): `finetune bert-tagger`, `export tagger` ----
-def _add_finetune_tagger_parser(tasks):
-    from kerasplm.tasks.bert_tagger_job import TaggerOptions
-    from kerasplm.tasks.options import add_options_to_parser
-
-    bt = tasks.add_parser(
-        "bert-tagger", help="BERT named-entity tagger on CoNLL-2003 files",
-        description="Fine-tune a BERT run (--init) on CoNLL-2003 files; prints the dev entity F1 (conlleval) "
-                    "and writes it to metrics.json. Rerun the same command to resume.")
-    add_options_to_parser(bt, TaggerOptions)
-    bt.add_argument("--out", required=True, help="run directory (an existing run is resumed)")
-    bt.set_defaults(handler=_finetune_bert_tagger)
-
-
-def _finetune_bert_tagger(args):
-    from kerasplm.tasks.bert_tagger_job import TaggerOptions, finetune_bert_tagger
-
-    summary = _run_training_job(args, TaggerOptions, lambda out, **options: finetune_bert_tagger(out, **options)[0])
-    print(f"wrote {args.out}: step {summary['step']}")
-    return 0
-
-
-# ---- unsupervised SimCSE: `finetune bert-simcse` (exported by `export embedder`) ----
-def _add_finetune_simcse_parser(tasks):
-    from kerasplm.tasks.bert_simcse_job import SimCSEOptions
-    from kerasplm.tasks.options import add_options_to_parser
-
-    sc = tasks.add_parser(
-        "bert-simcse", help="unsupervised SimCSE sentence embeddings on a BERT run",
-        description="Train sentence embeddings with unsupervised SimCSE (dropout noise, in-batch negatives) from "
-                    "a BERT run (--init) on a text file, one sentence per line; export the run with "
-                    "`kerasplm export embedder`. Rerun the same command to resume.")
-    add_options_to_parser(sc, SimCSEOptions)
-    sc.add_argument("--out", required=True, help="run directory (an existing run is resumed)")
-    sc.set_defaults(handler=_finetune_bert_simcse)
-
-
-def _finetune_bert_simcse(args):
-    from kerasplm.tasks.bert_simcse_job import SimCSEOptions, finetune_bert_simcse
-
-    summary = _run_training_job(args, SimCSEOptions, finetune_bert_simcse)
-    print(f"wrote {args.out}: step {summary['step']}")
-    return 0
-
-
+# ---- BERT tagger (NER): `export tagger` ----
 def _add_export_tagger_parser(families):
     tg = families.add_parser("tagger", help="export a BERT tagger run",
                              description="Export a `finetune bert-tagger` run: text -> entity spans.")
@@ -688,52 +663,16 @@ def _export_tagger(args):
     return 0
 
 
-# ---- GPT-1 fine-tuning: `finetune gpt-classifier` (kerasplm.tasks.gpt_finetune) ----
-def _add_finetune_gpt_parser(tasks):
-    from kerasplm.tasks.gpt_finetune import GPTClassifierOptions
-    from kerasplm.tasks.options import add_options_to_parser
-
-    gc = tasks.add_parser(
-        "gpt-classifier", help="GPT-1 fine-tuning: classification, entailment or similarity on a GPT run",
-        description="Fine-tune a GPT run (--init: kerasplm train gpt / convert gpt2) as GPT-1 did: start/delim/extract "
-                    "tokens, a linear head on the extract token, task loss + λ·LM loss. Prints the dev accuracy, F1 "
-                    "and MCC and writes them to metrics.json. Rerun the same command to resume.")
-    add_options_to_parser(gc, GPTClassifierOptions)
-    gc.add_argument("--out", required=True, help="run directory (an existing run is resumed)")
-    gc.set_defaults(handler=_finetune_gpt_classifier)
-
-
-def _finetune_gpt_classifier(args):
-    from kerasplm.tasks.gpt_finetune import GPTClassifierOptions, finetune_gpt_classifier
-
-    _run_training_job(args, GPTClassifierOptions, finetune_gpt_classifier)
-# ---- BERT question answering: `finetune bert-qa`, `export qa` ----
+# ---- BERT question answering: `export qa` (the job is `finetune bert-qa`, in FINETUNE_JOBS) ----
 def _add_qa_parsers(commands):
     from kerasplm.export.embedder import add_export_target_arguments
-    from kerasplm.tasks.bert_qa_job import BertQAOptions
-    from kerasplm.tasks.options import add_options_to_parser
 
-    subparsers = {name: next(a for a in commands.choices[name]._actions if isinstance(a, argparse._SubParsersAction))
-                  for name in ("finetune", "export")}
-    qa = subparsers["finetune"].add_parser(
-        "bert-qa", help="extractive question answering (SQuAD v1.1 JSON) on a BERT run",
-        description="Fine-tune a BERT run (--init) on SQuAD v1.1 files; prints the held-out exact match and F1 "
-                    "(--dev, or --holdout-fraction of --train's articles) and writes them to metrics.json. Resumable.")
-    add_options_to_parser(qa, BertQAOptions)
-    qa.add_argument("--out", required=True, help="run directory (an existing run is resumed)")
-    qa.set_defaults(handler=_finetune_bert_qa)
-    ex = subparsers["export"].add_parser("qa", help="export a BERT question answering run",
-                                         description="Export a `finetune bert-qa` run: question + context strings "
-                                                     "-> answer, start/end character offsets, score.")
+    export = next(a for a in commands.choices["export"]._actions if isinstance(a, argparse._SubParsersAction))
+    ex = export.add_parser("qa", help="export a BERT question answering run",
+                           description="Export a `finetune bert-qa` run: question + context strings "
+                                       "-> answer, start/end character offsets, score.")
     add_export_target_arguments(ex, "a BERT question answerer (kerasplm finetune bert-qa)")
     ex.set_defaults(handler=_export_qa)
-
-
-def _finetune_bert_qa(args):
-    from kerasplm.tasks.bert_qa_job import BertQAOptions, finetune_bert_qa
-
-    _run_training_job(args, BertQAOptions, finetune_bert_qa)
-    return 0
 
 
 def _export_qa(args):

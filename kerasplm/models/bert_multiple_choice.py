@@ -18,6 +18,7 @@ import tensorflow as tf
 from kerasplm.layers.dropout import Dropout
 from kerasplm.models.base import Task
 from kerasplm.models.bert import BertBackbone
+from kerasplm.training.losses import classification_loss_sums
 from kerasplm.text.preprocessing import Preprocessor
 
 __all__ = ["BertMultipleChoice", "BertMultipleChoicePreprocessor", "choice_mask"]
@@ -71,12 +72,7 @@ class BertMultipleChoice(Task):
     def compute_loss_sums(self, batch, training):
         """``batch = (inputs, labels)`` -> ``{"loss": Σ cross-entropy, "weight": B, "accuracy": correct}``."""
         inputs, labels = batch
-        logits = self(inputs, training=training)
-        labels = tf.cast(labels, tf.int32)
-        loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-        correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels), tf.float32)
-        return {"loss": tf.reduce_sum(loss), "weight": tf.cast(tf.shape(logits)[0], tf.float32),
-                "accuracy": tf.reduce_sum(correct)}
+        return classification_loss_sums(labels, self(inputs, training=training))
 
     def predict_texts(self, contexts, choices):
         """Choice probabilities ``(N, C)`` for ``contexts`` [N] and ``choices`` [N][c_i] (lists of str)."""

@@ -15,6 +15,7 @@ import tensorflow as tf
 from kerasplm.layers.dropout import Dropout
 from kerasplm.models.base import Task
 from kerasplm.models.bert import BertBackbone
+from kerasplm.training.losses import classification_loss_sums
 
 POOLINGS = ("cls", "mean")
 
@@ -32,6 +33,15 @@ def pool_sequence(sequence_output, padding_mask, pooling="mean"):
     mask = tf.cast(padding_mask, sequence_output.dtype)[:, :, tf.newaxis]
     total = tf.reduce_sum(sequence_output * mask, axis=1)
     return total / tf.maximum(tf.reduce_sum(mask, axis=1), tf.cast(1e-9, sequence_output.dtype))
+
+
+def classifier_head(num_labels, width, initializer_range, dropout):
+    """``(Dropout, Dense(num_labels))`` of a classification head over ``width``-wide features (truncated-normal
+    kernel initialisation with ``initializer_range``, as BERT's and GPT's), built so its weights exist at once."""
+    head = keras.layers.Dense(num_labels, kernel_initializer=keras.initializers.TruncatedNormal(stddev=initializer_range),
+                              name="classifier")
+    head.build((None, width))
+    return Dropout(dropout, name="classifier_dropout"), head
 
 
 @keras.saving.register_keras_serializable(package="kerasplm")
@@ -56,11 +66,8 @@ class BertClassifier(Task):
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
         self.num_labels, self.dropout_rate = num_labels, float(dropout)
-        self.head_dropout = Dropout(dropout, name="classifier_dropout")
-        self.head = keras.layers.Dense(
-            num_labels, kernel_initializer=keras.initializers.TruncatedNormal(stddev=backbone.config.initializer_range),
-            name="classifier")
-        self.head.build((None, backbone.config.hidden_size))
+        self.head_dropout, self.head = classifier_head(num_labels, backbone.config.hidden_size,
+                                                       backbone.config.initializer_range, dropout)
         self.built = True
 
     @property
@@ -81,10 +88,7 @@ class BertClassifier(Task):
         if self.is_regression:
             error = logits[:, 0] - tf.cast(labels, tf.float32)
             return {"loss": tf.reduce_sum(tf.square(error)), "weight": count}
-        labels = tf.cast(labels, tf.int32)
-        loss = tf.keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
-        correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels), tf.float32)
-        return {"loss": tf.reduce_sum(loss), "weight": count, "accuracy": tf.reduce_sum(correct)}
+        return classification_loss_sums(labels, logits)
 
     def predict_texts(self, texts, pairs=None, batch_size=64):
         """Class probabilities ``(N, C)`` (regression: values ``(N,)``) for lists of strings, via the preprocessor."""

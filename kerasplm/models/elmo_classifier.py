@@ -24,6 +24,7 @@ from kerasplm.layers.dropout import Dropout
 from kerasplm.models.base import Task
 from kerasplm.models.elmo import ElmoEmbedder
 from kerasplm.text.characters import MAX_CHARACTERS, sentence_char_ids
+from kerasplm.training.losses import classification_loss_sums
 
 PAD, UNK = "<PAD>", "<UNK>"
 
@@ -123,12 +124,7 @@ class ElmoClassifier(Task):
     def compute_loss_sums(self, batch, training):
         """``batch = (inputs, labels int (batch,))`` -> ``{"loss": Σ cross-entropy, "weight": batch, "accuracy": correct}``."""
         inputs, labels = batch
-        logits = self(inputs, training=training)
-        labels = tf.cast(labels, tf.int32)
-        loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-        correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels), tf.float32)
-        return {"loss": tf.reduce_sum(loss), "weight": tf.cast(tf.shape(logits)[0], tf.float32),
-                "accuracy": tf.reduce_sum(correct)}
+        return classification_loss_sums(labels, self(inputs, training=training))
 
     def predict_texts(self, texts, batch_size=64):
         """Class probabilities ``(N, num_labels)`` of a list of strings, through the preprocessor."""

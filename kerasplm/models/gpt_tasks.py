@@ -22,9 +22,8 @@ import dataclasses
 import keras
 import tensorflow as tf
 
-from kerasplm.layers.dropout import Dropout
 from kerasplm.models.base import Task
-from kerasplm.models.bert_tasks import logits_for_texts
+from kerasplm.models.bert_tasks import classifier_head, logits_for_texts
 from kerasplm.models.gpt import GPTBackbone
 from kerasplm.text.gpt_inputs import SPECIAL_TOKENS, TASK_TYPES
 
@@ -84,11 +83,8 @@ class GPTClassifier(Task):
             raise ValueError(f"lm_weight must be >= 0, got {lm_weight!r}")
         self.num_labels, self.task_type = num_labels, task_type
         self.dropout_rate, self.lm_weight = float(dropout), float(lm_weight)
-        self.head_dropout = Dropout(dropout, name="classifier_dropout")
-        self.head = keras.layers.Dense(
-            num_labels, kernel_initializer=keras.initializers.TruncatedNormal(stddev=backbone.config.initializer_range),
-            name="classifier")
-        self.head.build((None, backbone.config.d_model))
+        self.head_dropout, self.head = classifier_head(num_labels, backbone.config.d_model,
+                                                       backbone.config.initializer_range, dropout)
         self.built = True
 
     def _forward(self, inputs, training):

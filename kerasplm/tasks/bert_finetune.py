@@ -181,6 +181,19 @@ def layer_decay_multiplier(num_layers, decay):
     return multiplier
 
 
+def bert_init_parts(init, length, length_option="max_length"):
+    """``(backbone, tokenizer, options)`` of the BERT run ``init`` that a fine-tuning job starts from; one-line
+    errors for a missing --init and for a sequence length beyond the model's positions."""
+    if init is None:
+        raise ValueError("give the BERT run to start from (init / --init)")
+    from kerasplm.export.embedder import bert_run_parts
+
+    backbone, tokenizer, options = bert_run_parts(init)
+    if length > backbone.config.max_positions:
+        raise ValueError(f"{length_option}={length} exceeds the model's {backbone.config.max_positions} positions")
+    return backbone, tokenizer, options
+
+
 def make_optimizer(o, total_steps, num_layers):
     """The BERT fine-tuning optimizer (every BERT task): AdamW, ε 1e-6, weight decay not on biases and LayerNorm,
     linear warmup over ``o.warmup_fraction`` of ``total_steps`` then linear decay, optional layer-wise decay."""
@@ -256,13 +269,7 @@ def finetune_bert_classifier(out, options=None, log=print, **overrides):
                                                 what="BERT classifier", check_config=_model_parts)
     regression = o.task == "regression"
     if config is None:
-        if o.init is None:
-            raise ValueError("give the BERT run to start from (init / --init)")
-        from kerasplm.export.embedder import bert_run_parts
-
-        backbone, tokenizer, init_options = bert_run_parts(o.init)
-        if o.max_length > backbone.config.max_positions:
-            raise ValueError(f"max_length={o.max_length} exceeds the model's {backbone.config.max_positions} positions")
+        backbone, tokenizer, init_options = bert_init_parts(o.init, o.max_length)
         labels = [] if regression else sorted(set(raw_labels))
         num_labels = 1 if regression else len(labels)
         if not regression and num_labels < 2:

@@ -29,7 +29,7 @@ import tensorflow as tf
 from kerasplm.data.squad import read_squad, split_by_article
 from kerasplm.models.bert import BertBackbone, BertConfig
 from kerasplm.models.bert_qa import INPUT_KEYS, BertQuestionAnswerer, QuestionAnswerPreprocessor, answer_questions
-from kerasplm.tasks.bert_finetune import make_optimizer
+from kerasplm.tasks.bert_finetune import bert_init_parts, make_optimizer
 from kerasplm.tasks.job import TrainingOptions, fit_recorded, open_run, restores_global_policy, training_summary
 from kerasplm.tasks.options import RUN, SESSION, option, resolve_options
 from kerasplm.tasks.run_dir import RunDir, register_family
@@ -171,14 +171,7 @@ def finetune_bert_qa(out, options=None, log=print, **overrides):
     run, o, config, previous_history = open_run(out, FAMILY, BertQAOptions, options, overrides,
                                                 what="BERT question answering", check_config=_check_config)
     if config is None:
-        if o.init is None:
-            raise ValueError("give the BERT run to start from (init / --init)")
-        from kerasplm.export.embedder import bert_run_parts
-
-        backbone, tokenizer, init_options = bert_run_parts(o.init)
-        if o.sequence_length > backbone.config.max_positions:
-            raise ValueError(f"sequence_length={o.sequence_length} exceeds the model's "
-                             f"{backbone.config.max_positions} positions")
+        backbone, tokenizer, init_options = bert_init_parts(o.init, o.sequence_length, "sequence_length")
         os.makedirs(out, exist_ok=True)
         init_run = RunDir(o.init)
         shutil.copyfile(init_run.asset(init_run.read_config(), "vocab"), run.file(ASSETS["vocab"]))

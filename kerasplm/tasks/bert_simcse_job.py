@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from kerasplm.models.bert import BertBackbone, BertConfig
 from kerasplm.models.bert_simcse import BertSimCSE, alignment_uniformity
-from kerasplm.tasks.bert_finetune import make_optimizer
+from kerasplm.tasks.bert_finetune import bert_init_parts, make_optimizer
 from kerasplm.tasks.job import TrainingOptions, fit_recorded, open_run, restores_global_policy, training_summary
 from kerasplm.tasks.options import RUN, option
 from kerasplm.tasks.run_dir import RunDir
@@ -136,14 +136,7 @@ def finetune_bert_simcse(out, options=None, log=print, **overrides):
     if len(sentences) < o.batch_size:
         raise ValueError(f"{o.train}: {len(sentences)} sentences, fewer than batch_size={o.batch_size}")
     if config is None:
-        if o.init is None:
-            raise ValueError("give the BERT run to start from (init / --init)")
-        from kerasplm.export.embedder import bert_run_parts
-
-        init_backbone, tokenizer, init_options = bert_run_parts(o.init)
-        if o.max_length > init_backbone.config.max_positions:
-            raise ValueError(f"max_length={o.max_length} exceeds the model's "
-                             f"{init_backbone.config.max_positions} positions")
+        init_backbone, tokenizer, init_options = bert_init_parts(o.init, o.max_length)
         backbone_config = init_backbone.config
         mlp = o.mlp and o.pooling == "cls"
         os.makedirs(out, exist_ok=True)

@@ -14,6 +14,7 @@ __all__ = [
     "masked_accuracy",
     "MaskedSparseCategoricalCrossentropy",
     "MaskedAccuracy",
+    "classification_loss_sums",
 ]
 
 
@@ -194,3 +195,15 @@ class MaskedAccuracy(keras.metrics.Metric):
         config = super().get_config()
         config["pad_id"] = self.pad_id
         return config
+
+
+def classification_loss_sums(labels, logits):
+    """One label per example: ``labels (B,)`` int, ``logits (B, C)`` ->
+    ``{"loss": Σ_b -log softmax(logits_b)[y_b], "weight": B, "accuracy": Σ_b [argmax logits_b = y_b]}``,
+    the Trainer's ``compute_loss`` contract (sums; the Trainer divides by the global weight)."""
+    labels = tf.cast(labels, tf.int32)
+    logits = tf.cast(logits, tf.float32)
+    loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+    correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels), tf.float32)
+    return {"loss": tf.reduce_sum(loss), "weight": tf.cast(tf.shape(logits)[0], tf.float32),
+            "accuracy": tf.reduce_sum(correct)}
