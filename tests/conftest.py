@@ -18,3 +18,30 @@ def shared_data():
         pytest.skip(f"shared corpora not present at {SHARED_DATA} (only CI and dev machines have them)")
     return SHARED_DATA
 
+
+
+# Test files that use another file's module- or session-scoped fixtures (a trained run, an export) run on the
+# same worker as that file, so the fixture is built once per suite rather than once per worker.
+SAME_WORKER_AS = {
+    "tests/export/test_classifier_export.py": "tests/tasks/test_bert_finetune.py",
+    "tests/export/test_embedder_export.py": "tests/tasks/test_bert_finetune.py",
+    "tests/tasks/test_bert_simcse_job.py": "tests/tasks/test_bert_finetune.py",
+    "tests/export/test_qa_export.py": "tests/tasks/test_bert_qa_job.py",
+}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Under ``--dist loadscope`` (the README's command): a test file is one unit of work (its fixtures are
+    built once), files listed in SAME_WORKER_AS join the file whose fixtures they use, and each test class
+    is a unit of its own (the notebook runs: tests/notebooks/test_notebooks.py)."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            scope = nodeid.rsplit("::", 1)[0]
+            path = scope.split("::", 1)[0]
+            return SAME_WORKER_AS.get(path, scope)
+
+    return FileScheduling(config, log)

@@ -1,4 +1,5 @@
-"""The translator job and CLI: a short run whose loss falls, resume, translate, BLEU, one-line errors."""
+"""The translator job and CLI: a short run whose loss falls, translate, BLEU, one-line errors. (Exact resume:
+tests/tasks/test_budget_schedule_job.py; resuming runs of the first format: tests/tasks/test_run_dir.py.)"""
 import json
 import os
 
@@ -52,16 +53,6 @@ def test_reload_translates_like_the_trained_model(tiny_run):
     # Results do not depend on batch-mates or on order.
     assert translator.translate(sentences[::-1]) == translator.translate(sentences)[::-1]
     assert [translator.translate([s])[0] for s in sentences] == translator.translate(sentences)
-
-
-def test_resume_continues_to_the_requested_total(tiny_run, tiny_tsv, tmp_path):
-    import shutil
-
-    out = str(tmp_path / "resumed")
-    shutil.copytree(tiny_run[0], out)
-    summary = train_translator(out, data=tiny_tsv, preset="transformer_tiny", steps=70, batch_size=8,
-                               vocab_size=200, warmup_steps=20, dev_size=2, verbose=0, log=lambda *_: None)
-    assert summary["step"] == 70
 
 
 def test_mixed_precision_run_leaves_the_global_policy_alone(tiny_run, tiny_tsv, tmp_path):
