@@ -21,7 +21,6 @@ actually runs on every position, so its figure credits it only with the work the
     python -m benchmarks.bench_bert_pretrain [--rounds 5] [--steps 3] [--sides kerasplm ...] [--json out.json]
 """
 import argparse
-import json
 import os
 import sys
 
@@ -29,7 +28,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import numpy as np  # noqa: E402
 
-from benchmarks.common import interleaved, keras_hub_or_reason, load_average, machine_info  # noqa: E402
+from benchmarks.common import (interleaved, keras_hub_or_reason, load_average, machine_info, trainer_step,  # noqa: E402
+                               write_results)
 
 L, H, A, V, SEQ, BATCH, PRED = 4, 256, 4, 30522, 128, 16, 20
 SIDES = ("kerasplm", "kerasplm_xla", "keras_hub", "keras_hub_xla", "huggingface")
@@ -67,12 +67,7 @@ def kerasplm_step(jit_compile):
     trainer = Trainer(model=lambda: BertPretrainer(BertBackbone.from_preset("bert_mini")),
                       optimizer=lambda: _optimizer(options, 10_000), compute_loss=BertPretrainer.trainer_loss,
                       jit_compile=jit_compile, verbose=0)
-    trainer._ensure_ready(tf.data.Dataset.from_tensors(batch).repeat())
-
-    def step():
-        trainer._train_fn(batch)["terms"]["mlm"][0].numpy()
-
-    return step, {"parameters": trainer.model.count_params(), "jit_compile": jit_compile}
+    return trainer_step(trainer, batch, "mlm")
 
 
 def keras_hub_step(jit_compile):
@@ -188,10 +183,7 @@ def main(argv=None):
         fastest = max(others, key=others.get)
         results["ratio_best_kerasplm_over_fastest_other"] = {
             "kerasplm": max(ours, key=ours.get), "other": fastest, "ratio": max(ours.values()) / others[fastest]}
-    print(json.dumps(results, indent=2))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+    write_results(results, args.json)
 
 
 if __name__ == "__main__":

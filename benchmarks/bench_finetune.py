@@ -17,7 +17,6 @@ median seconds per step.
     python -m benchmarks.bench_finetune [--rounds 5] [--steps 3] [--preset minilm|bert_mini] [--json out.json]
 """
 import argparse
-import json
 import os
 import sys
 
@@ -25,7 +24,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import numpy as np  # noqa: E402
 
-from benchmarks.common import interleaved, keras_hub_or_reason, load_average, machine_info  # noqa: E402
+from benchmarks.common import (interleaved, keras_hub_or_reason, load_average, machine_info, trainer_step,  # noqa: E402
+                               write_results)
 
 SHAPES = {"minilm": dict(num_layers=6, hidden_size=384, num_heads=12, intermediate_size=1536),
           "bert_mini": dict(num_layers=4, hidden_size=256, num_heads=4, intermediate_size=1024)}
@@ -55,12 +55,7 @@ def kerasplm_step(shape, batch, jit_compile):
     trainer = Trainer(model=lambda: BertClassifier(BertBackbone.from_preset("bert_mini", **shape), CLASSES),
                       optimizer=lambda: make_optimizer(BertClassifierOptions(), 10_000, shape["num_layers"]),
                       compute_loss=BertClassifier.trainer_loss, jit_compile=jit_compile, clip_norm=1.0, verbose=0)
-    trainer._ensure_ready(tf.data.Dataset.from_tensors(data).repeat())
-
-    def step():
-        trainer._train_fn(data)["terms"]["loss"][0].numpy()
-
-    return step, {"parameters": trainer.model.count_params(), "jit_compile": jit_compile}
+    return trainer_step(trainer, data, "loss")
 
 
 def keras_hub_step(shape, batch, jit_compile):
@@ -125,10 +120,7 @@ def main(argv=None):
         best, fastest = max(ours, key=ours.get), max(others, key=others.get)
         results["ratio_best_kerasplm_over_fastest_keras_hub"] = {
             "kerasplm": best, "keras_hub": fastest, "ratio": ours[best] / others[fastest]}
-    print(json.dumps(results, indent=2))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+    write_results(results, args.json)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ training tokens/s = batch × sequence / median seconds per step; the sides take 
     python -m benchmarks.bench_gpt_train [--rounds 4] [--steps 2] [--json out.json]
 """
 import argparse
-import json
 import os
 import sys
 
@@ -24,7 +23,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import numpy as np  # noqa: E402
 
-from benchmarks.common import interleaved, keras_hub_or_reason, load_average, machine_info  # noqa: E402
+from benchmarks.common import (interleaved, keras_hub_or_reason, load_average, machine_info, trainer_step,  # noqa: E402
+                               write_results)
 
 V, POSITIONS = 50257, 1024
 SIDES = ("kerasplm", "kerasplm_xla", "keras_hub", "keras_hub_xla")
@@ -42,12 +42,7 @@ def kerasplm_step(args, tokens, jit_compile):
     batch = tf.constant(tokens)
     trainer = Trainer(model=lambda: build_gpt(config, "gpt2_shaped"), optimizer=lambda: adamw(3e-4, 0.1),
                       compute_loss=lm_loss, clip_norm=1.0, jit_compile=jit_compile, verbose=0)
-    trainer._ensure_ready(tf.data.Dataset.from_tensors(batch).repeat())
-
-    def step():
-        trainer._train_fn(batch)["terms"]["loss"][0].numpy()
-
-    return step, {"parameters": trainer.model.count_params(), "jit_compile": jit_compile}
+    return trainer_step(trainer, batch, "loss")
 
 
 def keras_hub_step(args, tokens, jit_compile):
@@ -114,10 +109,7 @@ def main(argv=None):
         best, fastest = max(ours, key=ours.get), max(others, key=others.get)
         results["ratio_best_kerasplm_over_fastest_keras_hub"] = {
             "kerasplm": best, "keras_hub": fastest, "ratio": ours[best] / others[fastest]}
-    print(json.dumps(results, indent=2))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+    write_results(results, args.json)
 
 
 if __name__ == "__main__":

@@ -72,3 +72,27 @@ def interleaved(sides, rounds, steps_per_round, warmup=1):
         value["seconds_per_step"] = statistics.median(value["rounds"])
         value["rounds"] = [round(t, 4) for t in value["rounds"]]
     return result
+
+
+def trainer_step(trainer, batch, term):
+    """A benchmark side from a kerasplm ``Trainer``: builds it on ``batch`` (restoring nothing), then returns
+    ``(step, info)`` where ``step()`` runs one compiled train step on the same batch and waits for loss term
+    ``term``."""
+    import tensorflow as tf
+
+    trainer._ensure_ready(tf.data.Dataset.from_tensors(batch).repeat())
+
+    def step():
+        trainer._train_fn(batch)["terms"][term][0].numpy()
+
+    return step, {"parameters": trainer.model.count_params(), "jit_compile": trainer.jit_compile}
+
+
+def write_results(results, path=None):
+    """Prints ``results`` as JSON and, with ``path``, writes them there too."""
+    import json
+
+    print(json.dumps(results, indent=2))
+    if path:
+        with open(path, "w") as f:
+            json.dump(results, f, indent=2)
