@@ -147,8 +147,8 @@ def make_translation_dataset(src_texts, tgt_texts, src_tokenizer, tgt_tokenizer,
 
     Distinct shapes: at most len(bucket_lengths) sequence lengths; the batch dimension is
     `batch_size` except for at most one final partial batch per bucket when `repeat=False` and
-    `drop_remainder=False`. A training step traced with a `None` batch dimension therefore compiles
-    at most len(bucket_lengths) times.
+    `drop_remainder=False`. The `element_spec` leaves both dimensions unknown, so the Trainer traces
+    its step once for all buckets; XLA (with `jit_compile`) still compiles once per distinct shape.
 
     Order is a stateless function of `seed` (a fresh seeded permutation per epoch): iterating the
     dataset again, or rebuilding it in another process, gives the same batches, so a resumed run

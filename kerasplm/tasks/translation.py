@@ -28,11 +28,10 @@ from kerasplm.text import (TranslatorPreprocessor, WordPieceTokenizer, build_wor
                            write_vocab)
 from kerasplm.training import BudgetSchedule, CustomSchedule, Trainer, fused_masked_cross_entropy
 
-# The job's defaults are the configuration measured in benchmarks/RESULTS.md (issue 10): the seed's model,
-# 64 pairs per batch, the 20,000-pair bundled sample. The short-budget candidates of stop 10 (pre-LN blocks
-# without dropout, --preset transformer_seed_prenorm; 256 pairs per batch; the whole bundled corpus,
-# --bundled-data all; --vocab-size 4000) are options until an idle machine measures them (RESULTS.md, stop 10).
-DEFAULT_PRESET = "transformer_seed"
+# The job's defaults (issue 10, measured in benchmarks/RESULTS.md): the transformer_quick preset (the seed's
+# width, 2 pre-LN layers per stack, no dropout), 64 pairs per batch, the 20,000-pair bundled sample. The seed's
+# own model is --preset transformer_seed (with --schedule seed for the seed's CustomSchedule too).
+DEFAULT_PRESET = "transformer_quick"
 DEFAULT_BATCH_SIZE = 64
 DEFAULT_VOCAB_SIZE = 8000
 # The job's default learning-rate schedule ("budget"): BudgetSchedule fitted to the steps the run will make;
@@ -42,9 +41,9 @@ SCHEDULES = ("budget", "seed")
 # rate that suits the seed's post-LN blocks (which plateaued at 2e-3 with batches of 64: RESULTS.md).
 DEFAULT_PEAK_LEARNING_RATE = {"pre-LN": 2e-3, "post-LN": 1e-3}
 DEFAULT_WARMUP_FRACTION = 0.1
-# A time-budgeted run first makes TRACE_STEPS steps (tracing the train step's bucket shapes), then times
-# TIMED_STEPS steps to estimate how many steps the rest of the budget allows.
-TRACE_STEPS, TIMED_STEPS = 20, 60
+# A time-budgeted run first makes TRACE_STEPS steps (the first traces the train step), then times
+# TIMED_STEPS steps to estimate how many steps the rest of the budget allows (_fit_schedule_to_budget).
+TRACE_STEPS, TIMED_STEPS, OUTLIER_FACTOR = 20, 100, 5.0
 FAMILY = "transformer_translator"
 ASSETS = {"source_vocab": "src_vocab.txt", "target_vocab": "tgt_vocab.txt"}
 # The training data when --data is not given (kerasplm/data/sample/, drawn by kerasplm/data/make_sample.py):
@@ -161,7 +160,7 @@ class TranslatorOptions(TrainingOptions):
     max_pairs: int = option(None, "read at most this many pairs of --data", kind=int, minimum=0, exclusive_minimum=True)
     # model and training
     preset: str = option(DEFAULT_PRESET, "model preset", choices=lambda: sorted(PRESETS))
-    dropout: float = option(None, "dropout rate of the model (default: the preset's: 0 for transformer_seed_prenorm, "
+    dropout: float = option(None, "dropout rate of the model (default: the preset's: 0 for transformer_quick, "
                             "0.1 for transformer_seed)",
                             kind=float, minimum=0, maximum=1, exclusive_maximum=True)
     batch_size: int = option(DEFAULT_BATCH_SIZE, "sentence pairs per global batch", kind=int, minimum=0,
@@ -276,27 +275,25 @@ def _make_schedule(options, model_config):
 
 
 def _fit_schedule_to_budget(trainer, train_ds, schedule, time_budget):
-    """Make TRACE_STEPS untimed steps, time TIMED_STEPS more (again if one of them traced a new bucket
-    shape), then fit ``schedule`` to the steps the rest of ``time_budget`` allows.
+    """Make TRACE_STEPS untimed steps and TIMED_STEPS timed ones (one ``fit``), then fit ``schedule`` to the
+    steps the rest of ``time_budget`` allows at the timed steps' rate.
 
+    The rate comes from the Trainer's per-step wall times (``step_seconds``), not from the time around
+    ``fit``, which also holds the iterator's start and a checkpoint save (a third of the timed time for
+    small steps: a run fitted that way stopped at two thirds of its budget). A step over
+    ``OUTLIER_FACTOR`` times the median (an XLA compile of a new bucket shape) is left out of the rate.
     Returns ``(total_steps, seconds_per_step)``; when the budget runs out while timing, the schedule ends
-    where the run stopped (``seconds_per_step`` is None if not even the first timed steps were made).
+    where the run stopped (``seconds_per_step`` is None).
     """
     started = time.monotonic()
-    trainer.fit(train_ds, steps=trainer.step + TRACE_STEPS, time_budget=time_budget, log_every=0)
-    seconds_per_step = None
-    for _ in range(2):
-        if trainer.stop_reason != "steps":
-            break
-        first, traces, t = trainer.step, trainer.trace_count, time.monotonic()
-        trainer.fit(train_ds, steps=first + TIMED_STEPS, time_budget=time_budget - (t - started), log_every=0)
-        seconds_per_step = (time.monotonic() - t) / max(trainer.step - first, 1)
-        if trainer.trace_count == traces:
-            break
-    if seconds_per_step is None or trainer.stop_reason != "steps":  # the budget ran out while timing
-        total = trainer.step
-    else:
-        total = trainer.step + max(int((time_budget - (time.monotonic() - started)) / seconds_per_step), 1)
+    trainer.fit(train_ds, steps=trainer.step + TRACE_STEPS + TIMED_STEPS, time_budget=time_budget, log_every=0)
+    timed = sorted(trainer.step_seconds[TRACE_STEPS:])
+    if trainer.stop_reason != "steps" or not timed:  # the budget ran out while timing
+        schedule.set_total_steps(trainer.step)
+        return trainer.step, None
+    typical = [s for s in timed if s <= OUTLIER_FACTOR * timed[len(timed) // 2]]
+    seconds_per_step = sum(typical) / len(typical)
+    total = trainer.step + max(int((time_budget - (time.monotonic() - started)) / seconds_per_step), 1)
     schedule.set_total_steps(total)
     return total, seconds_per_step
 

@@ -157,7 +157,9 @@ class TranslatorPreprocessor(Preprocessor):
                                self.max_target_length)
         return ids
 
-    @tf.function
+    # reduce_retracing: decoding calls this once per batch, each with its own [batch, len]; one
+    # shape-generic trace replaces a trace per shape (and TensorFlow's retracing warnings).
+    @tf.function(reduce_retracing=True)
     def detokenize_target(self, ids):
         """Generated target ids [batch, len] (dense or ragged, any int dtype) -> strings [batch].
 

@@ -88,6 +88,20 @@ def _resolve_jit(jit_compile):
     return jit_compile
 
 
+def _trace_for(step_fn, distributed_dataset):
+    """Trace ``step_fn`` (a ``tf.function``) once for every batch ``distributed_dataset`` can yield.
+
+    Tracing a Transformer's train step costs 10-20 s of Python on a small CPU (Keras layers, the
+    gradient graph, one optimizer update per variable), and a bucketed dataset has one batch shape per
+    bucket: traced per shape, a short time-budgeted run spent a third of its budget tracing
+    (benchmarks/RESULTS.md, issue 10). The dataset's ``element_spec`` leaves the bucketed dimensions
+    unknown, so one trace serves every bucket; a dataset with static shapes gets the same single trace
+    as before. Without XLA the shape-generic graph runs as fast as per-shape ones (measured there);
+    with ``jit_compile`` XLA still compiles once per concrete shape inside it.
+    """
+    step_fn.get_concrete_function(distributed_dataset.element_spec)
+
+
 def _write_scalar(name, value, step):
     """`tf.summary.scalar` without needing the tensorboard package (scalars-plugin metadata)."""
     from tensorflow.core.framework import summary_pb2
@@ -242,8 +256,9 @@ class Trainer:
 
     Attributes: `step` (int, global step), `history` (dict of lists: "step", "loss", other train
     metrics, "learning_rate", and "eval_step", "eval_loss", ... for evaluations), `trace_count`
-    (traces of the train step: one per distinct batch shape), `eval_trace_count` (evaluation relaxes
-    to shape-generic after its first trace), `start_step` (the step the last `fit` started from, after
+    (traces of the train step: one per dataset ``element_spec``, see `_trace_for`), `eval_trace_count`
+    (the same for evaluation), `step_seconds` (wall seconds of each step of the last `fit`: fetching the
+    batch and running the step; the first includes tracing), `start_step` (the step the last `fit` started from, after
     restoring) and `stop_reason` after `fit`.
     """
 
@@ -279,6 +294,7 @@ class Trainer:
         self.history = {"step": []}
         self.trace_count = 0
         self.eval_trace_count = 0
+        self.step_seconds = []
         self.stop_reason = None
         self.start_step = None
         self._ready = False
@@ -286,9 +302,9 @@ class Trainer:
         self._checkpoint = None
         self._manager = None
         self._writer = None
-        self._train_fn = tf.function(self._train_step_cross_replica)
-        # Evaluation walks every bucket shape in a row; relaxing shapes keeps it to ~2 traces (and quiets
-        # TensorFlow's "frequent retracing" warning) at no cost that matters outside the train step.
+        # Both steps are traced once per dataset, for the dataset's `element_spec` (see `_trace_for`); a
+        # batch whose shape that spec admits reuses the trace. reduce_retracing covers batches fed by hand.
+        self._train_fn = tf.function(self._train_step_cross_replica, reduce_retracing=True)
         self._eval_fn = tf.function(self._eval_step_cross_replica, reduce_retracing=True)
         self._loss_specs = {}  # "train"/"eval" -> LossSpec, set when the forward pass is traced
         self._forward_train = tf.function(self._replica_forward_fn(training=True), jit_compile=self.jit_compile)
@@ -430,7 +446,9 @@ class Trainer:
         dataset = _as_dataset(dataset)
         self._ensure_ready(dataset)
         totals = None
-        for batch in self.strategy.experimental_distribute_dataset(dataset):
+        distributed = self.strategy.experimental_distribute_dataset(dataset)
+        _trace_for(self._eval_fn, distributed)
+        for batch in distributed:
             sums = self._eval_fn(batch)
             totals = sums if totals is None else tf.nest.map_structure(tf.add, totals, sums)
         if totals is None:
@@ -456,13 +474,15 @@ class Trainer:
             self.stop_reason = "steps"
             return self.history
         # Deterministic, re-iterable dataset: skip what the interrupted run already consumed.
-        data = dataset.skip(start) if start else dataset
-        iterator = iter(self.strategy.experimental_distribute_dataset(data))
+        data = self.strategy.experimental_distribute_dataset(dataset.skip(start) if start else dataset)
+        _trace_for(self._train_fn, data)
+        iterator = iter(data)
         progbar = None
         if self.verbose and self.is_chief:
             progbar = keras.utils.Progbar(target=steps, unit_name="step")
         previous_handler = self._install_sigterm()
-        start_time = time.monotonic()
+        start_time = last_step_end = time.monotonic()
+        self.step_seconds = []
         window = None
         step = start
         try:
@@ -477,6 +497,9 @@ class Trainer:
                     break
                 sums = self._train_fn(batch)
                 step += 1
+                now = time.monotonic()
+                self.step_seconds.append(now - last_step_end)
+                last_step_end = now
                 window = sums if window is None else tf.nest.map_structure(tf.add, window, sums)
                 at_end = steps is not None and step >= steps
                 if (log_every and step % log_every == 0) or at_end:

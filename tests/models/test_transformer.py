@@ -55,6 +55,13 @@ def test_presets_match_the_paper():
     expected = 2 * v * d + n * (attn + ffn + 4 * d) + n * (2 * attn + ffn + 6 * d) + d * v + v
     assert model.count_params() == expected
     assert 60e6 < (expected - 2 * v * d - d * v - v + v * d) < 70e6  # shared embeddings ≈ the paper's 65M
+    # The main job's preset: the seed's width, 2 pre-LN layers per stack (a final LayerNorm after each), no dropout.
+    q = TRANSFORMER_PRESETS["transformer_quick"]
+    assert (q.num_layers, q.d_model, q.dff, q.num_heads, q.rate, q.normalize_first) == (2, 128, 512, 8, 0.0, True)
+    d, f, n, vs, vt = 128, 512, 2, 1755, 1552
+    attn, ffn = 4 * (d * d + d), d * f + f + f * d + d
+    expected = (vs + vt) * d + n * (attn + ffn + 4 * d) + n * (2 * attn + ffn + 6 * d) + 2 * 2 * d + d * vt + vt
+    assert Transformer.from_preset("transformer_quick", input_vocab_size=vs, target_vocab_size=vt).count_params() == expected
 
 
 def test_unknown_preset_and_bad_config():
