@@ -2,7 +2,7 @@
 from kerasplm.layers.attention import (MultiHeadAttention, cache_causal_mask, scaled_dot_product_attention,
                                        write_cache)
 from kerasplm.layers.dropout import Dropout
-from kerasplm.layers.embedding import EmbeddingMixin, TransformerEmbedding
+from kerasplm.layers.embedding import EmbeddingMixin, TransformerEmbedding, table_logits
 from kerasplm.layers.masks import create_look_ahead_mask, create_masks, create_padding_mask
 from kerasplm.layers.position import get_angles, positional_encoding
 from kerasplm.layers.tracking import TracksLayerLists, track_layer_list
@@ -13,6 +13,6 @@ __all__ = [
     "ACTIVATIONS", "DecoderLayer", "Dropout", "EmbeddingMixin", "EncoderLayer", "MultiHeadAttention",
     "TracksLayerLists", "TransformerEmbedding", "cache_causal_mask", "create_look_ahead_mask", "create_masks",
     "create_padding_mask", "gelu", "gelu_tanh", "get_activation", "get_angles", "point_wise_feed_forward_network",
-    "positional_encoding", "residual", "scaled_dot_product_attention", "track_layer_list", "write_cache",
+    "positional_encoding", "residual", "scaled_dot_product_attention", "table_logits", "track_layer_list", "write_cache",
     "write_cache_step",
 ]

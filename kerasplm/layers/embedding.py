@@ -157,3 +157,16 @@ class TransformerEmbedding(EmbeddingMixin, keras.layers.Layer):
     def get_config(self):
         return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model,
                 "max_positions": self.maximum_position_encoding, "rate": self.rate, **self._embedding_config()}
+
+
+def table_logits(hidden, table):
+    """Logits against an embedding table (weight tying): ``hidden (..., H)`` · ``table (V, H)``ᵀ -> ``(..., V)``,
+    in hidden's dtype.
+
+    One 2-D GEMM over the flattened rows: a rank-3 ``tf.matmul`` against the 2-D table runs as a broadcast
+    batch matmul, 2-3x slower on CPU forward and backward (benchmarks/RESULTS.md, issue 11 profile). Used by
+    BERT's MLM head, the causal LMs' output layer and ELMo's softmax.
+    """
+    flat = tf.reshape(hidden, [-1, tf.shape(hidden)[-1]])
+    logits = tf.matmul(flat, tf.cast(table, hidden.dtype), transpose_b=True)
+    return tf.reshape(logits, tf.concat([tf.shape(hidden)[:-1], tf.shape(table)[:1]], 0))

@@ -23,6 +23,7 @@ Weights and HuggingFace ``BertForPreTraining`` names (see :func:`kerasplm.conver
 import keras
 import tensorflow as tf
 
+from kerasplm.layers.embedding import table_logits
 from kerasplm.models.base import Task
 from kerasplm.models.bert import BertBackbone
 
@@ -55,10 +56,7 @@ class BertMaskedLMHead(keras.layers.Layer):
     def call(self, hidden, positions, embeddings):
         picked = tf.gather(hidden, tf.cast(positions, tf.int32), batch_dims=1)        # (B, P, H)
         x = self.layer_norm(self.dense(picked))
-        # One 2-D GEMM over the B·P rows: a rank-3 tf.matmul against the 2-D table runs as a broadcast batch
-        # matmul, 2-3x slower on CPU forward and backward (benchmarks/RESULTS.md, issue 11 profile).
-        logits = tf.matmul(tf.reshape(x, [-1, self.output_size]), tf.cast(embeddings, x.dtype), transpose_b=True)
-        logits = tf.reshape(logits, tf.concat([tf.shape(picked)[:2], [self.vocab_size]], 0))       # (B, P, V)
+        logits = table_logits(x, embeddings)                                           # (B, P, V)
         return tf.cast(logits, tf.float32) + tf.cast(self.bias, tf.float32)
 
     def get_config(self):

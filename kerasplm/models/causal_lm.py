@@ -24,7 +24,7 @@ import dataclasses
 import keras
 import tensorflow as tf
 
-from kerasplm.layers.embedding import TransformerEmbedding
+from kerasplm.layers.embedding import TransformerEmbedding, table_logits
 from kerasplm.layers.masks import create_look_ahead_mask
 from kerasplm.layers.transformer import ACTIVATIONS, DecoderLayer
 from kerasplm.models.base import Backbone, Task
@@ -183,13 +183,7 @@ class CausalLM(Task):
         self.built = True  # the backbone is built; the head reuses its token embedding
 
     def _logits(self, hidden):
-        table = self.backbone.embeddings.embedding.embeddings
-        # One 2-D GEMM over all positions: a rank-3 tf.matmul against the 2-D table runs as a broadcast batch
-        # matmul, 2-3x slower on CPU (benchmarks/RESULTS.md, issue 11 profile).
-        flat = tf.reshape(hidden, [-1, tf.shape(hidden)[-1]])
-        logits = tf.matmul(flat, tf.cast(table, hidden.dtype), transpose_b=True)
-        logits = tf.reshape(logits, tf.concat([tf.shape(hidden)[:-1], tf.shape(table)[:1]], 0))
-        return tf.cast(logits, tf.float32)
+        return tf.cast(table_logits(hidden, self.backbone.embeddings.embedding.embeddings), tf.float32)
 
     def call(self, token_ids, training=None):
         return self._logits(self.backbone(token_ids, training=training)["sequence_output"])

@@ -40,6 +40,7 @@ import numpy as np
 import tensorflow as tf
 
 from kerasplm.layers.dropout import Dropout
+from kerasplm.layers.embedding import table_logits
 from kerasplm.layers.tracking import TracksLayerLists
 from kerasplm.models.base import Backbone, Task
 from kerasplm.models.presets import register_presets
@@ -411,7 +412,7 @@ class ElmoLanguageModel(Task):
 
     def logits(self, hidden):
         """``hidden (..., P)`` -> float32 ``(..., vocab)``."""
-        return tf.matmul(tf.cast(hidden, tf.float32), self.softmax_weights, transpose_b=True) + self.softmax_bias
+        return table_logits(tf.cast(hidden, tf.float32), self.softmax_weights) + self.softmax_bias
 
     def call(self, char_ids, training=None):
         out = self.backbone(char_ids, training=training)

@@ -22,6 +22,7 @@ import dataclasses
 import keras
 import tensorflow as tf
 
+from kerasplm.layers.embedding import table_logits
 from kerasplm.models.base import Task
 from kerasplm.models.bert_tasks import classifier_head, logits_for_texts
 from kerasplm.models.gpt import GPTBackbone
@@ -112,7 +113,7 @@ class GPTClassifier(Task):
         """``(Σ -log P(u_t | u_<t), number of predicted tokens)`` over the real tokens after the first; the output
         layer is the (grown) token embedding, tied as in pretraining."""
         table = self.backbone.embeddings.embedding.embeddings
-        logits = tf.cast(tf.matmul(hidden[:, :-1], tf.cast(table, hidden.dtype), transpose_b=True), tf.float32)
+        logits = tf.cast(table_logits(hidden[:, :-1], table), tf.float32)
         labels = tf.cast(token_ids[:, 1:], tf.int32)
         weights = tf.cast(mask[:, 1:], tf.float32)
         nll = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
