@@ -1,5 +1,6 @@
 """The main job's "budget" learning-rate schedule: fitted to --steps or timed from --time-budget, recorded in
 config.json, kept on resume."""
+import dataclasses
 import json
 
 import numpy as np
@@ -17,8 +18,8 @@ def test_budget_run_records_its_schedule_and_resumes_exactly(tiny_tsv, tmp_path)
     resume to 16, with the schedule fitted to 16 steps both times (weights and held-out loss equal)."""
 
     def run(out, steps, **kwargs):
-        return train_translator(str(out), data=tiny_tsv, preset="transformer_tiny", steps=steps, batch_size=8,
-                                vocab_size=200, dev_size=2, bleu_max_sentences=0, verbose=0,
+        return train_translator(str(out), data=tiny_tsv, preset="transformer_tiny", schedule="budget", steps=steps,
+                                batch_size=8, vocab_size=200, dev_size=2, bleu_max_sentences=0, verbose=0,
                                 log=lambda *_: None, **kwargs)
 
     straight = run(tmp_path / "straight", 16)                 # schedule fitted to --steps, recorded
@@ -37,6 +38,19 @@ def test_budget_run_records_its_schedule_and_resumes_exactly(tiny_tsv, tmp_path)
     assert straight["eval_loss"] == pytest.approx(resumed["eval_loss"], rel=1e-5)
     # Asking a finished run for more steps stops at the schedule's end (the learning rate is 0 there).
     assert run(tmp_path / "resumed", 20)["step"] == 16
+
+
+def test_default_schedule_follows_the_blocks(tiny_tsv, tmp_path, monkeypatch):  # noqa: F811
+    """Without --schedule, the seed's post-LN blocks train under the seed's CustomSchedule and pre-LN presets
+    (transformer_quick) under the budget schedule; the choice is recorded for resumes."""
+    monkeypatch.setitem(translation.PRESETS, "tiny_prenorm",
+                        dataclasses.replace(translation.PRESETS["transformer_tiny"], normalize_first=True))
+    for preset, expected in (("transformer_tiny", "seed"), ("tiny_prenorm", "budget")):
+        out = tmp_path / preset
+        summary = train_translator(str(out), data=tiny_tsv, preset=preset, steps=2, batch_size=8, vocab_size=200,
+                                   dev_size=2, bleu_max_sentences=0, verbose=0, log=lambda *_: None)
+        assert summary["schedule"]["name"] == expected
+        assert json.load(open(out / "config.json"))["options"]["schedule"] == expected
 
 
 class _TimedTrainer:
