@@ -1,6 +1,7 @@
 """The translator job and CLI: a short run whose loss falls, translate, BLEU, one-line errors. (Exact resume:
 tests/tasks/test_budget_schedule_job.py; resuming runs of the first format: tests/tasks/test_run_dir.py.)"""
 import json
+import math
 import os
 
 import pytest
@@ -36,11 +37,14 @@ def test_short_training_run_loss_falls_and_writes_run_dir(tiny_run):
     for name in ("config.json", "src_vocab.txt", "tgt_vocab.txt", "history.json", "metrics.json"):
         assert os.path.isfile(os.path.join(out, name)), name
     history = json.load(open(os.path.join(out, "history.json")))
-    assert history["loss"][-1] < 0.8 * history["loss"][0]
+    config = json.load(open(os.path.join(out, "config.json")))
+    # The first logged loss is the mean of steps 1-50, so most of the fall is inside it: compare with the
+    # untrained model's loss too, about ln(V) for its near-uniform predictions.
+    assert history["loss"][-1] < history["loss"][0]
+    assert history["loss"][-1] < 0.7 * math.log(config["model"]["target_vocab_size"])
     assert summary["step"] == 60 and summary["stop_reason"] == "steps"
     metrics = json.load(open(os.path.join(out, "metrics.json")))
     assert 0.0 <= metrics["bleu"] <= 100.0 and metrics["bleu_sentences"] >= 1
-    config = json.load(open(os.path.join(out, "config.json")))
     assert config["preset"] == "transformer_tiny" and config["model"]["d_model"] == 32
 
 
