@@ -40,6 +40,7 @@ DEFAULT_VOCAB_SIZE = 8000
 # model reached BLEU 30.05 under its own schedule against 26.02 under a budget schedule peaking at 1e-3
 # (benchmarks/RESULTS.md, issue 10).
 SCHEDULES = ("budget", "seed")
+DEFAULT_SCHEDULE = {"pre-LN": "budget", "post-LN": "seed"}
 # Peak of the budget schedule when --peak-learning-rate is not given: pre-LN blocks train stably at twice the
 # rate that suits the seed's post-LN blocks (which plateaued at 2e-3 with batches of 64: RESULTS.md).
 DEFAULT_PEAK_LEARNING_RATE = {"pre-LN": 2e-3, "post-LN": 1e-3}
@@ -266,12 +267,16 @@ def _prepare_data(options):
     return (train_src, train_tgt), (dev_src, dev_tgt), (dev_sources, dev_refs)
 
 
+def _blocks(model_config):
+    """"pre-LN" or "post-LN": the key of the job's per-block defaults (schedule, peak learning rate)."""
+    return "pre-LN" if model_config.normalize_first else "post-LN"
+
+
 def _make_schedule(options, model_config):
     """The optimizer's learning-rate schedule for the job's options and model."""
     if options.schedule == "seed":
         return CustomSchedule(model_config.d_model, options.warmup_steps)
-    peak = options.peak_learning_rate or DEFAULT_PEAK_LEARNING_RATE[
-        "pre-LN" if model_config.normalize_first else "post-LN"]
+    peak = options.peak_learning_rate or DEFAULT_PEAK_LEARNING_RATE[_blocks(model_config)]
     total = options.schedule_steps or options.steps
     if total is None:  # fitted once the first steps are timed; until then warmup spans the timing steps twice
         total = 2 * (TRACE_STEPS + TIMED_STEPS) / max(options.warmup_fraction, 1e-3)
@@ -383,10 +388,11 @@ def train_translator(out, options=None, log=print, **overrides):
                                         max_length=o.max_length, shuffle=True, seed=o.seed, repeat=True)
     dev_ds = make_translation_dataset(dev_src, dev_tgt, src_tok, tgt_tok, batch_size=o.batch_size,
                                       max_length=o.max_length, shuffle=False, drop_long=False)
-    if config is None and o.schedule is None:  # recorded, so that a resume keeps the same schedule
-        o = o.replace(schedule="budget" if model_config.normalize_first else "seed")
+    # The schedule and its length are recorded in the run, so that a resume keeps them.
+    if config is None and o.schedule is None:
+        o = o.replace(schedule=DEFAULT_SCHEDULE[_blocks(model_config)])
     if config is None and o.schedule == "budget" and o.schedule_steps is None and o.steps is not None:
-        o = o.replace(schedule_steps=o.steps)  # recorded, so that a resume keeps the same schedule
+        o = o.replace(schedule_steps=o.steps)
     if config is None:  # the run is valid: from now on this directory holds a run to resume
         config = run.write_config(FAMILY, "translation", o.preset, dataclasses.asdict(model_config), o.stored(RUN),
                                   assets=ASSETS)
