@@ -264,6 +264,15 @@ def test_bundled_data_options_share_one_held_out_split():
     assert not set(dev[0]) & set(all_src)
 
 
+def test_bundled_data_defaults_to_the_whole_corpus_with_a_capped_vocabulary_sample():
+    from kerasplm.tasks.translation import BUNDLED_VOCAB_MAX_SENTENCES, _vocab_max_sentences
+
+    assert TranslatorOptions().bundled_data == "all"  # the measured default (issue 10, RESULTS.md)
+    assert _vocab_max_sentences(TranslatorOptions()) == BUNDLED_VOCAB_MAX_SENTENCES == 30_000
+    assert _vocab_max_sentences(TranslatorOptions(data=__file__)) == 0  # a user's corpus: every sentence
+    assert _vocab_max_sentences(TranslatorOptions(vocab_max_sentences=5)) == 5
+
+
 def test_options_api():
     assert TranslatorOptions().preset == "transformer_quick"  # the measured default (issue 10, RESULTS.md)
     with pytest.raises(TypeError, match="unknown option.*colour"):

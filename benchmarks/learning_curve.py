@@ -1,0 +1,100 @@
+"""The learning curve of a kerasplm run directory, from its ``history.json`` (every family's jobs write one).
+
+    python -m benchmarks.learning_curve RUN_DIR [--png FILE] [--keys eval_loss eval_perplexity ...]
+
+Prints a Markdown table (one row per held-out evaluation, with the training loss logged at or just before
+that step) for ``benchmarks/RESULTS.md``, and with ``--png`` plots the training loss and every ``eval_*``
+curve against the step. Perplexity columns are added as exp(loss) where the history has a loss but no
+perplexity (the language models' losses are mean natural-log cross-entropies per predicted token).
+"""
+import argparse
+import json
+import math
+import os
+
+
+def load_history(run_dir):
+    with open(os.path.join(run_dir, "history.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _at_or_before(steps, values, step):
+    """The last value logged at a step <= ``step`` (None when there is none)."""
+    best = None
+    for s, v in zip(steps, values):
+        if s <= step:
+            best = v
+    return best
+
+
+def curve_rows(history, keys=None):
+    """[(step, {column: value})] at each held-out evaluation step."""
+    eval_steps = history.get("eval_step") or []
+    keys = keys or sorted(k for k in history if k.startswith("eval_") and k != "eval_step")
+    rows = []
+    for i, step in enumerate(eval_steps):
+        row = {"train_loss": _at_or_before(history.get("step", []), history.get("loss", []), step)}
+        for k in keys:
+            if k in history and i < len(history[k]):
+                row[k] = history[k][i]
+        if "eval_loss" in row and not any("perplexity" in k for k in row):
+            row["eval_perplexity (exp loss)"] = math.exp(min(row["eval_loss"], 50.0))
+        rows.append((step, row))
+    return rows
+
+
+def markdown(rows):
+    columns = list(dict.fromkeys(k for _, row in rows for k in row))
+    lines = ["| step | " + " | ".join(columns) + " |", "|---:|" + "---:|" * len(columns)]
+    for step, row in rows:
+        cells = ["" if row.get(c) is None else f"{row[c]:.4g}" for c in columns]
+        lines.append(f"| {step:,} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(history, rows, path, title=None):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns = [c for c in dict.fromkeys(k for _, row in rows for k in row) if c != "train_loss"]
+    fig, axes = plt.subplots(1, 1 + bool(columns), figsize=(5.5 * (1 + bool(columns)), 3.6), squeeze=False)
+    ax = axes[0][0]
+    ax.plot(history.get("step", []), history.get("loss", []), label="training loss (window mean)")
+    if "eval_loss" in history:
+        ax.plot(history["eval_step"], history["eval_loss"], "o-", label="held-out loss")
+    ax.set_xlabel("step"), ax.set_ylabel("loss"), ax.legend(), ax.grid(alpha=0.3)
+    if columns:
+        ax = axes[0][1]
+        for c in columns:
+            if c == "eval_loss":
+                continue
+            ax.plot([s for s, r in rows if c in r], [r[c] for _, r in rows if c in r], "o-", label=c)
+        ax.set_xlabel("step"), ax.set_yscale("log" if any("perplexity" in c for c in columns) else "linear")
+        ax.legend(), ax.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir")
+    parser.add_argument("--png", help="write the plot here")
+    parser.add_argument("--title")
+    parser.add_argument("--keys", nargs="+", help="eval_* columns to show (default: all)")
+    args = parser.parse_args(argv)
+    history = load_history(args.run_dir)
+    rows = curve_rows(history, args.keys)
+    if not rows:
+        raise SystemExit(f"{args.run_dir}/history.json has no held-out evaluations (eval_step)")
+    print(markdown(rows))
+    if args.png:
+        plot(history, rows, args.png, args.title)
+        print(f"wrote {args.png}")
+
+
+if __name__ == "__main__":
+    main()
