@@ -14,7 +14,8 @@ batch 16, 20 masked positions per sequence, AdamW, random weights, one synthetic
 
 All sides are built first, then take turns (``--rounds`` rounds of ``--steps`` steps each, order rotating),
 so they share the machine's load; the median seconds per step is reported with the load average. Also the
-fp32 matmul peak measured here and each side's achieved FLOP/s over it (the same model-FLOP count for
+fp32 matmul peak measured here (a bfloat16 one with ``--mixed-precision mixed_bfloat16``, which runs the
+kerasplm and keras-hub sides under that Keras policy) and each side's achieved FLOP/s over it (the same model-FLOP count for
 every side: 6 · encoder weights · tokens + attention + MLM head on the masked positions; HF's MLM head
 actually runs on every position, so its figure credits it only with the work the others do).
 
@@ -122,12 +123,12 @@ def huggingface_step(threads=None):
                   "threads": torch.get_num_threads(), "parameters": sum(p.numel() for p in model.parameters())}
 
 
-def matmul_peak(size=1024, repeats=20):
+def matmul_peak(size=1024, repeats=20, dtype="float32"):
     import time
 
     import tensorflow as tf
 
-    a = tf.random.normal([size, size])
+    a = tf.cast(tf.random.normal([size, size]), dtype)
     f = tf.function(lambda x: tf.matmul(x, x))
     f(a).numpy()
     t0 = time.perf_counter()
@@ -158,15 +159,22 @@ def main(argv=None):
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--mixed-precision", choices=["mixed_bfloat16"],
+                        help="Keras dtype policy of the kerasplm and keras-hub sides (HF stays float32); the "
+                             "peak is then a bfloat16 matmul's")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     results = {"machine": machine_info(), "load_average_start": load_average(),
                "config": {"layers": L, "hidden": H, "heads": A, "vocab": V, "seq": SEQ, "batch": BATCH,
-                          "predictions": PRED}}
+                          "predictions": PRED, "keras_dtype_policy": args.mixed_precision or "float32"}}
+    if args.mixed_precision:
+        import keras
+        keras.mixed_precision.set_global_policy(args.mixed_precision)
+    peak_dtype = "bfloat16" if args.mixed_precision else "float32"
     steps, info = build_sides(args.sides, args.threads)
-    results["matmul_peak_flops"] = peak = matmul_peak()
+    results["matmul_peak_flops"] = peak = matmul_peak(dtype=peak_dtype)
     timings = interleaved(steps, args.rounds, args.steps, args.warmup)
-    results["matmul_peak_flops_after"] = peak_after = matmul_peak()
+    results["matmul_peak_flops_after"] = peak_after = matmul_peak(dtype=peak_dtype)
     results["load_average_end"] = load_average()
     flops = model_flops_per_step()
     for name in args.sides:
