@@ -29,7 +29,8 @@ import sys
 
 DEFAULT_RUN_DIR = "runs/translator"
 DEFAULT_EXPORT_DIR = "export/translator"
-# The bundled-sample default run must finish (train + BLEU + export) in under 10 minutes on 2 cores.
+# The default run on the bundled data must finish (train + BLEU + export) in under 10 minutes on 2 cores
+# (7 min 8 s on the benchmark box: RESULTS.md, issue 10).
 DEFAULT_TIME_BUDGET = 330
 
 
