@@ -4,8 +4,8 @@
 
 Prints a Markdown table (one row per held-out evaluation, with the training loss logged at or just before
 that step) for ``benchmarks/RESULTS.md``, and with ``--png`` plots the training loss and every ``eval_*``
-curve against the step. Perplexity columns are added as exp(loss) where the history has a loss but no
-perplexity (the language models' losses are mean natural-log cross-entropies per predicted token).
+curve against the step. A perplexity column is added as exp(loss) where the history has none (the language
+models' losses are mean natural-log cross-entropies per predicted token; for BERT, of the MLM term alone).
 """
 import argparse
 import json
@@ -37,8 +37,9 @@ def curve_rows(history, keys=None):
         for k in keys:
             if k in history and i < len(history[k]):
                 row[k] = history[k][i]
-        if "eval_loss" in row and not any("perplexity" in k for k in row):
-            row["eval_perplexity (exp loss)"] = math.exp(min(row["eval_loss"], 50.0))
+        lm_loss = "eval_mlm_loss" if "eval_mlm_loss" in row else "eval_loss"  # BERT: the MLM term alone
+        if lm_loss in row and not any("perplexity" in k for k in row):
+            row[f"{lm_loss.replace('loss', 'perplexity')} (exp)"] = math.exp(min(row[lm_loss], 50.0))
         rows.append((step, row))
     return rows
 
@@ -53,25 +54,28 @@ def markdown(rows):
 
 
 def plot(history, rows, path, title=None):
+    """Three panels: training and held-out loss; held-out accuracies (0-1); held-out perplexity (log)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    columns = [c for c in dict.fromkeys(k for _, row in rows for k in row) if c != "train_loss"]
-    fig, axes = plt.subplots(1, 1 + bool(columns), figsize=(5.5 * (1 + bool(columns)), 3.6), squeeze=False)
+    columns = list(dict.fromkeys(k for _, row in rows for k in row))
+    panels = [[c for c in columns if "accuracy" in c], [c for c in columns if "perplexity" in c]]
+    panels = [p for p in panels if p]
+    fig, axes = plt.subplots(1, 1 + len(panels), figsize=(5 * (1 + len(panels)), 3.6), squeeze=False)
     ax = axes[0][0]
     ax.plot(history.get("step", []), history.get("loss", []), label="training loss (window mean)")
     if "eval_loss" in history:
         ax.plot(history["eval_step"], history["eval_loss"], "o-", label="held-out loss")
     ax.set_xlabel("step"), ax.set_ylabel("loss"), ax.legend(), ax.grid(alpha=0.3)
-    if columns:
-        ax = axes[0][1]
-        for c in columns:
-            if c == "eval_loss":
-                continue
+    for ax, panel in zip(axes[0][1:], panels):
+        for c in panel:
             ax.plot([s for s, r in rows if c in r], [r[c] for _, r in rows if c in r], "o-", label=c)
-        ax.set_xlabel("step"), ax.set_yscale("log" if any("perplexity" in c for c in columns) else "linear")
-        ax.legend(), ax.grid(alpha=0.3)
+        if "perplexity" in panel[0]:
+            ax.set_yscale("log")
+        else:
+            ax.set_ylim(0, 1)
+        ax.set_xlabel("step"), ax.legend(), ax.grid(alpha=0.3)
     if title:
         fig.suptitle(title)
     fig.tight_layout()

@@ -1,6 +1,8 @@
 """The benchmarks' shared helpers (benchmarks/common.py): no timing is asserted, only the bookkeeping."""
 import sys
 
+import pytest
+
 from benchmarks.common import interleaved, keras_hub_or_reason
 
 
@@ -21,3 +23,22 @@ def test_missing_keras_hub_gives_a_reason_naming_the_extra(monkeypatch):
     module, reason = keras_hub_or_reason()
     assert module is None
     assert "keras-hub is not installed" in reason and ".[test,bench]" in reason
+
+
+def test_learning_curve_rows_pair_each_evaluation_with_the_last_logged_training_loss(tmp_path):
+    import math
+
+    from benchmarks.learning_curve import curve_rows, main, markdown
+
+    history = {"step": [50, 100, 150], "loss": [7.0, 6.0, 5.0],
+               "eval_step": [75, 150], "eval_loss": [6.5, 5.5], "eval_mlm_loss": [6.0, 5.0],
+               "eval_mlm_accuracy": [0.1, 0.2]}
+    rows = curve_rows(history)
+    assert [s for s, _ in rows] == [75, 150]
+    assert rows[0][1]["train_loss"] == 7.0 and rows[1][1]["train_loss"] == 5.0   # at or before the eval step
+    assert math.isclose(rows[1][1]["eval_mlm_perplexity (exp)"], math.exp(5.0))  # BERT: the MLM term only
+    table = markdown(rows).splitlines()
+    assert table[0].startswith("| step | train_loss |") and table[3].startswith("| 150 | 5 |")
+    (tmp_path / "history.json").write_text('{"step": [1], "loss": [1.0]}')
+    with pytest.raises(SystemExit, match="no held-out evaluations"):
+        main([str(tmp_path)])
