@@ -362,7 +362,8 @@ def train_translator(out, options=None, log=print, **overrides):
     it trains Spanish→English on the Tatoeba data bundled in the package (``bundled_data``: the whole corpus
     less the held-out sentences, or a 20,000-pair sample) and scores the bundled held-out split. Training
     stops at ``steps`` (absolute: a resumed run continues to the same total) or after ``time_budget``
-    seconds, or on SIGTERM (then it returns right after the checkpoint, without BLEU). An existing run in ``out`` is resumed with its stored options; asking for different ones raises
+    seconds, or on SIGTERM (then it returns right after the checkpoint, without BLEU). An existing run in
+    ``out`` is resumed with its stored options; asking for different ones raises
     :class:`kerasplm.tasks.options.OptionsConflict`. Returns a summary dict (steps, BLEU, timings, sample
     translations; also written to metrics.json) whose "translator" is the trained :class:`Translator`.
     """
