@@ -203,15 +203,19 @@ class CharacterEncoder(TracksLayerLists, keras.layers.Layer):
 
     def call(self, char_ids):
         shape = tf.shape(char_ids)
-        chars = self.char_embedding(tf.reshape(char_ids, [-1, shape[-1]]))        # (batch·T, C, dim)
+        flat = tf.reshape(char_ids, [-1, shape[-1]])                            # (batch·T, C)
+        # One padding-only token is appended and dropped again at the end: with no token at all, TF 2.21's
+        # oneDNN convolution (the default on AVX-512 CPUs) returns its input's shape instead of
+        # (0, C', filters), and the concatenation below then has the wrong width.
+        chars = self.char_embedding(tf.pad(flat, [[0, 1], [0, 0]]))            # (batch·T + 1, C, dim)
         # max-pool over character positions, then the activation (bilm-tf's order; equal for monotone ones)
         pooled = [self.activation(tf.reduce_max(conv(chars), axis=1)) for conv in self.convolutions]
-        x = tf.concat(pooled, axis=-1)                                          # (batch·T, n_filters)
+        x = tf.concat(pooled, axis=-1)                                          # (batch·T + 1, n_filters)
         for highway in self.highways:
             x = highway(x)
         if self.projection is not None:
             x = self.projection(x)
-        return tf.reshape(x, tf.concat([shape[:-1], tf.shape(x)[-1:]], axis=0))
+        return tf.reshape(x[:-1], tf.concat([shape[:-1], tf.shape(x)[-1:]], axis=0))
 
 
 @keras.saving.register_keras_serializable(package="kerasplm")
