@@ -8,14 +8,9 @@ curve against the step. A perplexity column is added as exp(loss) where the hist
 models' losses are mean natural-log cross-entropies per predicted token; for BERT, of the MLM term alone).
 """
 import argparse
-import json
 import math
-import os
 
-
-def load_history(run_dir):
-    with open(os.path.join(run_dir, "history.json"), encoding="utf-8") as f:
-        return json.load(f)
+from kerasplm.tasks.run_dir import RunDir
 
 
 def _at_or_before(steps, values, step):
@@ -44,8 +39,13 @@ def curve_rows(history, keys=None):
     return rows
 
 
+def _columns(rows):
+    """Every column of ``rows``, in first-seen order."""
+    return list(dict.fromkeys(k for _, row in rows for k in row))
+
+
 def markdown(rows):
-    columns = list(dict.fromkeys(k for _, row in rows for k in row))
+    columns = _columns(rows)
     lines = ["| step | " + " | ".join(columns) + " |", "|---:|" + "---:|" * len(columns)]
     for step, row in rows:
         cells = ["" if row.get(c) is None else f"{row[c]:.4g}" for c in columns]
@@ -59,7 +59,7 @@ def plot(history, rows, path, title=None):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    columns = list(dict.fromkeys(k for _, row in rows for k in row))
+    columns = _columns(rows)
     panels = [[c for c in columns if "accuracy" in c], [c for c in columns if "perplexity" in c]]
     panels = [p for p in panels if p]
     fig, axes = plt.subplots(1, 1 + len(panels), figsize=(5 * (1 + len(panels)), 3.6), squeeze=False)
@@ -90,7 +90,7 @@ def main(argv=None):
     parser.add_argument("--title")
     parser.add_argument("--keys", nargs="+", help="eval_* columns to show (default: all)")
     args = parser.parse_args(argv)
-    history = load_history(args.run_dir)
+    history = RunDir(args.run_dir).read_history()  # {} when absent; a damaged file names itself
     rows = curve_rows(history, args.keys)
     if not rows:
         raise SystemExit(f"{args.run_dir}/history.json has no held-out evaluations (eval_step)")
