@@ -142,13 +142,24 @@ class EncoderLayer(_BlockOptions, keras.layers.Layer):
         self.layernorm2.build(shape)
         self.built = True
 
-    def call(self, x, training=None, padding_mask=None, return_attention=False):
+    def call(self, x, training=None, padding_mask=None, return_attention=False, queries=None):
         """``return_attention=True`` -> ``(output, weights (batch, heads, seq_len, seq_len))`` (BERT's
-        ``output_attentions``); otherwise the output alone (the seed's call)."""
-        def attend(h):
-            return self.mha(h, h, h, padding_mask, training=training)
+        ``output_attentions``); otherwise the output alone (the seed's call).
 
-        x, weights = self._residual(x, attend, self.layernorm1, self.dropout1, training)
+        ``queries (batch, n, d_model)``: compute the block's output only for these rows (e.g. some rows of
+        ``x`` gathered at chosen positions), attending over all of ``x``; the output is then
+        ``(batch, n, d_model)`` and the weights ``(batch, heads, n, seq_len)``. Every sub-layer but the
+        keys/values is row-wise, so row i of the result equals row i of the full call at the same position.
+        """
+        def attend(h):
+            if queries is None:
+                return self.mha(h, h, h, padding_mask, training=training)
+            # Keys/values still come from every row of x (through the first LayerNorm when pre-LN).
+            keys = self.layernorm1(x) if self.normalize_first else x
+            return self.mha(keys, keys, h, padding_mask, training=training)
+
+        x, weights = self._residual(x if queries is None else queries, attend, self.layernorm1, self.dropout1,
+                                    training)
         x, _ = self._residual(x, lambda h: (self.ffn(h), None), self.layernorm2, self.dropout2, training)
         return (x, weights) if return_attention else x
 

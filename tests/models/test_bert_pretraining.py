@@ -57,6 +57,48 @@ def test_head_is_tied_gathered_and_losses_match_numpy():
     assert float(nsp_count) == 2.0 and "nsp_accuracy" in sums
 
 
+def _dense_reference_loss(model, batch):
+    """The MLM + NSP loss with the last block run at every position and the masked rows picked afterwards."""
+    outputs = model.backbone(batch, training=False)
+    logits = model.mlm_head(outputs["sequence_output"], batch["masked_positions"], model.word_embeddings)
+    ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=batch["masked_ids"], logits=logits)
+    nsp = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=batch["next_sentence_label"],
+                                                         logits=model.sentence_head(outputs["pooled_output"]))
+    return tf.reduce_sum(ce * batch["masked_weights"]) + tf.reduce_sum(nsp)
+
+
+@pytest.mark.parametrize("share_layers", [False, True])
+def test_sparse_last_block_gives_the_dense_loss_and_gradients(share_layers):
+    """The pretrainer runs the last block only at [CLS] and the masked positions; loss and every gradient
+    must equal those of the full-sequence forward pass (ALBERT's shared block included)."""
+    model = tiny(dropout=0.0, attention_dropout=0.0, share_layers=share_layers)
+    with tf.GradientTape(persistent=True) as tape:
+        sums = model.compute_loss_sums(BATCH, training=False)
+        sparse = sums["losses"]["mlm"][0] + sums["losses"]["nsp"][0]
+        dense = _dense_reference_loss(model, BATCH)
+    np.testing.assert_allclose(float(sparse), float(dense), rtol=1e-6)
+    for variable, g_sparse, g_dense in zip(model.trainable_variables,
+                                           tape.gradient(sparse, model.trainable_variables),
+                                           tape.gradient(dense, model.trainable_variables)):
+        np.testing.assert_allclose(tf.convert_to_tensor(g_sparse).numpy(), tf.convert_to_tensor(g_dense).numpy(),
+                                   atol=1e-6, err_msg=variable.path)
+
+
+def test_backbone_output_positions_restrict_the_last_block():
+    backbone = BertBackbone(**TINY, dropout=0.0, attention_dropout=0.0)
+    full = backbone(BATCH, output_hidden_states=True, output_attentions=True)
+    positions = tf.constant([[5, 1], [3, 3]])
+    part = backbone(BATCH, output_positions=positions, output_hidden_states=True, output_attentions=True)
+    picked = np.take_along_axis(full["sequence_output"].numpy(), positions.numpy()[..., None], axis=1)
+    np.testing.assert_allclose(part["sequence_output"].numpy(), picked, atol=1e-6)
+    np.testing.assert_allclose(part["pooled_output"].numpy(), full["pooled_output"].numpy(), atol=1e-6)
+    assert part["attentions"][-1].shape == (2, 2, 3, 7)          # [CLS] + 2 positions, over all 7 keys
+    np.testing.assert_allclose(part["attentions"][-1][:, :, 1:].numpy(),
+                               np.take_along_axis(full["attentions"][-1].numpy(),
+                                                  positions.numpy()[:, None, :, None], axis=2), atol=1e-6)
+    np.testing.assert_allclose(part["hidden_states"][1].numpy(), full["hidden_states"][1].numpy())
+
+
 def test_albert_sop_and_mlm_only():
     albert = tiny("sop", embedding_size=8, share_layers=True)
     assert albert.mlm_head.dense.kernel.shape == (16, 8)      # H -> E, decoder tied to the E-wide table
