@@ -25,7 +25,6 @@ import os
 import shutil
 import time
 
-import keras
 import numpy as np
 import tensorflow as tf
 
@@ -36,6 +35,7 @@ from kerasplm.tasks.options import RUN, SESSION, option, resolve_options
 from kerasplm.tasks.run_dir import RunDir
 from kerasplm.text.bert_tokenizer import BertPreprocessor, BertTokenizer
 from kerasplm.training import Trainer, WarmupLinearDecay
+from kerasplm.training.optimizers import FusedAdamW
 
 FAMILY = "bert_classifier"
 ASSETS = {"vocab": "vocab.txt"}
@@ -149,7 +149,7 @@ def make_classification_dataset(preprocessor, texts, pairs, labels, batch_size, 
 
 
 # ------------------------------------------------------------------------------------------------ model
-class LayerwiseAdamW(keras.optimizers.AdamW):
+class LayerwiseAdamW(FusedAdamW):
     """AdamW with a learning-rate multiplier per variable: ``multiplier(variable) -> float`` (read once, at build)."""
 
     def __init__(self, multiplier, **kwargs):
@@ -200,7 +200,7 @@ def make_optimizer(o, total_steps, num_layers):
     schedule = WarmupLinearDecay(o.learning_rate, int(o.warmup_fraction * total_steps), total_steps)
     kwargs = dict(learning_rate=schedule, weight_decay=o.weight_decay, epsilon=1e-6)
     if o.layer_decay is None or o.layer_decay == 1.0:
-        optimizer = keras.optimizers.AdamW(**kwargs)
+        optimizer = FusedAdamW(**kwargs)
     else:
         optimizer = LayerwiseAdamW(layer_decay_multiplier(num_layers, o.layer_decay), **kwargs)
     optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])

@@ -22,8 +22,6 @@ import math
 import os
 import time
 
-import keras
-
 from kerasplm.convert.bert import RUN_FAMILY
 from kerasplm.data.pretraining import (BERT_SPECIAL_TOKENS, MASKING, SENTENCE_TASKS, create_instances,
                                        make_pretraining_dataset, masker_for_tokenizer, read_documents,
@@ -36,6 +34,7 @@ from kerasplm.tasks.options import RUN, option
 from kerasplm.tasks.run_dir import RunDir
 from kerasplm.text import WordPieceTokenizer, build_wordpiece_vocab, read_vocab, write_vocab
 from kerasplm.training import Trainer, WarmupLinearDecay
+from kerasplm.training.optimizers import FusedAdamW
 
 TASK = "pretraining"
 ASSETS = {"vocab": "vocab.txt"}
@@ -136,7 +135,7 @@ def _documents(o, log):
 def _optimizer(o, schedule_steps):
     warmup = o.warmup_steps if o.warmup_steps is not None else schedule_steps // 10
     schedule = WarmupLinearDecay(o.learning_rate, min(warmup, schedule_steps), schedule_steps)
-    optimizer = keras.optimizers.AdamW(schedule, weight_decay=o.weight_decay, beta_1=0.9, beta_2=0.999,
+    optimizer = FusedAdamW(schedule, weight_decay=o.weight_decay, beta_1=0.9, beta_2=0.999,
                                        epsilon=1e-6)
     optimizer.exclude_from_weight_decay(var_names=NO_DECAY)
     return optimizer

@@ -22,14 +22,13 @@ import collections
 import dataclasses
 import os
 
-import keras
-
 from kerasplm.models.elmo import ElmoBiLM, ElmoConfig, ElmoEmbedder
 from kerasplm.models.elmo_classifier import PAD, UNK, ClassifierPreprocessor, ElmoClassifier
 from kerasplm.tasks.bert_finetune import _evaluate, _label_ids, make_classification_dataset, read_classification_tsv
 from kerasplm.tasks.job import TrainingOptions, fit_recorded, open_run, restores_global_policy, training_summary
 from kerasplm.tasks.options import SESSION, RUN, option
 from kerasplm.tasks.run_dir import RunDir
+from kerasplm.training.optimizers import FusedAdam
 
 FAMILY = "elmo_classifier"
 ASSETS = {"vocab": "words.txt"}
@@ -174,7 +173,7 @@ def finetune_elmo_classifier(out, options=None, log=print, **overrides):
 
     trainer = Trainer(
         model=lambda: build_classifier(sizes, len(labels), bilm, num_mixes, o.mix_layer_norm, preprocessor),
-        optimizer=lambda: keras.optimizers.Adam(o.learning_rate), compute_loss=ElmoClassifier.trainer_loss,
+        optimizer=lambda: FusedAdam(o.learning_rate), compute_loss=ElmoClassifier.trainer_loss,
         jit_compile=o.jit_compile, clip_norm=5.0, checkpoint_dir=run.checkpoint_dir, checkpoint_every=500,
         log_dir=run.log_dir, seed=o.seed, verbose=o.verbose)
     history, train_seconds = fit_recorded(run, trainer, previous_history, train_ds, o, log_every=25)

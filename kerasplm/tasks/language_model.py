@@ -34,7 +34,6 @@ import math
 import os
 import time
 
-import keras
 import numpy as np
 import tensorflow as tf
 
@@ -46,6 +45,7 @@ from kerasplm.text.bpe import load_bpe_tokenizer
 from kerasplm.text.sentencepiece import (END_OF_TEXT, SentencePieceTokenizer, load_sentencepiece_tokenizer,
                                          train_sentencepiece)
 from kerasplm.training import Trainer, WarmupCosineDecay
+from kerasplm.training.optimizers import FusedAdamW
 
 FAMILY = "gpt"
 TASK = "causal_lm"
@@ -203,7 +203,7 @@ def _new_model_config(o, vocab_size):
 
 def adamw(learning_rate, weight_decay):
     """AdamW as GPT-3 trained (β2 = 0.95, ε = 1e-8), no decay on LayerNorm, biases and embeddings."""
-    optimizer = keras.optimizers.AdamW(learning_rate=learning_rate, weight_decay=weight_decay, beta_1=0.9,
+    optimizer = FusedAdamW(learning_rate=learning_rate, weight_decay=weight_decay, beta_1=0.9,
                                        beta_2=0.95, epsilon=1e-8)
     optimizer.exclude_from_weight_decay(var_names=NO_WEIGHT_DECAY)
     return optimizer

@@ -14,7 +14,6 @@ import dataclasses
 import os
 import time
 
-import keras
 import sacrebleu
 import tensorflow as tf
 
@@ -27,6 +26,7 @@ from kerasplm.tasks.run_dir import RunDir
 from kerasplm.text import (TranslatorPreprocessor, WordPieceTokenizer, build_wordpiece_vocab, read_vocab,
                            write_vocab)
 from kerasplm.training import BudgetSchedule, CustomSchedule, Trainer, fused_masked_cross_entropy
+from kerasplm.training.optimizers import FusedAdam
 
 # The job's defaults (issue 10, measured in benchmarks/RESULTS.md): the transformer_quick preset (the seed's
 # width, 2 pre-LN layers per stack, no dropout), 64 pairs per batch, the whole bundled Tatoeba corpus. The seed's
@@ -413,7 +413,7 @@ def train_translator(out, options=None, log=print, **overrides):
     lr_schedule = _make_schedule(o, model_config)
     trainer = Trainer(
         model=lambda: Transformer.from_config_object(model_config, name=config["preset"]),
-        optimizer=lambda: keras.optimizers.Adam(lr_schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9),
+        optimizer=lambda: FusedAdam(lr_schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9),
         compute_loss=lambda m, b, training: translation_loss(m, b, training,
                                                              label_smoothing=o.label_smoothing if training else 0.0),
         jit_compile=o.jit_compile, checkpoint_dir=run.checkpoint_dir, checkpoint_every=1000,

@@ -112,6 +112,28 @@ def test_gelu_variants_follow_their_formulas_and_differ():
         EncoderLayer(8, 2, 16, activation="swish")
 
 
+def test_exact_gelu_gradient_is_phi_plus_x_times_density():
+    """The hand-written gradient of the exact GELU: Φ(x) + x φ(x), against the formula and against
+    autodiff through Keras' erf GELU, at float32 and in a mixed bfloat16 graph."""
+    from kerasplm.layers.transformer import gelu
+
+    x = tf.constant(np.linspace(-6, 6, 241).astype(np.float32))
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        ours, keras_gelu = gelu(x), keras.activations.gelu(x, approximate=False)
+    xs = x.numpy().astype(np.float64)
+    phi = np.array([0.5 * math.erfc(-v / math.sqrt(2)) for v in xs])
+    expected = phi + xs * np.exp(-xs ** 2 / 2) / math.sqrt(2 * math.pi)
+    np.testing.assert_allclose(tape.gradient(ours, x).numpy(), expected, atol=2e-6)
+    np.testing.assert_allclose(tape.gradient(ours, x).numpy(), tape.gradient(keras_gelu, x).numpy(), atol=1e-6)
+    np.testing.assert_allclose(ours.numpy(), keras_gelu.numpy(), atol=1e-6)
+    half = tf.cast(x, tf.bfloat16)
+    with tf.GradientTape() as tape:
+        tape.watch(half)
+        y = gelu(half)
+    assert y.dtype == tf.bfloat16 and tape.gradient(y, half).dtype == tf.bfloat16
+
+
 def test_decoder_layer_pre_ln_with_cross_attention_matches_hand_computation():
     layer = DecoderLayer(8, 2, 16, rate=0.0, normalize_first=True, layer_norm_epsilon=1e-5)
     x = RNG.normal(size=(1, 3, 8)).astype(np.float32)

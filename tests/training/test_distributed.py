@@ -51,6 +51,8 @@ def test_mirrored_matches_single_device_and_trains():
         assert report[f"weight_diff_{clip}"] < 1e-6
         assert report[f"loss_diff_{clip}"] < 1e-5
     assert report["update_0.05"] < report["update_None"]
+    # FusedAdamW (TensorFlow's fused Adam kernel) updates the same on 1 and 2 replicas.
+    assert report["fused_update"] > 1e-3 and report["fused_weight_diff"] < 1e-6
     losses = report["losses"]
     assert losses[-1] < 0.3 * losses[0]
     assert report["trace_count"] == 1

@@ -41,6 +41,7 @@ def run_mirrored(args):
     import numpy as np
     import tensorflow as tf
     from kerasplm.training import Trainer
+    from kerasplm.training.optimizers import FusedAdam, FusedAdamW
     from tests.training import toy
 
     # One global batch of 8: the first half (replica 0) long, the second half (replica 1) short,
@@ -67,6 +68,14 @@ def run_mirrored(args):
             history = trainer.fit(batch_ds, steps=1, log_every=1)
             results[(name, clip)] = (history["loss"][0], [np.array(v) for v in model.variables])
         results[name + "_replicas"] = strategy.num_replicas_in_sync
+        # The fused Adam kernel under each strategy (per-replica variable handles inside strategy.update).
+        with strategy.scope():
+            model = toy.make_model(dropout=0.0)
+            model.set_weights(init_weights)
+            optimizer = FusedAdamW(0.01, weight_decay=0.1)
+        Trainer(model, optimizer, toy.compute_loss, strategy=strategy, verbose=0).fit(batch_ds.repeat(), steps=3,
+                                                                                      log_every=0)
+        results[name + "_fused"] = [np.array(v) for v in model.variables]
 
     report = {"replicas": results["mirrored_replicas"]}
     for clip in (None, 0.05):
@@ -75,11 +84,14 @@ def run_mirrored(args):
         report[f"loss_diff_{clip}"] = abs(loss_d - loss_m)
         report[f"weight_diff_{clip}"] = max(float(np.abs(a - b).max()) for a, b in zip(w_d, w_m))
         report[f"update_{clip}"] = max(float(np.abs(a - b).max()) for a, b in zip(w_d, init_weights))
+    report["fused_weight_diff"] = max(float(np.abs(a - b).max())
+                                      for a, b in zip(results["default_fused"], results["mirrored_fused"]))
+    report["fused_update"] = max(float(np.abs(a - b).max()) for a, b in zip(results["default_fused"], init_weights))
     # Clipping changed the update (and the two strategies agree on it).
     # A short mirrored training run must make progress.
     strategy = get_strategy("mirrored")
-    trainer = Trainer(lambda: toy.make_model(), lambda: keras.optimizers.Adam(1e-2),
-                      toy.compute_loss, strategy=strategy, verbose=0)
+    trainer = Trainer(lambda: toy.make_model(), lambda: FusedAdam(1e-2), toy.compute_loss, strategy=strategy,
+                      verbose=0)
     history = trainer.fit(toy.make_dataset(), steps=40, log_every=10)
     report["losses"] = history["loss"]
     report["trace_count"] = trainer.trace_count

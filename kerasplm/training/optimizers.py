@@ -1,0 +1,55 @@
+"""Adam and AdamW whose dense update is TensorFlow's fused Adam kernel.
+
+Keras 3's Adam writes the update (Kingma & Ba 2015, algorithm 1, with the bias corrections folded into the
+step size) as about ten separate TensorFlow ops, each a full pass over the weights::
+
+    m ← m + (g - m)(1 - β1)          v ← v + (g² - v)(1 - β2)
+    α = lr · sqrt(1 - β2^t) / (1 - β1^t)
+    θ ← θ - α · m / (sqrt(v) + ε)
+
+``tf.raw_ops.ResourceApplyAdam`` computes exactly this in one multithreaded pass. For BERT pretraining on
+CPU, where 7.8M of bert_mini's 11M weights are the word embeddings that every step updates densely (the MLM
+decoder is tied to them), Keras' ops were ~10% of the step. ``FusedAdam`` / ``FusedAdamW`` are the Keras
+optimizers with only that dense update swapped: same arguments, slots (``m``, ``v``), checkpoints,
+AdamW's decoupled weight decay (still Keras' own, applied before the update), schedules, loss scaling and
+tf.distribute behaviour. Sparse (``IndexedSlices``) gradients, ``amsgrad``, non-float32 weights and
+backends other than TensorFlow fall back to Keras' update unchanged.
+"""
+import keras
+import tensorflow as tf
+
+__all__ = ["FusedAdam", "FusedAdamW"]
+
+
+def _handle(variable):
+    """The resource handle of a Keras variable (or of a plain / per-replica ``tf.Variable``)."""
+    if isinstance(variable, keras.Variable):
+        variable = variable.value
+    return variable.handle
+
+
+class _FusedAdamUpdate:
+    """The dense Adam update as one ``ResourceApplyAdam`` (mixed into a Keras Adam optimizer)."""
+
+    def update_step(self, gradient, variable, learning_rate):
+        if (isinstance(gradient, tf.IndexedSlices) or self.amsgrad or variable.dtype != "float32"
+                or keras.backend.backend() != "tensorflow"):
+            return super().update_step(gradient, variable, learning_rate)
+        index = self._get_variable_index(variable)
+        step = tf.cast(self.iterations + 1, tf.float32)
+        beta_1, beta_2 = tf.cast(self.beta_1, tf.float32), tf.cast(self.beta_2, tf.float32)
+        tf.raw_ops.ResourceApplyAdam(
+            var=_handle(variable), m=_handle(self._momentums[index]), v=_handle(self._velocities[index]),
+            beta1_power=tf.pow(beta_1, step), beta2_power=tf.pow(beta_2, step),
+            lr=tf.cast(learning_rate, tf.float32), beta1=beta_1, beta2=beta_2,
+            epsilon=tf.cast(self.epsilon, tf.float32), grad=tf.cast(gradient, tf.float32), use_locking=False)
+
+
+@keras.saving.register_keras_serializable(package="kerasplm")
+class FusedAdam(_FusedAdamUpdate, keras.optimizers.Adam):
+    """``keras.optimizers.Adam`` with the fused dense update (see the module docstring)."""
+
+
+@keras.saving.register_keras_serializable(package="kerasplm")
+class FusedAdamW(_FusedAdamUpdate, keras.optimizers.AdamW):
+    """``keras.optimizers.AdamW`` (Loshchilov & Hutter 2019) with the fused dense Adam update."""
