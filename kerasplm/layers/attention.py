@@ -43,9 +43,10 @@ def scaled_dot_product_attention(q, k, v, mask=None, dropout=None):
       ``(output, attention_weights)``: ``(..., seq_len_q, depth_v)`` in v's dtype and float32
       ``(..., seq_len_q, seq_len_k)`` weights that sum to 1 over the keys.
     """
-    matmul_qk = tf.matmul(q, k, transpose_b=True)
-    dk = tf.cast(tf.shape(k)[-1], tf.float32)
-    scaled_attention_logits = tf.cast(matmul_qk, tf.float32) / tf.math.sqrt(dk)
+    # Q / sqrt(d_k) before the product: the same logits, one pass over (seq_len_q, depth) instead of over
+    # (seq_len_q, seq_len_k) forward and backward.
+    scale = tf.math.rsqrt(tf.cast(tf.shape(k)[-1], q.dtype))
+    scaled_attention_logits = tf.cast(tf.matmul(q * scale, k, transpose_b=True), tf.float32)
     if mask is not None:
         scaled_attention_logits += tf.cast(mask, tf.float32) * NEG_INF
     attention_weights = tf.nn.softmax(scaled_attention_logits, axis=-1)
