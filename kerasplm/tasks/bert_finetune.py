@@ -4,7 +4,8 @@ The recipe is the BERT paper's (section 4.1 and appendix A.3): the pooled ``[CLS
 dense layer; AdamW (weight decay 0.01, not on biases and LayerNorm, ε = 1e-6), learning rate 2e-5 … 5e-5 (3e-5
 here) with linear warmup over 10% of the steps and linear decay to 0, 2–4 epochs, gradients clipped to norm 1.
 Optionally layer-wise learning-rate decay (ELECTRA, Clark et al. 2020, appendix A): a block ``k`` levels below
-the head learns at ``lr · decay^k``.
+the head learns at ``lr · decay^k``. ``--random-init`` keeps the ``--init`` run's architecture and vocabulary but
+draws fresh weights: the same job without pretraining, to measure what pretraining buys.
 
 Data: tab-separated files, one example per line; ``--text-col``, ``--pair-col``, ``--label-col`` are column
 names of the header line (``sentence``, ``label`` for GLUE's SST-2) or 0-based indices (with ``--no-header``).
@@ -25,6 +26,7 @@ import os
 import shutil
 import time
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -48,6 +50,9 @@ class BertClassifierOptions(TrainingOptions):
     dev: str = option(None, "held-out examples scored after training (tab-separated)", file=True, metavar="TSV")
     init: str = option(None, "BERT run directory to start from (kerasplm convert bert / train bert)",
                        metavar="RUN_DIR")
+    random_init: bool = option(False, "keep --init's architecture and tokenizer but draw fresh weights (the "
+                                      "baseline without pretraining)", flag="--random-init", const=True,
+                               choices=[True, False])
     text_col: str = option("sentence", "column of the (first) text: a header name or a 0-based index")
     pair_col: str = option(None, "column of the second text of a pair (none: single sentences)")
     label_col: str = option("label", "column of the label")
@@ -270,6 +275,10 @@ def finetune_bert_classifier(out, options=None, log=print, **overrides):
     regression = o.task == "regression"
     if config is None:
         backbone, tokenizer, init_options = bert_init_parts(o.init, o.max_length)
+        if o.random_init:
+            keras.utils.set_random_seed(o.seed)
+            backbone = BertBackbone.from_config_object(backbone.config, name=backbone.name)
+        log(f"started from {o.init} ({'fresh weights' if o.random_init else 'pretrained'})")
         labels = [] if regression else sorted(set(raw_labels))
         num_labels = 1 if regression else len(labels)
         if not regression and num_labels < 2:

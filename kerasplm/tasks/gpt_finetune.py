@@ -51,9 +51,6 @@ TASKS = ["classification", "entailment", "similarity"]
 class GPTClassifierOptions(BertClassifierOptions):
     """The BERT classifier job's options (data columns, batch, epochs, ...) with GPT-1's defaults and choices."""
     init: str = option(None, "GPT run directory to start from (kerasplm train gpt / convert gpt2)", metavar="RUN_DIR")
-    random_init: bool = option(False, "keep --init's architecture and tokenizer but draw fresh weights (the "
-                                      "baseline without pretraining)", flag="--random-init", const=True,
-                               choices=[True, False])
     task: str = option("classification", "GPT-1's input transformation: classification (start text extract), "
                                           "entailment (start premise delim hypothesis extract; --pair-col), "
                                           "similarity (both orders added; --pair-col)", choices=TASKS)

@@ -121,6 +121,28 @@ def test_cli_pairs_and_errors(pair_run, toy, tmp_path, capsys):
     assert "no column 'text' in the header (sentence, label)" in capsys.readouterr().err
 
 
+def test_random_init_keeps_the_architecture_and_vocabulary_but_not_the_weights(toy, tmp_path):
+    """--random-init: the baseline without pretraining (same run layout, fresh weights, seeded)."""
+    from kerasplm.export.embedder import bert_run_parts
+
+    pretrained = bert_run_parts(toy["init"])[0]
+    weights = {}
+    for name in ("a", "b"):
+        out = str(tmp_path / name)
+        lines = []
+        finetune_bert_classifier(out, log=lines.append, steps=1, train=toy["train"], init=toy["init"],
+                                 random_init=True, learning_rate=1e-12, batch_size=8, max_length=12, verbose=0,
+                                 seed=3)
+        assert any("fresh weights" in line for line in lines)
+        model = load_bert_classifier(out)
+        assert model.backbone.config == pretrained.config
+        assert json.load(open(os.path.join(out, "config.json")))["options"]["random_init"] is True
+        weights[name] = model.backbone.embeddings.embedding.embeddings.numpy()
+    table = pretrained.embeddings.embedding.embeddings.numpy()
+    assert np.abs(weights["a"] - table).max() > 1e-3          # not the pretrained weights
+    np.testing.assert_array_equal(weights["a"], weights["b"])  # the same seed draws the same ones
+
+
 def test_read_tsv(tmp_path):
     path = write_tsv(tmp_path / "x.tsv", [("a b", "pos", "x"), ("c", "neg", "y")], ["text", "label", "other"])
     assert read_classification_tsv(path, "text", "label") == (["a b", "c"], None, ["pos", "neg"])
