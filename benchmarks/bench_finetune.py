@@ -47,13 +47,14 @@ def kerasplm_step(shape, batch, jit_compile):
 
     from kerasplm.models.bert import BertBackbone
     from kerasplm.models.bert_tasks import BertClassifier
-    from kerasplm.tasks.bert_finetune import BertClassifierOptions, make_optimizer
+    from kerasplm.tasks.bert_finetune import BertClassifierOptions, fine_tuning_schedule, make_optimizer
     from kerasplm.training import Trainer
 
     inputs = {k: tf.constant(v) for k, v in batch.items() if k != "labels"}
     data = (inputs, tf.constant(batch["labels"]))
+    o = BertClassifierOptions()
     trainer = Trainer(model=lambda: BertClassifier(BertBackbone.from_preset("bert_mini", **shape), CLASSES),
-                      optimizer=lambda: make_optimizer(BertClassifierOptions(), 10_000, shape["num_layers"]),
+                      optimizer=lambda: make_optimizer(o, fine_tuning_schedule(o, 10_000), shape["num_layers"]),
                       compute_loss=BertClassifier.trainer_loss, jit_compile=jit_compile, clip_norm=1.0, verbose=0)
     return trainer_step(trainer, data, "loss")
 

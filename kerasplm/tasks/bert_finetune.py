@@ -3,6 +3,9 @@
 The recipe is the BERT paper's (section 4.1 and appendix A.3): the pooled ``[CLS]`` output, a dropout and one
 dense layer; AdamW (weight decay 0.01, not on biases and LayerNorm, ε = 1e-6), learning rate 2e-5 … 5e-5 (3e-5
 here) with linear warmup over 10% of the steps and linear decay to 0, 2–4 epochs, gradients clipped to norm 1.
+The schedule spans ``--steps`` (else ``--epochs``); given ``--time-budget`` alone, the job times its first steps
+and fits the schedule to the steps the budget allows (``--epochs``' worth at most), so the learning rate reaches
+0 as the budget ends.
 Optionally layer-wise learning-rate decay (ELECTRA, Clark et al. 2020, appendix A): a block ``k`` levels below
 the head learns at ``lr · decay^k``. ``--random-init`` keeps the ``--init`` run's architecture and vocabulary but
 draws fresh weights: the same job without pretraining, to measure what pretraining buys.
@@ -32,14 +35,17 @@ import tensorflow as tf
 
 from kerasplm.models.bert import BertBackbone, BertConfig
 from kerasplm.models.bert_tasks import BertClassifier, classification_metrics
-from kerasplm.tasks.job import TrainingOptions, fit_recorded, open_run, restores_global_policy, training_summary
+from kerasplm.tasks.job import (TrainingOptions, fit_scheduled, open_run, provisional_total_steps,
+                               restores_global_policy, training_summary)
 from kerasplm.tasks.options import RUN, SESSION, option, resolve_options
 from kerasplm.tasks.run_dir import RunDir
 from kerasplm.text.bert_tokenizer import BertPreprocessor, BertTokenizer
-from kerasplm.training import Trainer, WarmupLinearDecay
+from kerasplm.training import BudgetSchedule, Trainer
 from kerasplm.training.optimizers import FusedAdamW
 
 FAMILY = "bert_classifier"
+SCHEDULE_STEPS_HELP = ("steps over which the learning rate decays to 0 (default: --steps; with --time-budget "
+                       "alone, the steps the budget allows, timed on the first steps; recorded in the run)")
 ASSETS = {"vocab": "vocab.txt"}
 
 
@@ -62,11 +68,13 @@ class BertClassifierOptions(TrainingOptions):
                        choices=["classification", "regression"])
     max_length: int = option(128, "tokens per example, [CLS]/[SEP] included", kind=int, minimum=3)
     batch_size: int = option(32, "examples per batch", kind=int, minimum=1)
-    epochs: float = option(3.0, "epochs over the training file (sets the schedule's length)", kind=float,
-                           minimum=0, exclusive_minimum=True)
+    epochs: float = option(3.0, "epochs over the training file: the run's length without --steps and "
+                                "--time-budget, and the longest schedule --time-budget alone is fitted to",
+                           kind=float, minimum=0, exclusive_minimum=True)
     learning_rate: float = option(3e-5, "peak learning rate (BERT: 2e-5 … 5e-5)", kind=float, minimum=0,
                                   exclusive_minimum=True)
     warmup_fraction: float = option(0.1, "fraction of the steps with linear warmup", kind=float, minimum=0, maximum=1)
+    schedule_steps: int = option(None, SCHEDULE_STEPS_HELP, kind=int, minimum=0, exclusive_minimum=True)
     weight_decay: float = option(0.01, "AdamW weight decay (not on biases and LayerNorm)", kind=float, minimum=0)
     layer_decay: float = option(None, "layer-wise learning-rate decay factor (e.g. 0.9; none: off)", kind=float,
                                 minimum=0, maximum=1, exclusive_minimum=True)
@@ -199,10 +207,26 @@ def bert_init_parts(init, length, length_option="max_length"):
     return backbone, tokenizer, options
 
 
-def make_optimizer(o, total_steps, num_layers):
+def plan_schedule(o, resumed, legacy_steps):
+    """``o`` with ``schedule_steps``, the steps the learning-rate schedule spans: the run's recorded length on a
+    resume, else ``o.steps``; None for a new run given a time budget only (:func:`fit_scheduled` fits it to the
+    budget). A run recorded before the option existed keeps the length it was trained with, ``legacy_steps``."""
+    if o.schedule_steps is not None:
+        return o
+    return o.replace(schedule_steps=legacy_steps if resumed else o.steps)
+
+
+def fine_tuning_schedule(o, total_steps):
+    """BERT's fine-tuning schedule: linear warmup over ``o.warmup_fraction`` of ``total_steps`` to
+    ``o.learning_rate``, then linear decay to 0 at ``total_steps`` (a :class:`BudgetSchedule`, so that a run with
+    a time budget only can refit its length once its first steps are timed; None: that provisional length)."""
+    return BudgetSchedule(o.learning_rate, total_steps or provisional_total_steps(o.warmup_fraction),
+                          warmup_fraction=o.warmup_fraction)
+
+
+def make_optimizer(o, schedule, num_layers):
     """The BERT fine-tuning optimizer (every BERT task): AdamW, ε 1e-6, weight decay not on biases and LayerNorm,
-    linear warmup over ``o.warmup_fraction`` of ``total_steps`` then linear decay, optional layer-wise decay."""
-    schedule = WarmupLinearDecay(o.learning_rate, int(o.warmup_fraction * total_steps), total_steps)
+    learning rate ``schedule`` (:func:`fine_tuning_schedule`), optional layer-wise decay."""
     kwargs = dict(learning_rate=schedule, weight_decay=o.weight_decay, epsilon=1e-6)
     if o.layer_decay is None or o.layer_decay == 1.0:
         optimizer = FusedAdamW(**kwargs)
@@ -273,6 +297,7 @@ def finetune_bert_classifier(out, options=None, log=print, **overrides):
     run, o, config, previous_history = open_run(out, FAMILY, BertClassifierOptions, options, overrides,
                                                 what="BERT classifier", check_config=_model_parts)
     regression = o.task == "regression"
+    o = plan_schedule(o, resumed=config is not None, legacy_steps=max(planned, o.steps or 0))
     if config is None:
         backbone, tokenizer, init_options = bert_init_parts(o.init, o.max_length)
         if o.random_init:
@@ -298,14 +323,14 @@ def finetune_bert_classifier(out, options=None, log=print, **overrides):
         tokenizer = BertTokenizer(run.asset(config, "vocab"), lower_case=bool(config["options"].get("lower_case")))
     preprocessor = BertPreprocessor(tokenizer, o.max_length)
     train_ds, dev_ds = classification_datasets(o, preprocessor, (texts, pairs, raw_labels), labels, regression, log)
-    total_steps = max(planned, o.steps or 0)
+    schedule = fine_tuning_schedule(o, o.schedule_steps)
     trainer = Trainer(
         model=lambda: BertClassifier(backbone, num_labels, preprocessor=preprocessor, dropout=o.dropout),
-        optimizer=lambda: make_optimizer(o, total_steps, backbone.config.num_layers),
+        optimizer=lambda: make_optimizer(o, schedule, backbone.config.num_layers),
         compute_loss=BertClassifier.trainer_loss, jit_compile=o.jit_compile, clip_norm=1.0,
         checkpoint_dir=run.checkpoint_dir, checkpoint_every=500, log_dir=run.log_dir, seed=o.seed, verbose=o.verbose)
-    return fit_and_score(run, trainer, previous_history, train_ds, o, total_steps, labels, pairs is not None, dev_ds,
-                         regression, num_labels, log)
+    return fit_and_score(run, config, trainer, previous_history, train_ds, o, schedule, planned, labels,
+                         pairs is not None, dev_ds, regression, num_labels, log)
 
 
 def classification_datasets(o, preprocessor, examples, labels, regression, log):
@@ -345,11 +370,15 @@ def plan_epochs(out, family, options_cls, options, overrides, what):
     return examples, planned, overrides
 
 
-def fit_and_score(run, trainer, previous_history, train_ds, o, total_steps, labels, pair_input, dev_ds, regression,
-                  num_labels, log):
-    """A classification job's end: fit, score ``dev_ds`` (accuracy/F1/MCC, or MSE/Pearson), write metrics.json;
+def fit_and_score(run, config, trainer, previous_history, train_ds, o, schedule, planned, labels, pair_input, dev_ds,
+                  regression, num_labels, log):
+    """A classification job's end: fit under ``schedule`` (fitted to the time budget when ``o.schedule_steps`` is
+    None, ``planned`` steps at most), score ``dev_ds`` (accuracy/F1/MCC, or MSE/Pearson), write metrics.json;
     returns the summary with "classifier" = the trained model (``labels``, ``pair_input`` set on it)."""
-    history, train_seconds = fit_recorded(run, trainer, previous_history, train_ds, o, log_every=25)
+    history, train_seconds = fit_scheduled(run, trainer, previous_history, train_ds, o, schedule,
+                                           lambda total: run.update_options(config, schedule_steps=total), log,
+                                           most=planned, log_every=25)
+    total_steps = schedule.total_steps
     log(f"trained to step {trainer.step} of {total_steps} planned ({trainer.stop_reason}) in {train_seconds:.0f}s")
     model = trainer.model
     model.labels, model.pair_input = labels, pair_input

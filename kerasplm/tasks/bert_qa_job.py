@@ -29,8 +29,9 @@ import tensorflow as tf
 from kerasplm.data.squad import read_squad, split_by_article
 from kerasplm.models.bert import BertBackbone, BertConfig
 from kerasplm.models.bert_qa import INPUT_KEYS, BertQuestionAnswerer, QuestionAnswerPreprocessor, answer_questions
-from kerasplm.tasks.bert_finetune import bert_init_parts, make_optimizer
-from kerasplm.tasks.job import TrainingOptions, fit_recorded, open_run, restores_global_policy, training_summary
+from kerasplm.tasks.bert_finetune import (SCHEDULE_STEPS_HELP, bert_init_parts, fine_tuning_schedule, make_optimizer,
+                                          plan_schedule)
+from kerasplm.tasks.job import TrainingOptions, fit_scheduled, open_run, restores_global_policy, training_summary
 from kerasplm.tasks.options import RUN, SESSION, option, resolve_options
 from kerasplm.tasks.run_dir import RunDir, register_family
 from kerasplm.tasks.squad_metrics import squad_scores
@@ -62,10 +63,12 @@ class BertQAOptions(TrainingOptions):
     max_answer_length: int = option(30, "longest answer in pieces", kind=int, minimum=1)
     n_best: int = option(20, "start and end candidates per window in span decoding", kind=int, minimum=1)
     batch_size: int = option(32, "windows per batch", kind=int, minimum=1)
-    epochs: float = option(3.0, "epochs over the training questions (sets the schedule's length)", kind=float,
-                           minimum=0, exclusive_minimum=True)
+    epochs: float = option(3.0, "epochs over the training questions: the run's length without --steps and "
+                                "--time-budget, and the longest schedule --time-budget alone is fitted to",
+                           kind=float, minimum=0, exclusive_minimum=True)
     learning_rate: float = option(5e-5, "peak learning rate (AdamW)", kind=float, minimum=0, exclusive_minimum=True)
     warmup_fraction: float = option(0.1, "fraction of the steps with linear warmup", kind=float, minimum=0, maximum=1)
+    schedule_steps: int = option(None, SCHEDULE_STEPS_HELP, kind=int, minimum=0, exclusive_minimum=True)
     weight_decay: float = option(0.01, "AdamW weight decay (not on biases and LayerNorm)", kind=float, minimum=0)
     layer_decay: float = option(None, "layer-wise learning-rate decay factor (e.g. 0.9; none: off)", kind=float,
                                 minimum=0, maximum=1, exclusive_minimum=True)
@@ -170,6 +173,7 @@ def finetune_bert_qa(out, options=None, log=print, **overrides):
         overrides["steps"] = planned
     run, o, config, previous_history = open_run(out, FAMILY, BertQAOptions, options, overrides,
                                                 what="BERT question answering", check_config=_check_config)
+    o = plan_schedule(o, resumed=config is not None, legacy_steps=max(planned, o.steps or 0))
     if config is None:
         backbone, tokenizer, init_options = bert_init_parts(o.init, o.sequence_length, "sequence_length")
         os.makedirs(out, exist_ok=True)
@@ -189,14 +193,17 @@ def finetune_bert_qa(out, options=None, log=print, **overrides):
     log(f"data: {len(train)} training questions -> {windows} windows "
         f"({int((features['start_positions'] > 0).sum())} holding their answer) in {time.time() - t0:.0f}s; "
         f"{len(held_out)} held-out questions")
-    total_steps = max(planned, o.steps or 0)
+    schedule = fine_tuning_schedule(o, o.schedule_steps)
     trainer = Trainer(
         model=lambda: BertQuestionAnswerer(backbone),
-        optimizer=lambda: make_optimizer(o, total_steps, backbone.config.num_layers),
+        optimizer=lambda: make_optimizer(o, schedule, backbone.config.num_layers),
         compute_loss=BertQuestionAnswerer.trainer_loss, jit_compile=o.jit_compile, clip_norm=1.0,
         checkpoint_dir=run.checkpoint_dir, checkpoint_every=500, log_dir=run.log_dir, seed=o.seed, verbose=o.verbose)
-    history, train_seconds = fit_recorded(run, trainer, previous_history,
-                                          lambda: _dataset(features, o.batch_size, o.seed), o, log_every=25)
+    history, train_seconds = fit_scheduled(run, trainer, previous_history,
+                                           lambda: _dataset(features, o.batch_size, o.seed), o, schedule,
+                                           lambda total: run.update_options(config, schedule_steps=total), log,
+                                           most=planned, log_every=25)
+    total_steps = schedule.total_steps
     log(f"trained to step {trainer.step} of {total_steps} planned ({trainer.stop_reason}) in {train_seconds:.0f}s")
     serving_preprocessor = QuestionAnswerPreprocessor(tokenizer, o.sequence_length, o.doc_stride, o.max_query_length,
                                                       pad_to_length=False)

@@ -23,8 +23,9 @@ import tensorflow as tf
 
 from kerasplm.models.bert import BertBackbone, BertConfig
 from kerasplm.models.bert_simcse import BertSimCSE, alignment_uniformity
-from kerasplm.tasks.bert_finetune import bert_init_parts, make_optimizer
-from kerasplm.tasks.job import TrainingOptions, fit_recorded, open_run, restores_global_policy, training_summary
+from kerasplm.tasks.bert_finetune import (SCHEDULE_STEPS_HELP, bert_init_parts, fine_tuning_schedule, make_optimizer,
+                                          plan_schedule)
+from kerasplm.tasks.job import TrainingOptions, fit_scheduled, open_run, restores_global_policy, training_summary
 from kerasplm.tasks.options import RUN, option
 from kerasplm.tasks.run_dir import RunDir
 from kerasplm.text.bert_tokenizer import BertPreprocessor, BertTokenizer
@@ -59,8 +60,7 @@ class SimCSEOptions(TrainingOptions):
     batch_size: int = option(64, "sentences per batch (each the others' negatives)", kind=int, minimum=2)
     learning_rate: float = option(3e-5, "peak learning rate (AdamW)", kind=float, minimum=0, exclusive_minimum=True)
     warmup_fraction: float = option(0.0, "share of the steps with linear warmup", kind=float, minimum=0, maximum=1)
-    schedule_steps: int = option(None, "steps over which the learning rate decays to 0 (default: --steps)",
-                                 kind=int, minimum=0, exclusive_minimum=True)
+    schedule_steps: int = option(None, SCHEDULE_STEPS_HELP, kind=int, minimum=0, exclusive_minimum=True)
     weight_decay: float = option(0.0, "AdamW weight decay (not on biases and LayerNorm)", kind=float, minimum=0)
     layer_decay: float = option(None, "layer-wise learning-rate decay factor (none: off)", kind=float, minimum=0,
                                 maximum=1, exclusive_minimum=True)
@@ -130,6 +130,7 @@ def finetune_bert_simcse(out, options=None, log=print, **overrides):
     with the trained :class:`BertSimCSE` under ``"model"``."""
     run, o, config, previous_history = open_run(out, FAMILY, SimCSEOptions, options, overrides,
                                                 what="BERT SimCSE", check_config=_model_parts)
+    o = plan_schedule(o, resumed=config is not None, legacy_steps=o.steps or 1000)
     if o.train is None:
         raise ValueError("give the training sentences (train / --train)")
     sentences = read_sentences(o.train, o.max_examples)
@@ -162,14 +163,16 @@ def finetune_bert_simcse(out, options=None, log=print, **overrides):
             model.backbone.set_weights(init_backbone.get_weights())
         return model
 
-    total = o.schedule_steps or o.steps or 1000
-    trainer = Trainer(model=make_model, optimizer=lambda: make_optimizer(o, total, backbone_config.num_layers),
+    schedule = fine_tuning_schedule(o, o.schedule_steps)
+    trainer = Trainer(model=make_model, optimizer=lambda: make_optimizer(o, schedule, backbone_config.num_layers),
                       compute_loss=BertSimCSE.trainer_loss, jit_compile=o.jit_compile, clip_norm=1.0,
                       checkpoint_dir=run.checkpoint_dir, checkpoint_every=500, log_dir=run.log_dir, seed=o.seed,
                       verbose=o.verbose)
     log(f"data: {len(sentences)} sentences, batches of {o.batch_size}, {o.pooling} pooling")
     train_ds = make_sentence_dataset(preprocessor, sentences, o.batch_size, o.seed)
-    history, train_seconds = fit_recorded(run, trainer, previous_history, train_ds, o, log_every=25)
+    history, train_seconds = fit_scheduled(run, trainer, previous_history, train_ds, o, schedule,
+                                           lambda total: run.update_options(config, schedule_steps=total), log,
+                                           log_every=25)
     log(f"trained to step {trainer.step} ({trainer.stop_reason}) in {train_seconds:.0f}s")
     summary = training_summary(trainer, history, train_seconds)
     if trainer.stop_reason != "sigterm":

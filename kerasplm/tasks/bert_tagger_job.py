@@ -17,8 +17,9 @@ import tensorflow as tf
 from kerasplm.data.conll import label_vocabulary, read_conll
 from kerasplm.models.bert import BertBackbone, BertConfig
 from kerasplm.models.bert_tagger import INPUT_KEYS, BertTaggerPreprocessor, BertTokenClassifier, piece_tags, tag_texts
-from kerasplm.tasks.bert_finetune import make_optimizer
-from kerasplm.tasks.job import TrainingOptions, fit_recorded, open_run, restores_global_policy, training_summary
+from kerasplm.tasks.bert_finetune import (SCHEDULE_STEPS_HELP, fine_tuning_schedule, make_optimizer,
+                                          plan_schedule)
+from kerasplm.tasks.job import TrainingOptions, fit_scheduled, open_run, restores_global_policy, training_summary
 from kerasplm.tasks.ner_metrics import conlleval
 from kerasplm.tasks.options import RUN, option
 from kerasplm.tasks.run_dir import RunDir, load_run, register_family
@@ -46,8 +47,7 @@ class TaggerOptions(TrainingOptions):
                                   exclusive_minimum=True)
     warmup_fraction: float = option(0.1, "share of the steps with linear warmup", kind=float, minimum=0,
                                     maximum=1)
-    schedule_steps: int = option(None, "steps over which the learning rate decays to 0 (default: --steps)",
-                                 kind=int, minimum=0, exclusive_minimum=True)
+    schedule_steps: int = option(None, SCHEDULE_STEPS_HELP, kind=int, minimum=0, exclusive_minimum=True)
     weight_decay: float = option(0.01, "AdamW weight decay (not on biases and LayerNorm)", kind=float, minimum=0)
     layer_decay: float = option(None, "layer-wise learning-rate decay factor (e.g. 0.9; none: off)", kind=float,
                                 minimum=0, maximum=1, exclusive_minimum=True)
@@ -105,6 +105,7 @@ def _build(backbone_config, num_labels, dropout, crf=False):
 def finetune_bert_tagger(out, options=None, **overrides):
     """Fine-tunes (or resumes) a tagger run in ``out``; returns ``(summary dict, BertTagger)``."""
     run, o, config, previous_history = open_run(out, FAMILY, TaggerOptions, options, overrides)
+    o = plan_schedule(o, resumed=config is not None, legacy_steps=o.steps or 1000)
     if o.train is None or (config is None and o.init is None):
         raise ValueError("finetune bert-tagger needs --train and, for a new run, --init")
     train = read_conll(o.train, tag_scheme=o.tag_scheme)
@@ -133,9 +134,9 @@ def finetune_bert_tagger(out, options=None, **overrides):
             model.backbone.set_weights(init_backbone.get_weights())
         return model
 
-    total = o.schedule_steps or o.steps or 1000
+    schedule = fine_tuning_schedule(o, o.schedule_steps)
     trainer = Trainer(model=make_model,
-                      optimizer=lambda: make_optimizer(o, total, backbone_config.num_layers),  # the classifier's recipe
+                      optimizer=lambda: make_optimizer(o, schedule, backbone_config.num_layers),
                       compute_loss=BertTokenClassifier.trainer_loss, jit_compile=o.jit_compile,
                       checkpoint_dir=run.checkpoint_dir, checkpoint_every=1000, log_dir=run.log_dir, seed=o.seed,
                       verbose=o.verbose)
@@ -143,8 +144,9 @@ def finetune_bert_tagger(out, options=None, **overrides):
     trainer.fit(train_ds, steps=0)                 # builds, and restores the latest checkpoint on resume
     first_step, t0 = trainer.step, time.time()
     dev_ds = _dataset(preprocessor, dev, label_ids, o.batch_size) if dev else None      # held-out loss
-    history, train_seconds = fit_recorded(run, trainer, previous_history, train_ds, o, eval_dataset=dev_ds,
-                                          session_start_step=first_step)
+    history, train_seconds = fit_scheduled(run, trainer, previous_history, train_ds, o, schedule,
+                                           lambda total: run.update_options(config, schedule_steps=total), print,
+                                           eval_dataset=dev_ds)
     summary = training_summary(trainer, history, train_seconds)
     summary["steps_this_run"] = trainer.step - first_step
     if dev:

@@ -33,8 +33,8 @@ import keras
 
 from kerasplm.models.gpt import GPTBackbone, GPTConfig, load_gpt_from_run
 from kerasplm.models.gpt_tasks import GPTClassifier, grow_token_embedding
-from kerasplm.tasks.bert_finetune import (BertClassifierOptions, classification_datasets, fit_and_score,
-                                          make_optimizer, plan_epochs)
+from kerasplm.tasks.bert_finetune import (BertClassifierOptions, classification_datasets, fine_tuning_schedule,
+                                          fit_and_score, make_optimizer, plan_epochs, plan_schedule)
 from kerasplm.tasks.job import open_run, restores_global_policy
 from kerasplm.tasks.language_model import load_run_tokenizer
 from kerasplm.tasks.options import RUN, option
@@ -131,6 +131,7 @@ def finetune_gpt_classifier(out, options=None, log=print, **overrides):
     examples, planned, overrides = plan_epochs(out, FAMILY, GPTClassifierOptions, options, overrides, WHAT)
     run, o, config, previous_history = open_run(out, FAMILY, GPTClassifierOptions, options, overrides, what=WHAT,
                                                 check_config=_model_parts)
+    o = plan_schedule(o, resumed=config is not None, legacy_steps=max(planned, o.steps or 0))
     if config is None:
         o, config, backbone, tokenizer = _start_run(run, o, examples[2], log)
     else:
@@ -140,15 +141,15 @@ def finetune_gpt_classifier(out, options=None, log=print, **overrides):
     _, labels, model = _model_parts(run, config)
     preprocessor = GPTClassifierPreprocessor(tokenizer, model["special_ids"], o.max_length, o.task)
     train_ds, dev_ds = classification_datasets(o, preprocessor, examples, labels, False, log)
-    total_steps = max(planned, o.steps or 0)
+    schedule = fine_tuning_schedule(o, o.schedule_steps)
     trainer = Trainer(
         model=lambda: GPTClassifier(backbone, len(labels), task_type=o.task, dropout=o.dropout,
                                     lm_weight=o.lm_weight, preprocessor=preprocessor),
-        optimizer=lambda: make_optimizer(o, total_steps, backbone.config.num_layers),
+        optimizer=lambda: make_optimizer(o, schedule, backbone.config.num_layers),
         compute_loss=GPTClassifier.trainer_loss, jit_compile=o.jit_compile, clip_norm=1.0,
         checkpoint_dir=run.checkpoint_dir, checkpoint_every=500, log_dir=run.log_dir, seed=o.seed, verbose=o.verbose)
-    return fit_and_score(run, trainer, previous_history, train_ds, o, total_steps, labels, o.pair_col is not None,
-                         dev_ds, False, len(labels), log)
+    return fit_and_score(run, config, trainer, previous_history, train_ds, o, schedule, planned, labels,
+                         o.pair_col is not None, dev_ds, False, len(labels), log)
 
 
 def load_gpt_classifier_run(run, config):

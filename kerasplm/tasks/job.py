@@ -8,7 +8,9 @@ A family's job (``train_translator``, ``train_bert``, ``train_gpt``, ``train_elm
    check_config=...)`` — a fresh directory or a resume with the stored RUN options;
 3. its data, tokenizer assets and model config; then ``run.write_config(...)`` once the run is valid;
 4. ``fit_recorded(run, trainer, history, train_ds, options, ...)`` — the Trainer's fit with the history
-   of every session appended to ``history.json`` even when the session fails;
+   of every session appended to ``history.json`` even when the session fails; a job whose learning rate
+   decays to zero at the end of the run calls ``fit_scheduled`` instead, which first fits that schedule to
+   the steps a time budget allows when the run was given a budget only;
 5. its own evaluation, ``run.write_json(run.METRICS, summary)``, and a loader registered with
    :func:`kerasplm.tasks.run_dir.register_family`.
 
@@ -23,7 +25,12 @@ import keras
 from kerasplm.tasks.options import RUN, SESSION, JobOptions, option, resolve_options
 from kerasplm.tasks.run_dir import RunDir
 
-__all__ = ["TrainingOptions", "open_run", "fit_recorded", "restores_global_policy", "training_summary"]
+__all__ = ["TrainingOptions", "open_run", "fit_recorded", "fit_scheduled", "fit_schedule_to_budget",
+           "provisional_total_steps", "restores_global_policy", "training_summary"]
+
+# A run given a time budget only first makes TRACE_STEPS steps (the first traces the train step), then times
+# TIMED_STEPS steps to estimate how many steps the rest of the budget allows (fit_schedule_to_budget).
+TRACE_STEPS, TIMED_STEPS, OUTLIER_FACTOR = 20, 100, 5.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,3 +115,70 @@ def training_summary(trainer, history, train_seconds):
     return {"step": trainer.step, "stop_reason": trainer.stop_reason, "train_seconds": round(train_seconds, 1),
             "final_loss": history["loss"][-1] if history.get("loss") else None,
             "eval_loss": history["eval_loss"][-1] if history.get("eval_loss") else None}
+
+
+def provisional_total_steps(warmup_fraction):
+    """A schedule's length while a budget-only run times its first steps: long enough that its warmup spans the
+    timing steps twice, so the learning rate is still rising when :func:`fit_schedule_to_budget` refits it."""
+    return 2 * (TRACE_STEPS + TIMED_STEPS) / max(warmup_fraction, 1e-3)
+
+
+def fit_schedule_to_budget(trainer, train_ds, schedule, time_budget, most=None):
+    """Make TRACE_STEPS untimed steps and TIMED_STEPS timed ones (one ``fit``), then fit ``schedule`` (anything
+    with ``set_total_steps``, e.g. :class:`kerasplm.training.BudgetSchedule`) to the steps the rest of
+    ``time_budget`` allows at the timed steps' rate, ``most`` at most.
+
+    The rate comes from the Trainer's per-step wall times (``step_seconds``), not from the time around
+    ``fit``, which also holds the iterator's start and a checkpoint save (a third of the timed time for
+    small steps: a run fitted that way stopped at two thirds of its budget). A step over
+    ``OUTLIER_FACTOR`` times the median (an XLA compile of a new bucket shape) is left out of the rate.
+    Returns ``(total_steps, seconds_per_step)``; when the budget runs out while timing, the schedule ends
+    where the run stopped (``seconds_per_step`` is None).
+    """
+    started = time.monotonic()
+    timing_end = trainer.step + TRACE_STEPS + TIMED_STEPS
+    if most is not None:
+        timing_end = min(timing_end, most)
+    trainer.fit(train_ds, steps=timing_end, time_budget=time_budget, log_every=0)
+    timed = sorted(trainer.step_seconds[TRACE_STEPS:])
+    if trainer.stop_reason != "steps" or not timed:  # the budget ran out (or the run ended) while timing
+        schedule.set_total_steps(max(trainer.step, 1))
+        return max(trainer.step, 1), None
+    typical = [s for s in timed if s <= OUTLIER_FACTOR * timed[len(timed) // 2]]
+    seconds_per_step = sum(typical) / len(typical)
+    total = trainer.step + max(int((time_budget - (time.monotonic() - started)) / seconds_per_step), 1)
+    if most is not None:
+        total = min(total, most)
+    schedule.set_total_steps(total)
+    return total, seconds_per_step
+
+
+def fit_scheduled(run, trainer, previous_history, train_ds, options, schedule, record_total, log=print, most=None,
+                  eval_dataset=None, log_every=50):
+    """:func:`fit_recorded` for a job whose learning rate follows ``schedule`` to zero at its ``total_steps``.
+
+    ``options.schedule_steps`` None means a new run given a time budget only: its first steps are timed and the
+    schedule fitted to the steps the budget allows (at most ``most``, e.g. the steps of the job's epochs), and
+    ``record_total(total)`` stores that length in the run so that a resume keeps it. Training stops where the
+    schedule ends (the learning rate is zero past it). Returns ``(history, train_seconds)``; the seconds count
+    the timing steps too.
+    """
+    trainer.fit(train_ds, steps=0)   # builds the model and optimizer and restores the latest checkpoint
+    first_step, started = trainer.step, time.time()
+    if options.schedule_steps is None:
+        total, seconds_per_step = fit_schedule_to_budget(trainer, train_ds, schedule, options.time_budget, most)
+        record_total(total)
+        log(f"timed {1 / seconds_per_step:.2f} steps/s: learning-rate schedule fitted to {total} steps"
+            if seconds_per_step else f"the time budget ran out while timing the first steps (step {total})")
+    elif options.steps is not None and options.steps > schedule.total_steps:
+        log(f"note: the learning rate reaches 0 at step {schedule.total_steps} (the run's recorded schedule); "
+            f"training stops there. Start a new run to train longer.")
+    remaining = None if options.time_budget is None else max(options.time_budget - (time.time() - started), 1e-3)
+    session = dataclasses.replace(options, steps=min(options.steps or schedule.total_steps, schedule.total_steps),
+                                  time_budget=remaining)
+    if trainer.stop_reason == "sigterm":  # preempted while the schedule was being timed: train no further
+        history = run.append_history(previous_history, trainer.history, first_step)
+    else:
+        history, _ = fit_recorded(run, trainer, previous_history, train_ds, session, eval_dataset=eval_dataset,
+                                  log_every=log_every, session_start_step=first_step)
+    return history, time.time() - started

@@ -145,6 +145,13 @@ class RunDir:
         self.write_json(self.CONFIG, config)
         return config
 
+    def update_options(self, config, **changes):
+        """Rewrite config.json with ``changes`` to its options (a value known only once training started, such as
+        a schedule length fitted to a time budget); returns the new config."""
+        config = {**config, "options": {**config["options"], **changes}}
+        self.write_json(self.CONFIG, config)
+        return config
+
     # ------------------------------------------------------------------ reading
     def read_json(self, name, expected=dict):
         path = self.file(name)

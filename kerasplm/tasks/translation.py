@@ -20,7 +20,8 @@ import tensorflow as tf
 from kerasplm.data import (group_references, make_translation_dataset, read_parallel_tsv, sample_path,
                            train_dev_split)
 from kerasplm.models.transformer import PRESETS, Transformer, TransformerConfig, get_preset
-from kerasplm.tasks.job import TrainingOptions, fit_recorded, open_run, restores_global_policy, training_summary
+from kerasplm.tasks.job import (TrainingOptions, fit_recorded, fit_scheduled, open_run, provisional_total_steps,
+                               restores_global_policy, training_summary)
 from kerasplm.tasks.options import RUN, SESSION, option
 from kerasplm.tasks.run_dir import RunDir
 from kerasplm.text import (TranslatorPreprocessor, WordPieceTokenizer, build_wordpiece_vocab, read_vocab,
@@ -45,9 +46,6 @@ DEFAULT_SCHEDULE = {"pre-LN": "budget", "post-LN": "seed"}
 # rate that suits the seed's post-LN blocks (which plateaued at 2e-3 with batches of 64: RESULTS.md).
 DEFAULT_PEAK_LEARNING_RATE = {"pre-LN": 2e-3, "post-LN": 1e-3}
 DEFAULT_WARMUP_FRACTION = 0.1
-# A time-budgeted run first makes TRACE_STEPS steps (the first traces the train step), then times
-# TIMED_STEPS steps to estimate how many steps the rest of the budget allows (_fit_schedule_to_budget).
-TRACE_STEPS, TIMED_STEPS, OUTLIER_FACTOR = 20, 100, 5.0
 FAMILY = "transformer_translator"
 ASSETS = {"source_vocab": "src_vocab.txt", "target_vocab": "tgt_vocab.txt"}
 # The training data when --data is not given (kerasplm/data/sample/, drawn by kerasplm/data/make_sample.py):
@@ -290,33 +288,9 @@ def _make_schedule(options, model_config):
         return CustomSchedule(model_config.d_model, options.warmup_steps)
     peak = options.peak_learning_rate or DEFAULT_PEAK_LEARNING_RATE[_blocks(model_config)]
     total = options.schedule_steps or options.steps
-    if total is None:  # fitted once the first steps are timed; until then warmup spans the timing steps twice
-        total = 2 * (TRACE_STEPS + TIMED_STEPS) / max(options.warmup_fraction, 1e-3)
+    if total is None:  # fitted once the first steps are timed (job.fit_scheduled)
+        total = provisional_total_steps(options.warmup_fraction)
     return BudgetSchedule(peak, total, warmup_fraction=options.warmup_fraction)
-
-
-def _fit_schedule_to_budget(trainer, train_ds, schedule, time_budget):
-    """Make TRACE_STEPS untimed steps and TIMED_STEPS timed ones (one ``fit``), then fit ``schedule`` to the
-    steps the rest of ``time_budget`` allows at the timed steps' rate.
-
-    The rate comes from the Trainer's per-step wall times (``step_seconds``), not from the time around
-    ``fit``, which also holds the iterator's start and a checkpoint save (a third of the timed time for
-    small steps: a run fitted that way stopped at two thirds of its budget). A step over
-    ``OUTLIER_FACTOR`` times the median (an XLA compile of a new bucket shape) is left out of the rate.
-    Returns ``(total_steps, seconds_per_step)``; when the budget runs out while timing, the schedule ends
-    where the run stopped (``seconds_per_step`` is None).
-    """
-    started = time.monotonic()
-    trainer.fit(train_ds, steps=trainer.step + TRACE_STEPS + TIMED_STEPS, time_budget=time_budget, log_every=0)
-    timed = sorted(trainer.step_seconds[TRACE_STEPS:])
-    if trainer.stop_reason != "steps" or not timed:  # the budget ran out while timing
-        schedule.set_total_steps(trainer.step)
-        return trainer.step, None
-    typical = [s for s in timed if s <= OUTLIER_FACTOR * timed[len(timed) // 2]]
-    seconds_per_step = sum(typical) / len(typical)
-    total = trainer.step + max(int((time_budget - (time.monotonic() - started)) / seconds_per_step), 1)
-    schedule.set_total_steps(total)
-    return total, seconds_per_step
 
 
 def _mean_target_tokens(tgt_tokenizer, tgt_texts, sample=2000):
@@ -330,7 +304,8 @@ def _mean_target_tokens(tgt_tokenizer, tgt_texts, sample=2000):
 def _schedule_summary(schedule, options):
     if isinstance(schedule, BudgetSchedule):
         return {"name": "budget", "peak_learning_rate": schedule.peak_learning_rate,
-                "warmup_steps": int(max(1, round(schedule.warmup_fraction * schedule.total_steps))),
+                "warmup_steps": (int(max(1, round(schedule.warmup_fraction * schedule.total_steps)))
+                                 if schedule.warmup_fraction > 0 else 0),
                 "total_steps": schedule.total_steps}
     return {"name": "seed", "warmup_steps": schedule.warmup_steps, "d_model": schedule.d_model}
 
@@ -420,24 +395,16 @@ def train_translator(out, options=None, log=print, **overrides):
         log_dir=run.log_dir, seed=o.seed, verbose=o.verbose)
     t_train = time.time()
     trainer.fit(train_ds, steps=0)  # builds the model and optimizer and restores the latest checkpoint
-    first_step, session = trainer.step, o
+    first_step = trainer.step
     if isinstance(lr_schedule, BudgetSchedule):
-        if o.schedule_steps is None:  # a new time-budgeted run: time its first steps, then fit the schedule
-            total, seconds_per_step = _fit_schedule_to_budget(trainer, train_ds, lr_schedule, o.time_budget)
-            config = run.write_config(FAMILY, "translation", config["preset"], config["model"],
-                                      {**config["options"], "schedule_steps": total}, assets=ASSETS)
-            log(f"timed {1 / seconds_per_step:.2f} steps/s: learning-rate schedule fitted to {total} steps"
-                if seconds_per_step else f"the time budget ran out while timing the first steps (step {total})")
-        elif o.steps is not None and o.steps > lr_schedule.total_steps:
-            log(f"note: the learning rate reaches 0 at step {lr_schedule.total_steps} (the run's recorded "
-                f"schedule); training stops there. Start a new run (or use --schedule seed) to train longer.")
-        remaining = None if o.time_budget is None else max(o.time_budget - (time.time() - t_train), 1e-3)
-        session = o.replace(steps=min(o.steps or lr_schedule.total_steps, lr_schedule.total_steps),
-                            time_budget=remaining)
-    if trainer.stop_reason == "sigterm":  # preempted while the schedule was being timed: train no further
-        history = run.append_history(previous_history, trainer.history, first_step)
+        def record_total(total):   # the fitted length is part of the run: a resume keeps it
+            nonlocal config
+            config = run.update_options(config, schedule_steps=total)
+
+        history, _ = fit_scheduled(run, trainer, previous_history, train_ds, o, lr_schedule, record_total, log,
+                                   eval_dataset=dev_ds)
     else:
-        history, _ = fit_recorded(run, trainer, previous_history, train_ds, session, eval_dataset=dev_ds,
+        history, _ = fit_recorded(run, trainer, previous_history, train_ds, o, eval_dataset=dev_ds,
                                   session_start_step=first_step)
     train_seconds = time.time() - t_train
     log(f"trained to step {trainer.step} ({trainer.stop_reason}) in {train_seconds:.0f}s")

@@ -122,7 +122,7 @@ class BudgetSchedule(keras.optimizers.schedules.LearningRateSchedule):
     short budgets): CustomSchedule's 4,000 warmup steps never end in a 5-minute run on 2 cores, so the
     learning rate would still be rising when the budget runs out.
 
-    T = total_steps, W = max(1, warmup_fraction * T):
+    T = total_steps, W = max(1, warmup_fraction * T) (W = 0 for warmup_fraction 0: the peak from step 0):
       step < W:       lr = peak * step / W
       W <= step <= T: lr = peak * (T - step) / max(T - W, 1)
       step > T:       lr = 0
@@ -156,8 +156,8 @@ class BudgetSchedule(keras.optimizers.schedules.LearningRateSchedule):
         step = tf.cast(step, tf.float32)
         peak = tf.cast(self.peak_learning_rate, tf.float32)
         total = tf.convert_to_tensor(self._total_steps)
-        warmup = tf.maximum(self.warmup_fraction * total, 1.0)
-        rising = peak * step / warmup
+        warmup = tf.maximum(self.warmup_fraction * total, 1.0) if self.warmup_fraction > 0 else tf.constant(0.0)
+        rising = peak * step / tf.maximum(warmup, 1.0)
         falling = peak * tf.maximum(total - step, 0.0) / tf.maximum(total - warmup, 1.0)
         return tf.where(step < warmup, rising, falling)
 

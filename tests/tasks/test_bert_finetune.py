@@ -71,11 +71,12 @@ def toy(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def learned_run(toy):
-    """``(run directory, summary, log lines)`` of 30 steps on the toy task (shared with the export tests)."""
+    """``(run directory, summary, log lines)`` of 30 steps on the toy task, under a schedule planned over 48
+    (shared with the export tests)."""
     out, lines = str(toy["root"] / "learned"), []
-    summary = finetune_bert_classifier(out, log=lines.append, steps=30, train=toy["train"], dev=toy["dev"],
-                                       init=toy["init"], learning_rate=2e-3, batch_size=16, epochs=3, max_length=12,
-                                       dropout=0.0, verbose=0, seed=1)
+    summary = finetune_bert_classifier(out, log=lines.append, steps=30, schedule_steps=48, train=toy["train"],
+                                       dev=toy["dev"], init=toy["init"], learning_rate=2e-3, batch_size=16,
+                                       max_length=12, dropout=0.0, verbose=0, seed=1)
     return out, summary, lines
 
 
@@ -110,6 +111,26 @@ def test_learns_reports_and_resumes(learned_run, toy, tmp_path):
     assert resumed["step"] == 32 and json.load(open(os.path.join(copy, "history.json")))["step"][-1] == 32
     with pytest.raises(OptionsConflict, match="learning_rate"):
         finetune_bert_classifier(copy, steps=50, learning_rate=1e-4)
+
+
+def test_resume_reaches_the_planned_total_and_a_budget_alone_fits_the_schedule(toy, tmp_path):
+    """--steps sets the schedule's length (not --epochs) and is recorded: asking the finished run for more steps
+    stops where the learning rate reached 0. Given a time budget only, the job times its first steps and fits
+    the schedule to what the budget allows, at most --epochs' steps."""
+    common = dict(train=toy["train"], init=toy["init"], learning_rate=2e-3, batch_size=16, max_length=12,
+                  verbose=0, seed=1)
+    out, lines = str(tmp_path / "steps"), []
+    summary = finetune_bert_classifier(out, steps=6, epochs=3, log=lines.append, **common)
+    assert summary["planned_steps"] == 6
+    assert json.load(open(os.path.join(out, "history.json")))["learning_rate"][-1] == 0.0
+    assert json.load(open(os.path.join(out, "config.json")))["options"]["schedule_steps"] == 6
+    assert finetune_bert_classifier(out, steps=8, verbose=0, log=lines.append)["step"] == 6
+    assert any("reaches 0 at step 6" in line for line in lines)
+    out = str(tmp_path / "budget")
+    summary = finetune_bert_classifier(out, time_budget=600, epochs=10, log=lambda *_: None, **common)  # 160 steps
+    assert summary["step"] == summary["planned_steps"] == 160 and summary["stop_reason"] == "steps"
+    assert json.load(open(os.path.join(out, "config.json")))["options"]["schedule_steps"] == 160
+    assert json.load(open(os.path.join(out, "history.json")))["learning_rate"][-1] == 0.0
 
 
 def test_cli_pairs_and_errors(pair_run, toy, tmp_path, capsys):

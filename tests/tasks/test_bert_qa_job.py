@@ -24,7 +24,8 @@ def qa_run(tmp_path_factory):
     train = write_squad(root / "train.json", DISTINCT)
     out, lines = str(root / "run"), []
     summary = finetune_bert_qa(out, log=lines.append, train=train, dev=train, init=make_init_run(root / "init"),
-                               steps=20, batch_size=3, learning_rate=5e-3, warmup_fraction=0.0, verbose=0,
+                               steps=20, schedule_steps=22, batch_size=3, learning_rate=5e-3, warmup_fraction=0.0,
+                               verbose=0,
                                jit_compile=False, **SMALL)
     return out, train, summary, lines
 
@@ -41,10 +42,11 @@ def test_overfits_scores_and_resumes(qa_run, capsys):
     qa = summary["qa"]
     answers = qa.answer(["Where does Anna sleep?"], ["Anna sleeps in the city of New York, and John works in Rome."])
     assert answers["answer"] == ["New York"] and (answers["start"][0], answers["end"][0]) == (27, 35)
-    # resume through the CLI (the init run is no longer needed; train and dev are stored RUN options): 2 more steps
-    assert main(["finetune", "bert-qa", "--out", out, "--steps", "22", "--quiet", "--no-jit"]) == 0
+    # resume through the CLI (the init run is no longer needed; train and dev are stored RUN options): 2 more steps,
+    # the recorded schedule's last (asking for more stops there: the learning rate is 0 past it)
+    assert main(["finetune", "bert-qa", "--out", out, "--steps", "30", "--quiet", "--no-jit"]) == 0
     printed = capsys.readouterr().out
-    assert "resuming run" in printed and "dev exact match" in printed
+    assert "resuming run" in printed and "dev exact match" in printed and "reaches 0 at step 22" in printed
     with open(f"{out}/metrics.json") as f:
         assert json.load(f)["step"] == 22
     loaded = load_run(out)

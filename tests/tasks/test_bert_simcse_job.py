@@ -34,8 +34,8 @@ def simcse_run(toy, tmp_path_factory):
     (root / "dev.txt").write_text("\n".join(sentences[:12]) + "\n")
     out, lines = str(root / "run"), []
     summary = finetune_bert_simcse(out, log=lines.append, train=str(root / "train.txt"), dev=str(root / "dev.txt"),
-                                   init=toy["init"], steps=12, batch_size=16, learning_rate=5e-3, max_length=12,
-                                   pooling="mean", verbose=0, jit_compile=False)
+                                   init=toy["init"], steps=12, schedule_steps=14, batch_size=16, learning_rate=5e-3,
+                                   max_length=12, pooling="mean", verbose=0, jit_compile=False)
     return {"root": root, "out": out, "summary": summary, "lines": lines, "sentences": sentences}
 
 

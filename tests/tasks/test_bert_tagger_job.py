@@ -43,8 +43,8 @@ def test_finetune_scores_dev_resumes_and_loads(tmp_path, init_run, capsys):
     train = _write_conll(tmp_path / "train.conll", SENTENCES * 4)
     dev = _write_conll(tmp_path / "dev.conll", SENTENCES)
     out = str(tmp_path / "run")
-    summary, tagger = finetune_bert_tagger(out, train=train, dev=dev, init=init_run[0], steps=25, batch_size=4,
-                                           learning_rate=3e-3, sequence_length=16, verbose=0, jit_compile=False)
+    summary, tagger = finetune_bert_tagger(out, train=train, dev=dev, init=init_run[0], steps=25, schedule_steps=30,
+                                           batch_size=4, learning_rate=3e-3, sequence_length=16, verbose=0, jit_compile=False)
     assert summary["step"] == 25 and tagger.labels == ["O", "B-LOC", "I-LOC", "B-PER"]
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     # 25 steps of a large learning rate on 3 repeated sentences: dev (= train) entities are learned
@@ -52,7 +52,8 @@ def test_finetune_scores_dev_resumes_and_loads(tmp_path, init_run, capsys):
     assert set(metrics["dev_per_type_f1"]) == {"LOC", "PER"}
     spans = tagger.tag(["Johanson lives in New York."])
     assert b"New York" in spans["entity_text"][0].numpy().tolist()
-    # resume through the CLI: same RUN options, to step 30; the init run is not needed any more
+    # resume through the CLI: same RUN options, to step 30 where the recorded schedule ends; the init run is not
+    # needed any more
     assert main(["finetune", "bert-tagger", "--out", out, "--train", train, "--dev", dev, "--steps", "30",
                  "--quiet", "--no-jit"]) == 0
     assert "dev entity F1" in capsys.readouterr().out

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from kerasplm import cli
-from kerasplm.tasks import translation
+from kerasplm.tasks import job, translation
 from kerasplm.tasks.translation import train_translator
 from kerasplm.training import BudgetSchedule
 from tests.tasks.test_translation_job import tiny_tsv  # noqa: F401  (fixture)
@@ -76,8 +76,8 @@ class _TimedTrainer:
 
 def test_schedule_is_fitted_to_the_steps_the_budget_allows(monkeypatch):
     clock = [0.0]
-    monkeypatch.setattr(translation.time, "monotonic", lambda: clock[0])
-    timed = translation.TRACE_STEPS + translation.TIMED_STEPS
+    monkeypatch.setattr(job.time, "monotonic", lambda: clock[0])
+    timed = job.TRACE_STEPS + job.TIMED_STEPS
     # The first step traces (20 s); one timed step compiles a new shape (30 s: left out of the rate, being over
     # OUTLIER_FACTOR x the median); the others cost 0.5 s or 0.7 s; the checkpoint after the loop costs 5 s.
     def cost(step):
@@ -85,8 +85,8 @@ def test_schedule_is_fitted_to_the_steps_the_budget_allows(monkeypatch):
 
     trainer = _TimedTrainer(clock, cost, fit_overhead=5.0)
     schedule = BudgetSchedule(1e-3, total_steps=1000)
-    total, seconds_per_step = translation._fit_schedule_to_budget(trainer, None, schedule, time_budget=300.0)
-    rates = [cost(i) for i in range(translation.TRACE_STEPS + 1, timed + 1) if i != timed - 3]
+    total, seconds_per_step = job.fit_schedule_to_budget(trainer, None, schedule, time_budget=300.0)
+    rates = [cost(i) for i in range(job.TRACE_STEPS + 1, timed + 1) if i != timed - 3]
     assert trainer.step == timed and seconds_per_step == pytest.approx(sum(rates) / len(rates))
     spent = sum(cost(i) for i in range(1, timed + 1)) + 5.0
     assert total == timed + int((300.0 - spent) / seconds_per_step) and schedule.total_steps == total
@@ -94,12 +94,26 @@ def test_schedule_is_fitted_to_the_steps_the_budget_allows(monkeypatch):
 
 def test_budget_runs_out_while_timing(monkeypatch):
     clock = [0.0]
-    monkeypatch.setattr(translation.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(job.time, "monotonic", lambda: clock[0])
     trainer = _TimedTrainer(clock, lambda step: 10.0 if step == 1 else 0.5)
     schedule = BudgetSchedule(1e-3, 1000)
-    total, seconds_per_step = translation._fit_schedule_to_budget(trainer, None, schedule, 20.0)
+    total, seconds_per_step = job.fit_schedule_to_budget(trainer, None, schedule, 20.0)
     assert seconds_per_step is None and total == trainer.step == 21 and trainer.stop_reason == "time_budget"
     assert schedule.total_steps == 21
+
+
+def test_fitted_schedule_is_capped_by_most(monkeypatch):
+    """A fine-tuning job caps the fitted schedule at its epochs' steps: a generous budget does not stretch it,
+    and a cap inside the timing window ends the timing there."""
+    clock = [0.0]
+    monkeypatch.setattr(job.time, "monotonic", lambda: clock[0])
+    schedule = BudgetSchedule(1e-3, 1000)
+    total, seconds_per_step = job.fit_schedule_to_budget(_TimedTrainer(clock, lambda step: 0.5), None, schedule,
+                                                         time_budget=1000.0, most=500)
+    assert (total, seconds_per_step, schedule.total_steps) == (500, 0.5, 500)
+    trainer = _TimedTrainer(clock, lambda step: 0.5)
+    total, seconds_per_step = job.fit_schedule_to_budget(trainer, None, schedule, time_budget=1000.0, most=50)
+    assert (total, trainer.step, schedule.total_steps) == (50, 50, 50)
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -104,7 +104,7 @@ def test_plot_schedule_returns_axes():
 
 
 def budget_lr(step, peak, total, fraction):
-    warmup = max(fraction * total, 1.0)
+    warmup = max(fraction * total, 1.0) if fraction > 0 else 0.0
     if step < warmup:
         return peak * step / warmup
     return peak * max(total - step, 0.0) / max(total - warmup, 1.0)
@@ -127,6 +127,8 @@ def test_budget_schedule_key_points():
     assert values[110] == pytest.approx(0.5e-3)               # halfway down the decay
     assert values[200] == 0.0 and values[250] == 0.0          # zero at the end and after it
     assert int(np.argmax(np.array(schedule(np.arange(201))))) == 20
+    no_warmup = BudgetSchedule(1e-3, total_steps=200, warmup_fraction=0.0)
+    assert float(no_warmup(0)) == pytest.approx(1e-3) and float(no_warmup(100)) == pytest.approx(0.5e-3)
 
 
 def test_budget_schedule_refit_needs_no_retrace():
