@@ -4,18 +4,50 @@ import pytest
 import tensorflow as tf
 
 from kerasplm.layers import Dropout
+from kerasplm.layers.dropout import inverted_dropout
 
 
-@pytest.mark.parametrize("mode", ["eager", "graph"])
-def test_same_masks_as_keras_dropout_outside_xla(mode):
-    x = tf.random.stateless_normal([4, 7, 16], seed=[1, 2])
-    ours, theirs = Dropout(0.3, seed=5), keras.layers.Dropout(0.3, seed=5)
-    call_ours = lambda: ours(x, training=True)  # noqa: E731
-    call_theirs = lambda: theirs(x, training=True)  # noqa: E731
-    if mode == "graph":
-        call_ours, call_theirs = tf.function(call_ours), tf.function(call_theirs)
-    for _ in range(3):  # the seed state advances identically too
-        np.testing.assert_array_equal(call_ours().numpy(), call_theirs().numpy())
+def test_eager_graph_and_xla_draw_the_same_masks():
+    x = tf.random.stateless_normal([4, 7, 17], seed=[1, 2])        # 476 entries: 238 words of two draws
+    masks = []
+    for mode in ("eager", "graph", "xla"):
+        layer = Dropout(0.3, seed=5)
+        call = lambda: layer(x, training=True)  # noqa: E731
+        if mode != "eager":
+            call = tf.function(call, jit_compile=mode == "xla")
+        masks.append([call().numpy() for _ in range(3)])            # the seed state advances identically too
+    for other in masks[1:]:
+        np.testing.assert_array_equal(np.array(masks[0]), np.array(other))
+
+
+@pytest.mark.parametrize("rate", [0.1, 0.5])
+def test_rate_resolved_to_16_bits_and_unbiased(rate):
+    """Dropped with probability t / 2^16, t = round(rate * 2^16); kept entries scaled so that E[y] = x; the two
+    draws of one 32-bit word are independent (adjacent entries agree as often as independent draws do)."""
+    x = tf.fill([1 << 20], 2.0)
+    y = inverted_dropout(x, rate, tf.constant([3, 4], tf.int32)).numpy()
+    t = round(rate * 65536)
+    p = t / 65536
+    assert set(np.unique(y)) == {0.0, np.float32(2.0 * 65536 / (65536 - t))}
+    dropped = y == 0
+    sigma = np.sqrt(p * (1 - p) / y.size)
+    assert abs(dropped.mean() - p) < 5 * sigma
+    assert abs(y.mean() - 2.0) < 5 * 2.0 * sigma / (1 - p)
+    same = (dropped[0::2] == dropped[1::2]).mean()                  # the two halves of each word
+    expected = p * p + (1 - p) * (1 - p)
+    assert abs(same - expected) < 5 * np.sqrt(expected * (1 - expected) / (y.size // 2))
+
+
+def test_gradient_is_the_mask_times_the_scale():
+    x = tf.random.stateless_normal([3, 5], seed=[1, 1])
+    seed = tf.constant([7, 8], tf.int32)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = inverted_dropout(x, 0.5, seed)
+    grad = tape.gradient(y, x).numpy()
+    kept = y.numpy() != 0
+    np.testing.assert_allclose(grad, np.where(kept, 2.0, 0.0), rtol=1e-6)
+    assert inverted_dropout(x, 1e-6, seed) is x                     # below 2^-17: nothing to drop
 
 
 def test_xla_dropout_is_inverted_dropout_and_deterministic():
@@ -28,7 +60,7 @@ def test_xla_dropout_is_inverted_dropout_and_deterministic():
         return step().numpy(), step().numpy()
 
     first, second = run(7)
-    assert set(np.unique(first)) == {0.0, np.float32(3.0 / (1 - rate))}
+    assert set(np.unique(first)) == {0.0, np.float32(3.0 / (1 - rate))}    # 0.25 is exact in 16 bits
     dropped = (first == 0).mean()
     assert abs(dropped - rate) < 0.01  # 327,680 draws: the standard error is ~0.0008
     assert not np.array_equal(first, second)  # a fresh mask per call
