@@ -329,7 +329,7 @@ def finetune_bert_classifier(out, options=None, log=print, **overrides):
         optimizer=lambda: make_optimizer(o, schedule, backbone.config.num_layers),
         compute_loss=BertClassifier.trainer_loss, jit_compile=o.jit_compile, clip_norm=1.0,
         checkpoint_dir=run.checkpoint_dir, checkpoint_every=500, log_dir=run.log_dir, seed=o.seed, verbose=o.verbose)
-    return fit_and_score(run, config, trainer, previous_history, train_ds, o, schedule, planned, labels,
+    return fit_and_score(run, trainer, previous_history, train_ds, o, schedule, planned, labels,
                          pairs is not None, dev_ds, regression, num_labels, log)
 
 
@@ -370,14 +370,13 @@ def plan_epochs(out, family, options_cls, options, overrides, what):
     return examples, planned, overrides
 
 
-def fit_and_score(run, config, trainer, previous_history, train_ds, o, schedule, planned, labels, pair_input, dev_ds,
+def fit_and_score(run, trainer, previous_history, train_ds, o, schedule, planned, labels, pair_input, dev_ds,
                   regression, num_labels, log):
     """A classification job's end: fit under ``schedule`` (fitted to the time budget when ``o.schedule_steps`` is
     None, ``planned`` steps at most), score ``dev_ds`` (accuracy/F1/MCC, or MSE/Pearson), write metrics.json;
     returns the summary with "classifier" = the trained model (``labels``, ``pair_input`` set on it)."""
     history, train_seconds = fit_scheduled(run, trainer, previous_history, train_ds, o, schedule,
-                                           lambda total: run.update_options(config, schedule_steps=total), log,
-                                           most=planned, log_every=25)
+                                           log, most=planned, log_every=25)
     total_steps = schedule.total_steps
     log(f"trained to step {trainer.step} of {total_steps} planned ({trainer.stop_reason}) in {train_seconds:.0f}s")
     model = trainer.model

@@ -201,8 +201,7 @@ def finetune_bert_qa(out, options=None, log=print, **overrides):
         checkpoint_dir=run.checkpoint_dir, checkpoint_every=500, log_dir=run.log_dir, seed=o.seed, verbose=o.verbose)
     history, train_seconds = fit_scheduled(run, trainer, previous_history,
                                            lambda: _dataset(features, o.batch_size, o.seed), o, schedule,
-                                           lambda total: run.update_options(config, schedule_steps=total), log,
-                                           most=planned, log_every=25)
+                                           log, most=planned, log_every=25)
     total_steps = schedule.total_steps
     log(f"trained to step {trainer.step} of {total_steps} planned ({trainer.stop_reason}) in {train_seconds:.0f}s")
     serving_preprocessor = QuestionAnswerPreprocessor(tokenizer, o.sequence_length, o.doc_stride, o.max_query_length,

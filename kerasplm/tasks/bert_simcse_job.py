@@ -171,8 +171,7 @@ def finetune_bert_simcse(out, options=None, log=print, **overrides):
     log(f"data: {len(sentences)} sentences, batches of {o.batch_size}, {o.pooling} pooling")
     train_ds = make_sentence_dataset(preprocessor, sentences, o.batch_size, o.seed)
     history, train_seconds = fit_scheduled(run, trainer, previous_history, train_ds, o, schedule,
-                                           lambda total: run.update_options(config, schedule_steps=total), log,
-                                           log_every=25)
+                                           log, log_every=25)
     log(f"trained to step {trainer.step} ({trainer.stop_reason}) in {train_seconds:.0f}s")
     summary = training_summary(trainer, history, train_seconds)
     if trainer.stop_reason != "sigterm":

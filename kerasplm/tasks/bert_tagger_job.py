@@ -145,8 +145,7 @@ def finetune_bert_tagger(out, options=None, **overrides):
     first_step, t0 = trainer.step, time.time()
     dev_ds = _dataset(preprocessor, dev, label_ids, o.batch_size) if dev else None      # held-out loss
     history, train_seconds = fit_scheduled(run, trainer, previous_history, train_ds, o, schedule,
-                                           lambda total: run.update_options(config, schedule_steps=total), print,
-                                           eval_dataset=dev_ds)
+                                           print, eval_dataset=dev_ds)
     summary = training_summary(trainer, history, train_seconds)
     summary["steps_this_run"] = trainer.step - first_step
     if dev:

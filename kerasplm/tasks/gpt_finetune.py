@@ -148,7 +148,7 @@ def finetune_gpt_classifier(out, options=None, log=print, **overrides):
         optimizer=lambda: make_optimizer(o, schedule, backbone.config.num_layers),
         compute_loss=GPTClassifier.trainer_loss, jit_compile=o.jit_compile, clip_norm=1.0,
         checkpoint_dir=run.checkpoint_dir, checkpoint_every=500, log_dir=run.log_dir, seed=o.seed, verbose=o.verbose)
-    return fit_and_score(run, config, trainer, previous_history, train_ds, o, schedule, planned, labels,
+    return fit_and_score(run, trainer, previous_history, train_ds, o, schedule, planned, labels,
                          o.pair_col is not None, dev_ds, False, len(labels), log)
 
 

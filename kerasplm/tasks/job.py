@@ -142,8 +142,9 @@ def fit_schedule_to_budget(trainer, train_ds, schedule, time_budget, most=None):
     trainer.fit(train_ds, steps=timing_end, time_budget=time_budget, log_every=0)
     timed = sorted(trainer.step_seconds[TRACE_STEPS:])
     if trainer.stop_reason != "steps" or not timed:  # the budget ran out (or the run ended) while timing
-        schedule.set_total_steps(max(trainer.step, 1))
-        return max(trainer.step, 1), None
+        total = max(trainer.step, 1)
+        schedule.set_total_steps(total)
+        return total, None
     typical = [s for s in timed if s <= OUTLIER_FACTOR * timed[len(timed) // 2]]
     seconds_per_step = sum(typical) / len(typical)
     total = trainer.step + max(int((time_budget - (time.monotonic() - started)) / seconds_per_step), 1)
@@ -153,13 +154,14 @@ def fit_schedule_to_budget(trainer, train_ds, schedule, time_budget, most=None):
     return total, seconds_per_step
 
 
-def fit_scheduled(run, trainer, previous_history, train_ds, options, schedule, record_total, log=print, most=None,
-                  eval_dataset=None, log_every=50):
+def fit_scheduled(run, trainer, previous_history, train_ds, options, schedule, log=print, most=None,
+                  eval_dataset=None, log_every=50, record_total=None):
     """:func:`fit_recorded` for a job whose learning rate follows ``schedule`` to zero at its ``total_steps``.
 
     ``options.schedule_steps`` None means a new run given a time budget only: its first steps are timed and the
-    schedule fitted to the steps the budget allows (at most ``most``, e.g. the steps of the job's epochs), and
-    ``record_total(total)`` stores that length in the run so that a resume keeps it. Training stops where the
+    schedule fitted to the steps the budget allows (at most ``most``, e.g. the steps of the job's epochs), and that
+    length is stored in the run's options as ``schedule_steps`` so that a resume keeps it (``record_total(total)``
+    instead, for a job that holds its config in memory). Training stops where the
     schedule ends (the learning rate is zero past it). Returns ``(history, train_seconds)``; the seconds count
     the timing steps too.
     """
@@ -167,7 +169,10 @@ def fit_scheduled(run, trainer, previous_history, train_ds, options, schedule, r
     first_step, started = trainer.step, time.time()
     if options.schedule_steps is None:
         total, seconds_per_step = fit_schedule_to_budget(trainer, train_ds, schedule, options.time_budget, most)
-        record_total(total)
+        if record_total is None:
+            run.update_options(schedule_steps=total)
+        else:
+            record_total(total)
         log(f"timed {1 / seconds_per_step:.2f} steps/s: learning-rate schedule fitted to {total} steps"
             if seconds_per_step else f"the time budget ran out while timing the first steps (step {total})")
     elif options.steps is not None and options.steps > schedule.total_steps:

@@ -145,9 +145,10 @@ class RunDir:
         self.write_json(self.CONFIG, config)
         return config
 
-    def update_options(self, config, **changes):
-        """Rewrite config.json with ``changes`` to its options (a value known only once training started, such as
-        a schedule length fitted to a time budget); returns the new config."""
+    def update_options(self, config=None, **changes):
+        """Rewrite config.json (``config``, default: the stored one) with ``changes`` to its options (a value known
+        only once training started, such as a schedule length fitted to a time budget); returns the new config."""
+        config = self.read_config() if config is None else config
         config = {**config, "options": {**config["options"], **changes}}
         self.write_json(self.CONFIG, config)
         return config

@@ -401,8 +401,8 @@ def train_translator(out, options=None, log=print, **overrides):
             nonlocal config
             config = run.update_options(config, schedule_steps=total)
 
-        history, _ = fit_scheduled(run, trainer, previous_history, train_ds, o, lr_schedule, record_total, log,
-                                   eval_dataset=dev_ds)
+        history, _ = fit_scheduled(run, trainer, previous_history, train_ds, o, lr_schedule, log, eval_dataset=dev_ds,
+                                   record_total=record_total)
     else:
         history, _ = fit_recorded(run, trainer, previous_history, train_ds, o, eval_dataset=dev_ds,
                                   session_start_step=first_step)
