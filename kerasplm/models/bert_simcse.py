@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from kerasplm.models.base import Task
 from kerasplm.models.bert import BertBackbone
-from kerasplm.models.bert_tasks import POOLINGS, pool_sequence
+from kerasplm.models.bert_tasks import POOLINGS, pool_sequence, real_token_mask
 
 __all__ = ["BertSimCSE", "simcse_loss", "alignment_uniformity"]
 
@@ -76,10 +76,7 @@ class BertSimCSE(Task):
 
     def call(self, inputs, training=None):
         outputs = self.backbone(inputs, training=training)
-        padding_mask = inputs.get("padding_mask")
-        if padding_mask is None:
-            padding_mask = tf.ones_like(inputs["token_ids"])
-        return tf.cast(pool_sequence(outputs["sequence_output"], padding_mask, self.pooling), tf.float32)
+        return tf.cast(pool_sequence(outputs["sequence_output"], real_token_mask(inputs), self.pooling), tf.float32)
 
     def training_representation(self, inputs, training=None):
         """``h`` of the loss: the pooled output, then the MLP when it is used."""

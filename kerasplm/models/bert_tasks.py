@@ -3,8 +3,8 @@
 * :func:`pool_sequence`: sentence embeddings from the sequence output, ``[CLS]`` or the mean over real
   tokens (Sentence-BERT, Reimers & Gurevych 2019);
 * :class:`BertClassifier`: sequence classification of a sentence or a sentence pair on the pooled ``[CLS]``
-  output, ``logits = Drop(pooled) W + b`` (section 4.1); cross-entropy, or mean squared error when
-  ``num_labels == 1`` (regression, e.g. STS-B);
+  output, ``logits = Drop(pooled) W + b`` (section 4.1), or on the mean of the real tokens' hidden states
+  (``pooling="mean"``); cross-entropy, or mean squared error when ``num_labels == 1`` (regression, e.g. STS-B);
 * :func:`classification_metrics`: accuracy, F1 (binary, or macro over classes) and Matthews' correlation
   coefficient, exact over a whole evaluation set (they are not means of per-batch values).
 """
@@ -35,6 +35,12 @@ def pool_sequence(sequence_output, padding_mask, pooling="mean"):
     return total / tf.maximum(tf.reduce_sum(mask, axis=1), tf.cast(1e-9, sequence_output.dtype))
 
 
+def real_token_mask(inputs):
+    """The ``(B, T)`` padding mask of a backbone input dict (all ones when it has none)."""
+    padding_mask = inputs.get("padding_mask")
+    return tf.ones_like(inputs["token_ids"]) if padding_mask is None else padding_mask
+
+
 def classifier_head(num_labels, width, initializer_range, dropout):
     """``(Dropout, Dense(num_labels))`` of a classification head over ``width``-wide features (truncated-normal
     kernel initialisation with ``initializer_range``, as BERT's and GPT's), built so its weights exist at once."""
@@ -53,19 +59,24 @@ class BertClassifier(Task):
       num_labels: number of classes; 1 = regression (one real-valued output, mean squared error).
       preprocessor: optional :class:`kerasplm.text.BertPreprocessor` (strings -> inputs) for :meth:`predict_texts`.
       dropout: dropout on the pooled output before the classification layer.
+      pooling: ``"cls"`` (the paper's: the backbone's tanh pooler on ``h_L[:, 0]``) or ``"mean"`` (the mean of
+        ``h_L`` over real tokens, :func:`pool_sequence`; the pooler is then unused). Mean pooling reads the token
+        states that masked-LM pretraining trains directly; the ``[CLS]`` state is trained only by the sentence task.
     Call: the backbone's input dict -> float32 logits ``(B, num_labels)`` (regression: ``(B, 1)`` values).
     Training batches are ``(inputs, labels)``: int labels ``(B,)``, or float targets ``(B,)`` for regression.
     """
 
     backbone_class = BertBackbone
 
-    def __init__(self, backbone, num_labels, preprocessor=None, dropout=0.1, **kwargs):
+    def __init__(self, backbone, num_labels, preprocessor=None, dropout=0.1, pooling="cls", **kwargs):
         super().__init__(backbone, preprocessor=preprocessor, **kwargs)
         if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
             raise ValueError(f"num_labels must be a positive integer (1 = regression), got {num_labels!r}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
-        self.num_labels, self.dropout_rate = num_labels, float(dropout)
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+        self.num_labels, self.dropout_rate, self.pooling = num_labels, float(dropout), pooling
         self.head_dropout, self.head = classifier_head(num_labels, backbone.config.hidden_size,
                                                        backbone.config.initializer_range, dropout)
         self.built = True
@@ -75,7 +86,11 @@ class BertClassifier(Task):
         return self.num_labels == 1
 
     def call(self, inputs, training=None):
-        pooled = self.backbone(inputs, training=training)["pooled_output"]
+        outputs = self.backbone(inputs, training=training)
+        if self.pooling == "cls":
+            pooled = outputs["pooled_output"]
+        else:
+            pooled = pool_sequence(outputs["sequence_output"], real_token_mask(inputs), "mean")
         return tf.cast(self.head(self.head_dropout(pooled, training=training)), tf.float32)
 
     # Straight-line code: autograph (the Trainer's tf.function) need not rewrite it and the whole model below it.
@@ -96,7 +111,8 @@ class BertClassifier(Task):
         return logits[:, 0] if self.is_regression else tf.nn.softmax(logits).numpy()
 
     def get_config(self):
-        return {**super().get_config(), "num_labels": self.num_labels, "dropout": self.dropout_rate}
+        return {**super().get_config(), "num_labels": self.num_labels, "dropout": self.dropout_rate,
+                "pooling": self.pooling}
 
 
 def logits_for_texts(task, texts, pairs=None, batch_size=64):

@@ -34,7 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 from kerasplm.models.bert import BertBackbone, BertConfig
-from kerasplm.models.bert_tasks import BertClassifier, classification_metrics
+from kerasplm.models.bert_tasks import POOLINGS, BertClassifier, classification_metrics
 from kerasplm.tasks.job import (TrainingOptions, fit_scheduled, open_run, provisional_total_steps,
                                restores_global_policy, training_summary)
 from kerasplm.tasks.options import RUN, SESSION, option, resolve_options
@@ -80,6 +80,8 @@ class BertClassifierOptions(TrainingOptions):
                                 minimum=0, maximum=1, exclusive_minimum=True)
     dropout: float = option(0.1, "dropout before the classification layer", kind=float, minimum=0, maximum=1,
                             exclusive_maximum=True)
+    pooling: str = option("cls", "sentence vector the head reads: cls (the paper's [CLS] pooler) or mean (the mean "
+                                 "of the real tokens' final states)", choices=list(POOLINGS))
     max_examples: int = option(None, "read at most this many training examples", kind=int, minimum=1)
     eval_batch_size: int = option(128, "examples per batch when scoring --dev", kind=int, minimum=1, scope=SESSION)
 
@@ -241,20 +243,23 @@ def _model_parts(run, config):
     try:
         backbone_config = BertConfig(**model["backbone"]).validate()
         labels, num_labels, dropout = list(model["labels"]), int(model["num_labels"]), float(model["dropout"])
+        pooling = model.get("pooling", "cls")             # runs written before the option pooled [CLS]
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling {pooling!r} is not one of {', '.join(POOLINGS)}")
     except (KeyError, TypeError, ValueError) as e:
         raise run.error(run.CONFIG, f"'model' is not a BERT classifier config ({e})") from None
-    return backbone_config, labels, num_labels, dropout
+    return backbone_config, labels, num_labels, dropout, pooling
 
 
 def load_bert_classifier_run(run, config):
     """The loader of family ``bert_classifier``: a :class:`BertClassifier` with its checkpoint restored, its
     ``preprocessor`` (strings -> inputs) and ``labels`` (class names; empty for regression)."""
-    backbone_config, labels, num_labels, dropout = _model_parts(run, config)
+    backbone_config, labels, num_labels, dropout, pooling = _model_parts(run, config)
     options = config["options"]
     tokenizer = BertTokenizer(run.asset(config, "vocab"), lower_case=bool(options.get("lower_case", True)))
     preprocessor = BertPreprocessor(tokenizer, int(options.get("max_length", 128)))
     model = BertClassifier(BertBackbone.from_config_object(backbone_config), num_labels, preprocessor=preprocessor,
-                           dropout=dropout)
+                           dropout=dropout, pooling=pooling)
     run.restore(model=model)
     model.labels = labels
     model.pair_input = options.get("pair_col") is not None
@@ -313,19 +318,20 @@ def finetune_bert_classifier(out, options=None, log=print, **overrides):
         init_run = RunDir(o.init)
         shutil.copyfile(init_run.asset(init_run.read_config(), "vocab"), run.file(ASSETS["vocab"]))
         model_config = {"backbone": dataclasses.asdict(backbone.config), "num_labels": num_labels, "labels": labels,
-                        "dropout": o.dropout}
+                        "dropout": o.dropout, "pooling": o.pooling}
         config = run.write_config(FAMILY, "sequence_classification", "custom", model_config,
                                   {**o.stored(RUN), "lower_case": lower_case}, assets=ASSETS)
     else:
         log(f"resuming run in {out}")
-        backbone_config, labels, num_labels, _ = _model_parts(run, config)
+        backbone_config, labels, num_labels, _, _ = _model_parts(run, config)
         backbone = BertBackbone.from_config_object(backbone_config)    # weights come from the run's checkpoint
         tokenizer = BertTokenizer(run.asset(config, "vocab"), lower_case=bool(config["options"].get("lower_case")))
     preprocessor = BertPreprocessor(tokenizer, o.max_length)
     train_ds, dev_ds = classification_datasets(o, preprocessor, (texts, pairs, raw_labels), labels, regression, log)
     schedule = fine_tuning_schedule(o, o.schedule_steps)
     trainer = Trainer(
-        model=lambda: BertClassifier(backbone, num_labels, preprocessor=preprocessor, dropout=o.dropout),
+        model=lambda: BertClassifier(backbone, num_labels, preprocessor=preprocessor, dropout=o.dropout,
+                                     pooling=o.pooling),
         optimizer=lambda: make_optimizer(o, schedule, backbone.config.num_layers),
         compute_loss=BertClassifier.trainer_loss, jit_compile=o.jit_compile, clip_norm=1.0,
         checkpoint_dir=run.checkpoint_dir, checkpoint_every=500, log_dir=run.log_dir, seed=o.seed, verbose=o.verbose)

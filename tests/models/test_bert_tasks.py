@@ -16,13 +16,25 @@ INPUTS = {"token_ids": tf.constant([[2, 5, 6, 7, 3], [2, 9, 3, 0, 0]]),
 TINY = dict(vocab_size=50, num_layers=2, hidden_size=16, num_heads=2, intermediate_size=32, max_positions=16)
 
 
-def tiny_classifier(num_labels=3, dropout=0.1):
+def tiny_classifier(num_labels=3, dropout=0.1, pooling="cls"):
     keras.utils.set_random_seed(0)
-    return BertClassifier(BertBackbone(**TINY), num_labels, dropout=dropout)
+    return BertClassifier(BertBackbone(**TINY), num_labels, dropout=dropout, pooling=pooling)
 
 
-def test_harness(tmp_path):
-    check_model(tiny_classifier, INPUTS, tmp_path=tmp_path, expected_shapes=(2, 3))
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_harness(tmp_path, pooling):
+    check_model(lambda: tiny_classifier(pooling=pooling), INPUTS, tmp_path=tmp_path, expected_shapes=(2, 3))
+
+
+def test_mean_pooling_reads_the_mean_of_the_real_tokens():
+    model = tiny_classifier(pooling="mean")
+    logits = model(INPUTS, training=False).numpy()
+    hidden = model.backbone(INPUTS, training=False)["sequence_output"].numpy()
+    mean = np.stack([hidden[0].mean(0), hidden[1, :3].mean(0)])        # row 1 has 3 real tokens of 5
+    np.testing.assert_allclose(logits, mean @ model.head.kernel.numpy() + model.head.bias.numpy(), atol=1e-5)
+    padded = {k: tf.concat([v, tf.zeros([2, 2], v.dtype)], axis=1) for k, v in INPUTS.items()}
+    np.testing.assert_allclose(model(padded, training=False).numpy(), logits, atol=1e-5)   # padding is not read
+    assert BertClassifier.from_config(model.get_config()).pooling == "mean"
 
 
 def test_loss_sums_equal_hand_computation():
@@ -54,6 +66,8 @@ def test_bad_arguments():
         BertClassifier(BertBackbone(**TINY), 2, dropout=1.0)
     with pytest.raises(ValueError, match="pooling must be one of cls, mean"):
         pool_sequence(tf.zeros([1, 2, 3]), tf.ones([1, 2]), "max")
+    with pytest.raises(ValueError, match="pooling must be one of cls, mean, got 'max'"):
+        BertClassifier(BertBackbone(**TINY), 2, pooling="max")
 
 
 def test_pooling():

@@ -82,11 +82,11 @@ def learned_run(toy):
 
 @pytest.fixture(scope="session")
 def pair_run(toy):
-    """A sentence-pair classifier run made through the CLI (2 steps; shared with the export tests)."""
+    """A sentence-pair classifier with mean pooling, made through the CLI (2 steps; shared with the export tests)."""
     out = str(toy["root"] / "pairs")
     argv = ["finetune", "bert-classifier", "--train", toy["pair_train"], "--init", toy["init"], "--text-col", "a",
             "--pair-col", "b", "--dev", toy["pair_train"], "--steps", "2", "--batch-size", "8", "--quiet",
-            "--max-length", "16", "--out", out]
+            "--max-length", "16", "--pooling", "mean", "--out", out]
     assert main(argv) == 0
     return out
 
@@ -133,9 +133,11 @@ def test_resume_reaches_the_planned_total_and_a_budget_alone_fits_the_schedule(t
     assert json.load(open(os.path.join(out, "history.json")))["learning_rate"][-1] == 0.0
 
 
-def test_cli_pairs_and_errors(pair_run, toy, tmp_path, capsys):
+def test_cli_pairs_and_errors(pair_run, learned_run, toy, tmp_path, capsys):
     model = load_bert_classifier(pair_run)
-    assert model.pair_input and model.labels == ["0", "1"]
+    assert model.pair_input and model.labels == ["0", "1"] and model.pooling == "mean"
+    assert json.load(open(os.path.join(pair_run, "config.json")))["model"]["pooling"] == "mean"
+    assert load_bert_classifier(learned_run[0]).pooling == "cls"                  # the default
     assert json.load(open(os.path.join(pair_run, "metrics.json")))["dev"]["examples"] == 64
     assert main(["finetune", "bert-classifier", "--train", toy["train"], "--init", toy["init"], "--text-col", "text",
                  "--steps", "1", "--out", str(tmp_path / "bad")]) == 2
