@@ -73,7 +73,8 @@ def _log_probs(logits, pad_id):
     return tf.nn.log_softmax(_mask_pad(logits, pad_id), axis=-1)
 
 
-def greedy_search(step_fn, state, max_lengths, max_length, start_id=2, end_id=3, pad_id=0, choose=argmax_token):
+def greedy_search(step_fn, state, max_lengths, max_length, start_id=2, end_id=3, pad_id=0, choose=argmax_token,
+                  mask_pad=True):
     """Greedy decoding y_{t+1} = argmax_y P(y | y_0..y_t), or sampling with another ``choose``, until a
     stop id or the length cap.
 
@@ -85,6 +86,8 @@ def greedy_search(step_fn, state, max_lengths, max_length, start_id=2, end_id=3,
       choose: ``fn(logits float32 (batch, vocab), step) -> token int32 (batch,)``, the token chooser
         (:func:`argmax_token`, or a sampler of :mod:`kerasplm.generation.sampling`); the padding id's
         logit is -inf.
+      mask_pad: False when ``step_fn`` returns something other than logits (e.g. hidden states) and ``choose``
+        keeps the padding id out itself (:class:`kerasplm.generation.screened_argmax.ScreenedArgmax`).
     Returns:
       ``(ids int32 (batch, max_length + 1), num_steps int32 scalar)``: column 0 holds the start ids,
       columns past ``num_steps`` are 0.
@@ -99,7 +102,7 @@ def greedy_search(step_fn, state, max_lengths, max_length, start_id=2, end_id=3,
 
     def body(step, ids, last, finished, state):
         logits, state = step_fn(last, step, state)
-        token = choose(_mask_pad(logits, pad_id), step)
+        token = choose(_mask_pad(logits, pad_id) if mask_pad else logits, step)
         token = tf.where(finished, tf.constant(pad_id, tf.int32), token)
         ids = _write_column(ids, token, step + 1)
         finished = finished | is_stop(token, end_id) | (step + 1 >= max_lengths)

@@ -204,8 +204,21 @@ class CausalLM(Task):
 
     def call_with_cache(self, token_ids, cache, cache_index):
         """-> ``(float32 logits (batch, n, vocab_size), hidden (batch, n, d_model), new cache)``."""
-        hidden, cache = self.backbone.call_with_cache(token_ids, cache, cache_index)
+        hidden, cache = self.hidden_with_cache(token_ids, cache, cache_index)
         return self._logits(hidden), hidden, cache
+
+    def hidden_with_cache(self, token_ids, cache, cache_index):
+        """-> ``(hidden (batch, n, d_model), new cache)``: :meth:`call_with_cache` without the logits."""
+        return self.backbone.call_with_cache(token_ids, cache, cache_index)
+
+    @property
+    def output_table(self):
+        """The tied ``(vocab_size, d_model)`` table (logits = hidden · tableᵀ) when the model computes in
+        float32, else None: the screened greedy search (:mod:`kerasplm.generation.screened_argmax`) certifies
+        float32 argmaxes only."""
+        table = self.backbone.embeddings.embedding.embeddings
+        float32 = self.backbone.compute_dtype == "float32" and table.dtype == "float32"
+        return table if float32 else None
 
     @property
     def max_positions(self):
