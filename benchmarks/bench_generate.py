@@ -8,12 +8,16 @@ model and their greedy tokens are compared as a sanity check (if keras-hub canno
 random weights of the same shape, and says so). Prompts: ``--prompt`` random tokens, ``--new`` new tokens,
 greedy, no stop id on any side (keras-hub: ``stop_token_ids=None``; HF: ``min_new_tokens``), so every row
 generates all of them. keras-hub runs with its compile default (``jit_compile`` resolves to False on CPU) and,
-as a second side, with ``jit_compile=True``. new tokens/s = batch × new / median wall time of one call; the
+as a second side, with ``jit_compile=True``. ``kerasplm`` picks greedy tokens with the screened argmax
+(:mod:`kerasplm.generation.screened_argmax`); ``kerasplm_full_logits`` computes the full float32 logits every
+step (``screened_greedy=False``), so the two show what the screen buys. new tokens/s = batch × new / median wall time of one call; the
 sides take turns (``--rounds``) after one warm-up call each (tracing / XLA compilation, reported separately).
 
 The bandwidth limit: every decoding step reads all the weights once (fp32; the tied token embedding in full
 for the logits, one position row) plus the key/value cache, so tokens/s ≤ batch × read bandwidth / bytes per
 step, with the read bandwidth measured here by summing a 1 GiB array (numpy and TensorFlow; the faster one).
+The limit counts the float32 table; the screened side reads it as bfloat16 (half the bytes) plus ~128 float32
+rows per prompt, so its own limit is higher.
 
     python benchmarks/bench_generate.py --json results.json [--batch 1 4] [--prompt 32] [--new 96]
 """
@@ -32,7 +36,7 @@ import numpy as np  # noqa: E402
 from benchmarks.common import interleaved, keras_hub_or_reason, load_average, machine_info  # noqa: E402
 
 SHAPE = dict(n_layer=6, n_embd=512, n_head=8, vocab_size=50257, n_positions=1024)
-SIDES = ("kerasplm", "keras_hub", "keras_hub_xla", "huggingface")
+SIDES = ("kerasplm", "kerasplm_full_logits", "keras_hub", "keras_hub_xla", "huggingface")
 
 
 def read_bandwidth(gib=1.0, repeats=3):
@@ -128,9 +132,11 @@ def main(argv=None):
         prompts = rng.integers(1, SHAPE["vocab_size"], size=(batch, args.prompt)).astype(np.int32)
         outputs = {}
         sides = {}
-        if "kerasplm" in args.sides:
-            fn = make_generate_fn(model, max_new_tokens=args.new, stop_ids=(), jit_compile=True)
-            sides["kerasplm"] = lambda: outputs.__setitem__("kerasplm", fn(prompts).tokens.numpy())
+        for name, screened in (("kerasplm", True), ("kerasplm_full_logits", False)):
+            if name in args.sides:
+                fn = make_generate_fn(model, max_new_tokens=args.new, stop_ids=(), jit_compile=True,
+                                      screened_greedy=screened)
+                sides[name] = lambda fn=fn, name=name: outputs.__setitem__(name, fn(prompts).tokens.numpy())
         hub_inputs = {"token_ids": np.pad(prompts, [(0, 0), (0, args.new)]),
                       "padding_mask": np.arange(total)[None].repeat(batch, 0) < args.prompt}
         for name, m in (("keras_hub", hub if "keras_hub" in args.sides else None), ("keras_hub_xla", hub_xla)):
@@ -158,6 +164,8 @@ def main(argv=None):
                          "generated_shape_ok": bool(shape_ok)}
             if name != "huggingface" and "huggingface" in outputs:
                 row[name]["greedy_tokens_equal_hf"] = round(float(np.mean(outputs[name] == outputs["huggingface"])), 3)
+            if name != "kerasplm" and "kerasplm" in outputs:
+                row[name]["greedy_tokens_equal_kerasplm"] = round(float(np.mean(outputs[name] == outputs["kerasplm"])), 3)
         if "kerasplm" in timings:
             for name in timings:
                 if name != "kerasplm":
