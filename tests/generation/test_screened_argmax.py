@@ -1,5 +1,6 @@
 """ScreenedArgmax: the float32 argmax from a bfloat16 screen with a certificate, and its fallback; greedy decoding
 through the engine gives the same tokens with and without the screen."""
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -88,3 +89,14 @@ def test_greedy_generation_is_the_same_with_and_without_the_screen():
     plain = generate(model, prompts, lengths, max_new_tokens=12, pad_id=0, screened_greedy=False)
     np.testing.assert_array_equal(screened.tokens.numpy(), plain.tokens.numpy())
     assert not (screened.tokens.numpy() == 0).any()                       # the padding id is never generated
+
+
+def test_only_float32_models_are_screened():
+    """Under mixed precision the logits are not float32 ones: no table is offered and the plain path decodes."""
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        model = GPT.from_preset("gpt_tiny")
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert model.output_table is None
+    assert generate(model, tf.constant([[5, 9]]), max_new_tokens=3).tokens.shape == (1, 3)
