@@ -63,7 +63,8 @@ class ScreenedArgmax:
         excluded = (ids >= vocab_size) | tf.equal(ids, exclude_id)
         self.bias = tf.where(excluded, NEG_INF, 0.0)                  # (padded,) -inf: never chosen
         self.vocab_size = vocab_size
-        self.scale = rounding_constant(hidden_size) * tf.reduce_max(tf.norm(table, axis=1))
+        # (1 + 2^-10): room for the float32 rounding of the norms and of this product themselves.
+        self.scale = rounding_constant(hidden_size) * (1 + 2.0 ** -10) * tf.reduce_max(tf.norm(table, axis=1))
         self.slack = hidden_size * SUBNORMAL_SLACK
 
     def bound(self, hidden):

@@ -50,7 +50,7 @@ def test_the_bound_holds_and_is_tight_enough_to_certify():
     bound = screen.bound(tf.constant(hidden)).numpy()
     assert (np.abs(approx - exact) <= bound[:, None]).all()
     assert np.abs(approx - exact).max(axis=1).min() > 0                   # the screen is not exact
-    assert 2 ** -7 < rounding_constant(256) < 2 ** -7 + 2 ** -12
+    assert 2 ** -7 < rounding_constant(256) < 2 ** -7 + 2 ** -12      # 2u + u², plus float32 summation
     plain = ScreenedArgmax(tf.constant(table[10:]))
     gpt_like = rng.normal(0, 1, (4, 256)).astype(np.float32)
     token, certified = traced(plain.screen)(tf.constant(gpt_like))
