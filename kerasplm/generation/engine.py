@@ -44,6 +44,7 @@ from kerasplm.generation.screened_argmax import ScreenedArgmax
 from kerasplm.generation.search import beam_search, greedy_search
 
 STRATEGIES = ("greedy", "sample", "beam")
+SCREEN_MIN_ROWS = 2  # screened greedy decoding from this many prompts per call (static batch size) on
 
 GenerationOutput = collections.namedtuple("GenerationOutput", ["tokens", "lengths", "sequences", "scores"])
 GenerationOutput.__doc__ = """Result of :func:`generate`.
@@ -116,8 +117,8 @@ def causal_lm_search(model, prompt_ids, prompt_lengths, max_new_tokens, *, strat
       prompt_lengths: int32 ``(batch,)``, each in [1, width].
       max_new_tokens: static int (the buffer size).
       max_lengths: int32 ``(batch,)`` per-row caps <= max_new_tokens (default: max_new_tokens).
-      screened_greedy: greedy decoding of a model with a float32 tied output table (``model.output_table``
-        not None) picks each token with :class:`~kerasplm.generation.screened_argmax.ScreenedArgmax` from the
+      screened_greedy: greedy decoding of ``SCREEN_MIN_ROWS`` or more prompts (static batch size) with a
+        model with a float32 tied output table (``model.output_table`` not None) picks each token with :class:`~kerasplm.generation.screened_argmax.ScreenedArgmax` from the
         hidden state (the float32 argmax, ~1.7× less time on the output layer at small batches on CPU);
         False: full float32 logits every step. The screen needs XLA: trace this under ``jit_compile=True``.
       options: the keyword options of :func:`run_search`.
@@ -135,7 +136,11 @@ def causal_lm_search(model, prompt_ids, prompt_lengths, max_new_tokens, *, strat
         _, _, cache = model.call_with_cache(batch_ids[:, :-1], cache, 0)
 
     table = getattr(model, "output_table", None)
-    if screened_greedy and strategy == "greedy" and options.get("choose") is None and table is not None:
+    # One row: XLA:CPU's float32 matrix-vector product already reads the table near the bandwidth limit and
+    # the screen costs more than it saves (benchmarks/RESULTS.md, issue 13); from two rows on it wins.
+    several_rows = prompt_ids.shape[0] is not None and prompt_ids.shape[0] >= SCREEN_MIN_ROWS
+    if (screened_greedy and several_rows and strategy == "greedy" and options.get("choose") is None
+            and table is not None):
         screen = ScreenedArgmax(table, exclude_id=options.get("pad_id", 0))
         options.update(choose=lambda hidden, step: screen(hidden), mask_pad=False)
 

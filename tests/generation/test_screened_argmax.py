@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kerasplm.generation import generate
+from kerasplm.generation import engine, generate
 from kerasplm.generation.screened_argmax import ScreenedArgmax, rounding_constant
 from kerasplm.models.gpt import GPT
 
@@ -77,7 +77,7 @@ def test_near_ties_fall_back_to_the_full_logits():
     assert not bool(traced(screen.screen)(nan)[1]) and traced(screen)(nan).numpy().shape == (1,)
 
 
-def test_greedy_generation_is_the_same_with_and_without_the_screen():
+def test_greedy_generation_is_the_same_with_and_without_the_screen(monkeypatch):
     """A random GPT (vocabulary not a multiple of the chunk) decodes ragged prompts to the same tokens through
     the screened engine path as through full logits, and as the uncached reference (test_engine)."""
     tf.keras.utils.set_random_seed(0)
@@ -85,9 +85,16 @@ def test_greedy_generation_is_the_same_with_and_without_the_screen():
     assert model.output_table is not None
     prompts = tf.constant([[5, 9, 11, 0], [7, 3, 0, 0], [1, 2, 3, 4]], tf.int32)
     lengths = tf.constant([3, 2, 4], tf.int32)
+    screens = []
+    original = engine.ScreenedArgmax
+    monkeypatch.setattr(engine, "ScreenedArgmax", lambda *a, **k: screens.append(original(*a, **k)) or screens[-1])
     screened = generate(model, prompts, lengths, max_new_tokens=12, pad_id=0)
+    assert len(screens) == 1                                              # traced with the screen
+    one_row = generate(model, prompts[:1], lengths[:1], max_new_tokens=12, pad_id=0)
+    assert len(screens) == 1                                              # one row: plain logits (not faster)
     plain = generate(model, prompts, lengths, max_new_tokens=12, pad_id=0, screened_greedy=False)
     np.testing.assert_array_equal(screened.tokens.numpy(), plain.tokens.numpy())
+    np.testing.assert_array_equal(one_row.tokens.numpy(), plain.tokens.numpy()[:1])
     assert not (screened.tokens.numpy() == 0).any()                       # the padding id is never generated
 
 
