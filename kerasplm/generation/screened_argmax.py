@@ -1,10 +1,11 @@
 """The greedy token of a tied-embedding LM, ``argmax_v h · E_v`` over a float32 ``(V, H)`` table, without
 reading the whole float32 table every step.
 
-At batch 1–4 a decoding step is bound by reading weights, and the tied output table is the largest of them
-(GPT-2: 50,257 × 768 floats). XLA:CPU's float32 dot with a few rows reads it at about half the memory
+At a few rows per step decoding is bound by reading weights, and the tied output table is the largest of them
+(GPT-2: 50,257 × 768 floats). XLA:CPU's float32 dot with 2–4 rows reads it at about half the memory
 bandwidth, while its bfloat16 dot with float32 accumulation reads half the bytes and runs about 1.7× faster
-(benchmarks/RESULTS.md, issue 13). A bfloat16 product is not the float32 one, so it only *screens*:
+(benchmarks/RESULTS.md, issue 13). With one row the float32 matrix-vector kernel is already near the
+bandwidth limit, so the engine screens from two rows on. A bfloat16 product is not the float32 one, so it only *screens*:
 
 1. screen: ``s = bf16(h) · bf16(E)ᵀ`` accumulated in float32, for the whole vocabulary ``(n, V)``;
 2. the vocabulary is cut into chunks of ``chunk`` consecutive ids; the ``chunks`` chunks with the highest
