@@ -155,24 +155,20 @@ def fit_schedule_to_budget(trainer, train_ds, schedule, time_budget, most=None):
 
 
 def fit_scheduled(run, trainer, previous_history, train_ds, options, schedule, log=print, most=None,
-                  eval_dataset=None, log_every=50, record_total=None):
+                  eval_dataset=None, log_every=50):
     """:func:`fit_recorded` for a job whose learning rate follows ``schedule`` to zero at its ``total_steps``.
 
     ``options.schedule_steps`` None means a new run given a time budget only: its first steps are timed and the
     schedule fitted to the steps the budget allows (at most ``most``, e.g. the steps of the job's epochs), and that
-    length is stored in the run's options as ``schedule_steps`` so that a resume keeps it (``record_total(total)``
-    instead, for a job that holds its config in memory). Training stops where the
-    schedule ends (the learning rate is zero past it). Returns ``(history, train_seconds)``; the seconds count
+    length is stored in the run's options as ``schedule_steps`` so that a resume keeps it. Training stops where
+    the schedule ends (the learning rate is zero past it). Returns ``(history, train_seconds)``; the seconds count
     the timing steps too.
     """
     trainer.fit(train_ds, steps=0)   # builds the model and optimizer and restores the latest checkpoint
     first_step, started = trainer.step, time.time()
     if options.schedule_steps is None:
         total, seconds_per_step = fit_schedule_to_budget(trainer, train_ds, schedule, options.time_budget, most)
-        if record_total is None:
-            run.update_options(schedule_steps=total)
-        else:
-            record_total(total)
+        run.update_options(schedule_steps=total)
         log(f"timed {1 / seconds_per_step:.2f} steps/s: learning-rate schedule fitted to {total} steps"
             if seconds_per_step else f"the time budget ran out while timing the first steps (step {total})")
     elif options.steps is not None and options.steps > schedule.total_steps:

@@ -397,12 +397,8 @@ def train_translator(out, options=None, log=print, **overrides):
     trainer.fit(train_ds, steps=0)  # builds the model and optimizer and restores the latest checkpoint
     first_step = trainer.step
     if isinstance(lr_schedule, BudgetSchedule):
-        def record_total(total):   # the fitted length is part of the run: a resume keeps it
-            nonlocal config
-            config = run.update_options(config, schedule_steps=total)
-
-        history, _ = fit_scheduled(run, trainer, previous_history, train_ds, o, lr_schedule, log, eval_dataset=dev_ds,
-                                   record_total=record_total)
+        history, _ = fit_scheduled(run, trainer, previous_history, train_ds, o, lr_schedule, log, eval_dataset=dev_ds)
+        config = run.read_config()   # a schedule fitted to the time budget is now part of the run's options
     else:
         history, _ = fit_recorded(run, trainer, previous_history, train_ds, o, eval_dataset=dev_ds,
                                   session_start_step=first_step)
