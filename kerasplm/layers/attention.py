@@ -156,8 +156,13 @@ class MultiHeadAttention(keras.layers.Layer):
         self.built = True
 
     def split_heads(self, x, batch_size):
-        """``(batch, seq, d_model)`` -> ``(batch, num_heads, seq, depth)``."""
-        x = tf.reshape(x, (batch_size, -1, self.num_heads, self.depth))
+        """``(batch, seq, d_model)`` -> ``(batch, num_heads, seq, depth)``.
+
+        A static ``seq`` stays static: the cached decoding step (seq = 1) relies on it to write its cache
+        position with the elementwise blend of :func:`write_cache` rather than the general n-position form.
+        """
+        seq = x.shape[1] if x.shape.rank == 3 and x.shape[1] is not None else -1
+        x = tf.reshape(x, (batch_size, seq, self.num_heads, self.depth))
         return tf.transpose(x, perm=[0, 2, 1, 3])
 
     def _project_together(self, x, layers):
@@ -192,7 +197,8 @@ class MultiHeadAttention(keras.layers.Layer):
             dropout = lambda w: self.attention_dropout(w, training=True)  # noqa: E731
         scaled_attention, attention_weights = scaled_dot_product_attention(q_heads, k_heads, v_heads, mask, dropout)
         scaled_attention = tf.transpose(scaled_attention, perm=[0, 2, 1, 3])
-        concat_attention = tf.reshape(scaled_attention, (batch_size, -1, self.d_model))
+        seq = q_heads.shape[2] if q_heads.shape[2] is not None else -1   # keep a static length static
+        concat_attention = tf.reshape(scaled_attention, (batch_size, seq, self.d_model))
         return self.dense(concat_attention), attention_weights
 
     def call(self, v, k, q, attention_mask=None, training=None):
