@@ -56,7 +56,8 @@ def quality_run(tmp_path_factory):
 def test_fixed_step_quality_of_a_post_ln_model_with_dropout(quality_run):
     summary, held_out, _ = quality_run
     assert summary["step"] == STEPS
-    # Measured on this code: held-out loss ~0.03-0.05 and BLEU 100 over seeds; an untrained model sits at
+    # Measured on this code, seeds 0-2: held-out loss 0.07-0.11 and BLEU 100 after 400 steps; after 150 steps
+    # (where a model learning ~2.7x slower per step would stand) loss 0.59-0.84 and BLEU 38-50; untrained,
     # ln(V) ~ 4. The bounds leave room for seeds and machines, not for a model that learns slower.
     assert summary["eval_loss"] < 0.3
     assert summary["bleu"] > 90
