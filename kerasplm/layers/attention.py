@@ -29,6 +29,12 @@ def clone_initializer(initializer):
     return initializer.__class__.from_config(initializer.get_config())
 
 
+def _static_or_inferred(length):
+    """A reshape's size for a sequence axis: its static length when known, else -1 (inferred). Reshaping a known
+    length to -1 would lose it from the static shape (see ``MultiHeadAttention.split_heads``)."""
+    return -1 if length is None else length
+
+
 def scaled_dot_product_attention(q, k, v, mask=None, dropout=None):
     """Attention(Q, K, V) = softmax(Q Kᵀ / sqrt(d_k) + mask · -1e9) V   (paper eq. 1).
 
@@ -161,8 +167,7 @@ class MultiHeadAttention(keras.layers.Layer):
         A static ``seq`` stays static: the cached decoding step (seq = 1) relies on it to write its cache
         position with the elementwise blend of :func:`write_cache` rather than the general n-position form.
         """
-        seq = x.shape[1] if x.shape.rank == 3 and x.shape[1] is not None else -1
-        x = tf.reshape(x, (batch_size, seq, self.num_heads, self.depth))
+        x = tf.reshape(x, (batch_size, _static_or_inferred(x.shape[1]), self.num_heads, self.depth))
         return tf.transpose(x, perm=[0, 2, 1, 3])
 
     def _project_together(self, x, layers):
@@ -197,7 +202,7 @@ class MultiHeadAttention(keras.layers.Layer):
             dropout = lambda w: self.attention_dropout(w, training=True)  # noqa: E731
         scaled_attention, attention_weights = scaled_dot_product_attention(q_heads, k_heads, v_heads, mask, dropout)
         scaled_attention = tf.transpose(scaled_attention, perm=[0, 2, 1, 3])
-        seq = q_heads.shape[2] if q_heads.shape[2] is not None else -1   # keep a static length static
+        seq = _static_or_inferred(q_heads.shape[2])
         concat_attention = tf.reshape(scaled_attention, (batch_size, seq, self.d_model))
         return self.dense(concat_attention), attention_weights
 
