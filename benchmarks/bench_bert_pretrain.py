@@ -60,7 +60,7 @@ def kerasplm_step(jit_compile):
 
     from kerasplm.models.bert import BertBackbone
     from kerasplm.models.bert_pretraining import BertPretrainer
-    from kerasplm.tasks.bert_pretraining import BertPretrainingOptions, _optimizer
+    from kerasplm.jobs.bert_pretraining import BertPretrainingOptions, _optimizer
     from kerasplm.training import Trainer
 
     batch = {k: tf.constant(v) for k, v in synthetic_batch().items()}

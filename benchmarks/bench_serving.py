@@ -47,7 +47,7 @@ SENTENCE = "¿Puedo tomar prestado este libro?"
 
 
 def build_translator(run):
-    from kerasplm.tasks.translation import Translator, load_translator
+    from kerasplm.jobs.translation import Translator, load_translator
 
     if run:
         return load_translator(run), f"run {run}"

@@ -114,7 +114,7 @@ def main():
     from kerasplm.convert.bert import convert_bert_to_run
     from kerasplm.export.embedder import bert_run_parts
     from kerasplm.models.bert_simcse import BertSimCSE
-    from kerasplm.tasks.bert_simcse_job import embed_sentences, finetune_bert_simcse
+    from kerasplm.jobs.bert_simcse_job import embed_sentences, finetune_bert_simcse
     from kerasplm.text.bert_tokenizer import BertPreprocessor
 
     os.makedirs(args.out, exist_ok=True)

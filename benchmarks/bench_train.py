@@ -23,7 +23,7 @@ import tensorflow as tf  # noqa: E402
 
 import kerasplm  # noqa: E402,F401
 from kerasplm.models import Transformer, get_preset  # noqa: E402
-from kerasplm.tasks.translation import translation_loss  # noqa: E402
+from kerasplm.jobs.translation import translation_loss  # noqa: E402
 from kerasplm.training import CustomSchedule, Trainer  # noqa: E402
 from benchmarks.common import machine_info  # noqa: E402
 from tests import seed_reference as seed  # noqa: E402

@@ -10,7 +10,7 @@ models' losses are mean natural-log cross-entropies per predicted token; for BER
 import argparse
 import math
 
-from kerasplm.tasks.run_dir import RunDir
+from kerasplm.runs import RunDir
 
 
 def _at_or_before(steps, values, step):

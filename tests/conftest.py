@@ -23,10 +23,10 @@ def shared_data():
 # Test files that use another file's module- or session-scoped fixtures (a trained run, an export) run on the
 # same worker as that file, so the fixture is built once per suite rather than once per worker.
 SAME_WORKER_AS = {
-    "tests/export/test_classifier_export.py": "tests/tasks/test_bert_finetune.py",
-    "tests/export/test_embedder_export.py": "tests/tasks/test_bert_finetune.py",
-    "tests/tasks/test_bert_simcse_job.py": "tests/tasks/test_bert_finetune.py",
-    "tests/export/test_qa_export.py": "tests/tasks/test_bert_qa_job.py",
+    "tests/export/test_classifier_export.py": "tests/jobs/test_bert_finetune.py",
+    "tests/export/test_embedder_export.py": "tests/jobs/test_bert_finetune.py",
+    "tests/jobs/test_bert_simcse_job.py": "tests/jobs/test_bert_finetune.py",
+    "tests/export/test_qa_export.py": "tests/jobs/test_bert_qa_job.py",
 }
 
 

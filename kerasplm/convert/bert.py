@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from kerasplm.models.bert import BertBackbone, BertConfig
+from kerasplm.models.bert_runs import RUN_FAMILY
 
 # Buffers some checkpoints carry that are not weights (HuggingFace's position ids, Google's
 # optimizer state and step counter).
@@ -258,7 +259,6 @@ def save_tf_bert(backbone, directory, checkpoint_prefix="bert_model.ckpt"):
 
 
 # ---------------------------------------------------------------------------- run directories
-RUN_FAMILY = "bert"
 
 
 def _sentence_embedding_options(directory):
@@ -288,7 +288,7 @@ def convert_bert_to_run(source, out, allow_pickle=False):
     sentence-transformers' pooling / normalize / max_seq_length are recorded in the run's options
     (``sentence_embedding``) when ``modules.json`` is present. An existing run in ``out`` is not replaced.
     """
-    from kerasplm.tasks.run_dir import RunDir  # noqa: PLC0415 (tasks import models; keep convert light)
+    from kerasplm.runs import RunDir  # noqa: PLC0415 (tasks import models; keep convert light)
 
     run = RunDir(out)
     if run.exists():
@@ -315,25 +315,6 @@ def convert_bert_to_run(source, out, allow_pickle=False):
     return run
 
 
-def load_bert_run(run, config):
-    """The :class:`BertBackbone` of a ``bert`` run (``load_run``'s loader); its checkpoint restored.
-    The vocabulary is ``run.asset(config, "vocab")``."""
-    try:
-        model_config = BertConfig(**config["model"]).validate()
-    except TypeError as e:
-        raise run.error(run.CONFIG, f"'model' is not a BERT config ({e})") from None
-    backbone = BertBackbone.from_config_object(model_config)
-    if config.get("task") == "pretraining":  # the checkpoint holds the whole pretrainer: model/backbone/...
-        run.restore(model=tf.train.Checkpoint(backbone=backbone))
-    else:
-        run.restore(model=backbone)
-    return backbone
-
-
-def _register():
-    from kerasplm.tasks.run_dir import register_family  # noqa: PLC0415
-
-    register_family(RUN_FAMILY, load_bert_run)
-
-
-_register()
+def convert_bert_command(source, out, allow_pickle=False):
+    """``kerasplm convert bert``: prints the new run directory."""
+    print(convert_bert_to_run(source, out, allow_pickle=allow_pickle).path)

@@ -151,9 +151,9 @@ def load_bilm_tf(options_path, weights_path):
 
 def convert_elmo_to_run(options_path, weights_path, vocab_path, out):
     """Write run directory ``out`` (family ``elmo``, no softmax) holding bilm-tf's biLM and vocabulary;
-    ``kerasplm.tasks.run_dir.load_run(out)`` returns a :class:`kerasplm.tasks.elmo.Elmo`. Returns the RunDir."""
-    from kerasplm.tasks.elmo import read_vocab_file, save_bilm_run  # noqa: PLC0415
-    from kerasplm.tasks.run_dir import RunDir  # noqa: PLC0415
+    ``kerasplm.runs.load_run(out)`` returns a :class:`kerasplm.jobs.elmo.Elmo`. Returns the RunDir."""
+    from kerasplm.jobs.elmo import read_vocab_file, save_bilm_run  # noqa: PLC0415
+    from kerasplm.runs import RunDir  # noqa: PLC0415
 
     if RunDir(out).exists():
         raise FileExistsError(f"{out} already holds a run; convert into a new directory")
@@ -162,3 +162,8 @@ def convert_elmo_to_run(options_path, weights_path, vocab_path, out):
     sources = {"options": os.path.abspath(options_path), "weights": os.path.abspath(weights_path),
                "vocab": os.path.abspath(vocab_path)}
     return save_bilm_run(bilm, vocab, out, {"converted_from": "bilm-tf", **sources})
+
+
+def convert_elmo_command(options, weights, vocab, out):
+    """``kerasplm convert elmo``: prints the new run directory."""
+    print(convert_elmo_to_run(options, weights, vocab, out).path)

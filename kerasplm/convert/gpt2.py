@@ -147,7 +147,7 @@ def load_gpt2(directory, allow_pickle=False):
 
 def convert_gpt2_to_run(source, out, allow_pickle=False):
     """Writes the HF GPT-2 checkpoint in ``source`` as a kerasplm run directory ``out`` (family "gpt":
-    ``config.json`` and ``checkpoints/``; load it with ``kerasplm.tasks.run_dir.load_run``). Returns the
+    ``config.json`` and ``checkpoints/``; load it with ``kerasplm.runs.load_run``). Returns the
     :class:`GPT`. ``out`` must not hold a run already.
 
     When ``source`` has GPT-2's tokenizer files (``vocab.json`` and ``merges.txt``), they are copied as the
@@ -155,7 +155,7 @@ def convert_gpt2_to_run(source, out, allow_pickle=False):
     them the run has no tokenizer (``config["assets"]`` is empty)."""
     import tensorflow as tf  # noqa: PLC0415
 
-    from kerasplm.tasks.run_dir import RunDir  # noqa: PLC0415
+    from kerasplm.runs import RunDir  # noqa: PLC0415
 
     run = RunDir(out)
     if run.exists():
@@ -198,3 +198,11 @@ def _tokenizer_files(source, model_vocab_size):
         with open(path, encoding="utf-8", newline="") as f:
             files[name] = f.read()
     return files
+
+
+def convert_gpt2_command(source, out, allow_pickle=False):
+    """``kerasplm convert gpt2``: prints what was written."""
+    model = convert_gpt2_to_run(source, out, allow_pickle=allow_pickle)
+    tokenizer = ("with its BPE tokenizer" if os.path.exists(os.path.join(out, "merges.txt"))
+                 else f"without a tokenizer ({source} has no vocab.json and merges.txt)")
+    print(f"wrote {out}: GPT-2 with {model.count_params():,} parameters, {tokenizer}")

@@ -17,6 +17,7 @@ whitespace, or plain text) gives ``mask_count`` 0 and only padding: it is not an
 import tensorflow as tf
 
 from kerasplm.export.base import ExportModule, save_version
+from kerasplm.models.bert_runs import load_bert_pretrainer
 from kerasplm.text.preprocessing import pack_segments
 
 FAMILY = "bert"
@@ -95,8 +96,6 @@ class FillMaskModule(ExportModule):
 
 def fill_mask_module(run_dir, top_k=5, max_seq_length=None):
     """The :class:`FillMaskModule` of a pretraining run directory."""
-    from kerasplm.tasks.bert_pretraining import load_bert_pretrainer  # noqa: PLC0415 (tasks import export)
-
     pretrainer, tokenizer, config = load_bert_pretrainer(run_dir)
     module = FillMaskModule(pretrainer, tokenizer, top_k=top_k, max_seq_length=max_seq_length)
     module.run_config = config
@@ -109,3 +108,21 @@ def export_fill_mask(run_dir, model_base_path, top_k=5, max_seq_length=None, ver
     metadata = {"task": "fill_mask", "top_k": module.top_k, "max_seq_length": module.max_seq_length,
                 "mask_token": MASK, "preset": module.run_config.get("preset")}
     return save_version(module, model_base_path, version=version, overwrite=overwrite, metadata=metadata)
+
+
+def print_fill_mask(texts, run, top_k=5):
+    """``kerasplm fill-mask``: print the top-k tokens and probabilities for every [MASK] of each text."""
+    module = fill_mask_module(run, top_k=top_k)
+    for text, masks in zip(texts, module.fill(texts)):
+        print(text)
+        if not masks:
+            print("  (no [MASK] in this text)")
+        for m, candidates in enumerate(masks, start=1):
+            print(f"  [MASK] {m}: " + "  ".join(f"{token} {score:.4f}" for token, score in candidates))
+
+
+def export_fill_mask_run(run, to, top_k=5, version=None, overwrite=False):
+    """``kerasplm export fill-mask``: prints and returns the version directory."""
+    path = export_fill_mask(run, to, top_k=top_k, version=version, overwrite=overwrite)
+    print(f"exported {path}")
+    return path

@@ -64,7 +64,7 @@ class ClassifierModule(ExportModule):
 
 def export_classifier(run_dir, model_base_path, version=None, overwrite=False):
     """Export the classifier run ``run_dir`` to ``model_base_path/<version>/``; returns the version directory."""
-    from kerasplm.tasks.run_dir import RunDir, load_run
+    from kerasplm.runs import RunDir, load_run
 
     family = RunDir(run_dir).read_config()["family"]
     if family not in CLASSIFIER_FAMILIES:
@@ -75,3 +75,10 @@ def export_classifier(run_dir, model_base_path, version=None, overwrite=False):
     metadata = {"labels": list(classifier.labels), "regression": module.regression, "pair_input": module.pair_input,
                 "sequence_length": module.preprocessor.sequence_length}
     return save_version(module, model_base_path, version=version, overwrite=overwrite, metadata=metadata)
+
+
+def export_classifier_run(run, to, version=None, overwrite=False):
+    """``kerasplm export classifier``: prints and returns the version directory."""
+    path = export_classifier(run, to, version=version, overwrite=overwrite)
+    print(path)
+    return path

@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from kerasplm.export.base import ExportModule, save_version
 from kerasplm.models.elmo import ElmoEmbedder
+from kerasplm.runs import load_run
 from kerasplm.text.characters import sentence_char_ids
 
 FAMILY = "elmo"
@@ -54,7 +55,7 @@ class ElmoModule(ExportModule):
 
 
 def export_elmo(elmo, model_base_path, version=None, overwrite=False, embedder=None):
-    """Writes ``model_base_path/<version>/`` for ``elmo`` (a :class:`kerasplm.tasks.elmo.Elmo`); returns its path.
+    """Writes ``model_base_path/<version>/`` for ``elmo`` (a :class:`kerasplm.jobs.elmo.Elmo`); returns its path.
 
     ``embedder``: an :class:`ElmoEmbedder` over ``elmo.bilm`` whose first mix is exported (default: equal weights).
     """
@@ -70,3 +71,12 @@ def export_elmo(elmo, model_base_path, version=None, overwrite=False, embedder=N
                 "mix_weights": [float(s) for s in mix.layer_weights.numpy()],
                 "mix_gamma": float(mix.gamma.numpy()), "vocab_size": len(elmo.vocab)}
     return save_version(module, model_base_path, version=version, overwrite=overwrite, metadata=metadata)
+
+
+def export_elmo_run(run, to, version=None, overwrite=False):
+    """``kerasplm export elmo``: export an ELMo run (trained or converted); prints and returns the version
+    directory."""
+    path = export_elmo(load_run(run, family=FAMILY, what="an ELMo run (kerasplm train elmo / convert elmo)"), to,
+                       version=version, overwrite=overwrite)
+    print(path)
+    return path

@@ -27,7 +27,7 @@ def bert_run_parts(run_dir):
     """``(backbone, tokenizer, options)`` of a BERT run (converted, pretrained or fine-tuned): the backbone with
     its checkpoint restored, a :class:`kerasplm.text.BertTokenizer` over the run's vocabulary with the run's
     casing, and the run's stored options."""
-    from kerasplm.tasks.run_dir import RunDir, load_run
+    from kerasplm.runs import RunDir, load_run
     from kerasplm.text.bert_tokenizer import BertTokenizer
 
     run = RunDir(run_dir)
@@ -98,22 +98,9 @@ def export_embedder(run_dir, model_base_path, pooling=None, normalize=None, sequ
     return save_version(module, model_base_path, version=version, overwrite=overwrite, metadata=metadata)
 
 
-def add_export_target_arguments(parser, what):
-    """``--run``, ``--to``, ``--version``, ``--overwrite``: what every BERT task export command takes."""
-    parser.add_argument("--run", required=True, help=f"run directory of {what}")
-    parser.add_argument("--to", required=True, help="model base path (the SavedModel goes to <to>/<version>/)")
-    parser.add_argument("--version", type=int, help="version number (default: next free)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing version")
-
-
-def add_embedder_arguments(parser):
-    """The flags of ``kerasplm export embedder``."""
-    import argparse
-
-    add_export_target_arguments(parser, "a BERT model (kerasplm convert bert, train bert, finetune bert-*)")
-    parser.add_argument("--pooling", choices=POOLINGS, help="[CLS] or mean pooling (default: the run's recorded "
-                        "sentence-transformers pooling, else mean)")
-    parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
-                        help="L2-normalize the embeddings (default: as the run records, else yes)")
-    parser.add_argument("--sequence-length", type=int, help="cap on tokens per text, [CLS]/[SEP] included "
-                        "(default: the run's max_seq_length, else the model's positions)")
+def export_embedder_run(run, to, pooling=None, normalize=None, sequence_length=None, version=None, overwrite=False):
+    """``kerasplm export embedder``: prints and returns the version directory."""
+    path = export_embedder(run, to, pooling=pooling, normalize=normalize, sequence_length=sequence_length,
+                           version=version, overwrite=overwrite)
+    print(path)
+    return path

@@ -1,4 +1,4 @@
-"""Export a GPT :class:`kerasplm.tasks.language_model.TextGenerator` as a TF Serving SavedModel.
+"""Export a GPT :class:`kerasplm.jobs.language_model.TextGenerator` as a TF Serving SavedModel.
 
 The SavedModel is a :class:`GeneratorModule` (an :class:`kerasplm.export.base.ExportModule`): the Keras model,
 the tokenizer (SentencePiece or GPT-2 BPE, a ``tf.Module`` whose files are assets) and these signatures
@@ -30,7 +30,7 @@ import tensorflow as tf
 from kerasplm.export.base import ExportModule, save_version
 from kerasplm.generation.sampling import NEG_INF, inverse_cdf_sample, nucleus_mask
 from kerasplm.generation.search import argmax_token
-from kerasplm.tasks.language_model import perplexity, score_token_ids, trim_generated
+from kerasplm.jobs.language_model import load_text_generator, perplexity, score_token_ids, trim_generated
 
 FAMILY = "gpt"
 DEFAULT_MAX_NEW_TOKENS = 32
@@ -78,7 +78,7 @@ class GeneratorModule(ExportModule):
     """The exported GPT: model + tokenizer + decoding and scoring, all graph functions (see the module docstring).
 
     Args:
-      generator: a :class:`kerasplm.tasks.language_model.TextGenerator`.
+      generator: a :class:`kerasplm.jobs.language_model.TextGenerator`.
       max_new_tokens: ``serving_default``'s length and the largest ``generate`` accepts (the decoding buffer).
       max_prompt_tokens: prompts keep their last this many tokens (default: the rest of the model's context).
       prompt_widths: the static prompt widths traced (each <= max_prompt_tokens; the largest is added).
@@ -213,3 +213,13 @@ def load_and_generate(path, prompts, signature="serving_default", **options):
     if options:
         raise TypeError(f"signature {signature!r} takes no options {sorted(options)}")
     return [t.decode("utf-8", errors="replace") for t in fn(**kwargs)["text"].numpy()]
+
+
+def export_generator_run(run, to, version=None, overwrite=False, max_new_tokens=DEFAULT_MAX_NEW_TOKENS,
+                         max_prompt_tokens=None):
+    """``kerasplm export generator``: export a GPT run (trained or converted); prints and returns the version
+    directory."""
+    path = export_generator(load_text_generator(run), to, version=version, overwrite=overwrite,
+                            max_new_tokens=max_new_tokens, max_prompt_tokens=max_prompt_tokens)
+    print(path)
+    return path

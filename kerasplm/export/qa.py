@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from kerasplm.export.base import ExportModule, save_version
 from kerasplm.models.bert_qa import answer_questions
+from kerasplm.runs import load_run
 
 FAMILY = "bert_qa"
 _STRING = tf.TensorSpec([None], tf.string)
@@ -46,7 +47,7 @@ class QAModule(ExportModule):
 
 
 def export_qa(qa, model_base_path, version=None, overwrite=False):
-    """Writes ``model_base_path/<version>/`` for ``qa`` (a :class:`kerasplm.tasks.bert_qa_job.BertQA`, e.g.
+    """Writes ``model_base_path/<version>/`` for ``qa`` (a :class:`kerasplm.jobs.bert_qa_job.BertQA`, e.g.
     ``load_run(run_dir)``); returns the version directory."""
     module = QAModule(qa)
     p = qa.preprocessor
@@ -54,3 +55,11 @@ def export_qa(qa, model_base_path, version=None, overwrite=False):
                 "max_query_length": p.max_query_length, "max_answer_length": module.max_answer_length,
                 "n_best": module.n_best, "lower_case": p.tokenizer.lower_case, "offsets": "characters"}
     return save_version(module, model_base_path, version=version, overwrite=overwrite, metadata=metadata)
+
+
+def export_qa_run(run, to, version=None, overwrite=False):
+    """``kerasplm export qa``: export a ``finetune bert-qa`` run; prints and returns the version directory."""
+    qa = load_run(run, family=FAMILY, what="a BERT question answering run (written by `kerasplm finetune bert-qa`)")
+    path = export_qa(qa, to, version=version, overwrite=overwrite)
+    print(f"exported {path}")
+    return path

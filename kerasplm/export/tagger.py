@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from kerasplm.export.base import ExportModule, save_version
 from kerasplm.models.bert_tagger import tag_texts
+from kerasplm.runs import load_run
 
 FAMILY = "bert_tagger"
 OUTPUTS = ("entity_text", "entity_label", "start", "end", "score")
@@ -53,3 +54,11 @@ def export_tagger(model, preprocessor, label_names, model_base_path, version=Non
     metadata = {"labels": module.label_names, "sequence_length": preprocessor.sequence_length,
                 "lower_case": preprocessor.tokenizer.lower_case, "crf": getattr(model, "crf", None) is not None}
     return save_version(module, model_base_path, version=version, overwrite=overwrite, metadata=metadata)
+
+
+def export_tagger_run(run, to, version=None, overwrite=False):
+    """``kerasplm export tagger``: export a ``finetune bert-tagger`` run; prints and returns the version directory."""
+    tagger = load_run(run, family=FAMILY, what="a BERT tagger run (written by `kerasplm finetune bert-tagger`)")
+    path = export_tagger(tagger.model, tagger.preprocessor, tagger.labels, to, version=version, overwrite=overwrite)
+    print(f"exported {path}")
+    return path

@@ -1,4 +1,4 @@
-"""Export a :class:`kerasplm.tasks.translation.Translator` as a TF Serving SavedModel (strings in, strings out).
+"""Export a :class:`kerasplm.jobs.translation.Translator` as a TF Serving SavedModel (strings in, strings out).
 
 The SavedModel is a :class:`TranslatorModule` (an :class:`kerasplm.export.base.ExportModule`) holding the Keras
 model, the preprocessor with both WordPiece tokenizers (vocabularies as ``tf.saved_model.Asset``) and the
@@ -25,6 +25,7 @@ import os
 import tensorflow as tf
 
 from kerasplm.export.base import ExportModule, save_version
+from kerasplm.runs import load_run
 from kerasplm.text.preprocessing import TranslatorPreprocessor
 
 FAMILY = "transformer_translator"
@@ -230,7 +231,7 @@ def export_translator(translator, model_base_path, version=None, overwrite=False
     """Writes ``model_base_path/<version>/`` (SavedModel + ``assets.extra/kerasplm.json``) atomically.
 
     Args:
-      translator: a :class:`kerasplm.tasks.translation.Translator`.
+      translator: a :class:`kerasplm.jobs.translation.Translator`.
       model_base_path, version, overwrite: as :func:`kerasplm.export.base.save_version` (next free version by
         default; an existing one is refused unless ``overwrite=True``).
       jit_compile: XLA-compile the decoding loop (TF Serving then needs ``--xla_cpu_compilation_enabled``
@@ -245,6 +246,15 @@ def export_translator(translator, model_base_path, version=None, overwrite=False
                               max_beam_size=max_beam_size, jit_compile=jit_compile)
     return save_version(module, model_base_path, version=version, overwrite=overwrite,
                         metadata=_metadata(translator, module))
+
+
+def export_translator_run(run, to, version=None, overwrite=False, max_beam_size=MAX_BEAM_SIZE, jit_compile=False):
+    """``kerasplm export translator``: export the translator run directory ``run``; prints the version path."""
+    translator = load_run(run, family=FAMILY, what="a translator run (kerasplm train translator)")
+    path = export_translator(translator, to, version=version, overwrite=overwrite, jit_compile=jit_compile,
+                             max_beam_size=max_beam_size)
+    print(path)
+    return path
 
 
 def load_and_translate(path, sentences, signature="serving_default", **options):

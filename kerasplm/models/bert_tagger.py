@@ -255,7 +255,7 @@ def decode_entities(texts, logits, word_index, words, label_names, crf=None):
     Each word's tag is the argmax at its first piece, its score that tag's probability (with ``crf``: the
     Viterbi path over the words and each tag's marginal probability, :func:`piece_tags`). A chunk starts at
     a ``B-`` tag or where the type changes (an ``I-`` after ``O`` or after another type): conlleval's
-    rule for IOB1/IOB2 (:mod:`kerasplm.tasks.ner_metrics`); it spans consecutive words of its type.
+    rule for IOB1/IOB2 (:mod:`kerasplm.jobs.ner_metrics`); it spans consecutive words of its type.
 
     Args:
       texts: tf.string [batch]; logits: float [batch, L, C]; word_index: int [batch, L] (the

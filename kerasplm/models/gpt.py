@@ -112,7 +112,7 @@ register_presets("gpt", GPTBackbone, PRESETS, num_parameters=num_parameters,
 
 
 def load_gpt_from_run(run, config):
-    """The loader of family "gpt" runs (``kerasplm.tasks.run_dir.load_run``): a :class:`GPT` of the stored
+    """The loader of family "gpt" runs (``kerasplm.runs.load_run``): a :class:`GPT` of the stored
     config with the latest checkpoint's weights."""
     try:
         model_config = GPTConfig(**config["model"]).validate()

@@ -245,7 +245,7 @@ class Transformer(ConfigMixin, keras.Model):
 
     In the family scheme (:mod:`kerasplm.models.base`) this is the translator *task* model (its encoder
     and decoder are the seed's, so it keeps the seed's call); ``compute_loss_sums`` is its
-    Trainer loss (``kerasplm.tasks.translation.translation_loss``).
+    Trainer loss (``kerasplm.jobs.translation.translation_loss``).
     """
 
     preset_family = "transformer"
@@ -333,8 +333,8 @@ class Transformer(ConfigMixin, keras.Model):
 
     def compute_loss_sums(self, batch, training, label_smoothing=0.0):
         """The Trainer loss: ``batch = ((src, tgt_in), tgt_out)`` -> masked cross-entropy and accuracy sums
-        (delegates to ``kerasplm.tasks.translation.translation_loss``)."""
-        from kerasplm.tasks.translation import translation_loss  # noqa: PLC0415 (tasks import models)
+        (delegates to ``kerasplm.jobs.translation.translation_loss``)."""
+        from kerasplm.jobs.translation import translation_loss  # noqa: PLC0415 (tasks import models)
 
         return translation_loss(self, batch, training, label_smoothing=label_smoothing)
 

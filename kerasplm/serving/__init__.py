@@ -24,32 +24,25 @@ Modules: :mod:`~kerasplm.serving.config` (model config files), :mod:`~kerasplm.s
     with ModelServer("export/translator", "translator", port=0) as server:
         ...  # POST f"{server.url}/v1/models/translator:predict" {"instances": ["Hace frío."]}
 """
-from kerasplm.serving.api import (
-    DEFAULT_BATCH_CHUNK_SIZE,
-    DEFAULT_MAX_BATCH_SIZE,
-    DEFAULT_SIGNATURE,
-    METRICS_PATH,
-    RequestError,
-    predict,
-)
-from kerasplm.serving.config import (
-    ModelConfig,
-    ModelConfigError,
-    VersionPolicy,
-    parse_model_config,
-    read_model_config_file,
-)
-from kerasplm.serving.metrics import Metrics
-from kerasplm.serving.models import LoadedVersion, ServedModel, list_versions, load_version
-from kerasplm.serving.server import (
-    DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_POLL_SECONDS,
-    DEFAULT_PORT,
-    DEFAULT_SHUTDOWN_GRACE_SECONDS,
-    ModelServer,
-    ServerStartError,
-    serve,
-)
+import importlib
+
+from kerasplm.serving.defaults import (DEFAULT_BATCH_CHUNK_SIZE, DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BODY_BYTES,
+                                       DEFAULT_POLL_SECONDS, DEFAULT_PORT, DEFAULT_SHUTDOWN_GRACE_SECONDS,
+                                       DEFAULT_SIGNATURE)
+
+# The rest is imported on first use (PEP 562), so that `kerasplm serve --help` needs no TensorFlow.
+_LAZY = {"METRICS_PATH": "api", "RequestError": "api", "predict": "api",
+         "ModelConfig": "config", "ModelConfigError": "config", "VersionPolicy": "config",
+         "parse_model_config": "config", "read_model_config_file": "config", "Metrics": "metrics",
+         "LoadedVersion": "models", "ServedModel": "models", "list_versions": "models", "load_version": "models",
+         "ModelServer": "server", "ServerStartError": "server", "serve": "server"}
+
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+
 
 __all__ = [
     "DEFAULT_BATCH_CHUNK_SIZE", "DEFAULT_MAX_BATCH_SIZE", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_POLL_SECONDS",

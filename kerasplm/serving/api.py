@@ -35,15 +35,10 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import types_pb2
 
-DEFAULT_SIGNATURE = "serving_default"
+from kerasplm.serving.defaults import DEFAULT_BATCH_CHUNK_SIZE, DEFAULT_MAX_BATCH_SIZE, DEFAULT_SIGNATURE
+
 PREDICT_METHOD = "tensorflow/serving/predict"
 METRICS_PATH = "/monitoring/prometheus/metrics"
-# 1024 rows covers interactive clients and the batch-scoring clients TF Serving users write (a few
-# hundred rows per call); a larger request is refused rather than holding the machine for minutes.
-DEFAULT_MAX_BATCH_SIZE = 1024
-# Rows per signature call: bounds the memory of one request (a translator's attention and beam
-# tensors grow with the batch) while keeping the per-call overhead small.
-DEFAULT_BATCH_CHUNK_SIZE = 64
 MAX_UNKNOWN_RANK_DEPTH = 32  # nesting allowed for an input whose signature has an unknown rank
 
 _MODEL_PATH_RE = re.compile(

@@ -8,6 +8,8 @@ import threading
 import time
 
 from kerasplm.serving import api
+from kerasplm.serving.defaults import (DEFAULT_MAX_BODY_BYTES, DEFAULT_POLL_SECONDS, DEFAULT_PORT,
+                                       DEFAULT_SHUTDOWN_GRACE_SECONDS)
 from kerasplm.serving.config import ModelConfig, read_model_config_file
 from kerasplm.serving.http import HTTPServer
 from kerasplm.serving.metrics import Metrics
@@ -15,12 +17,6 @@ from kerasplm.serving.models import ServedModel
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_PORT = 8501
-DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024
-DEFAULT_POLL_SECONDS = 2.0
-# Below Kubernetes' default terminationGracePeriodSeconds (30 s), so the server finishes its requests
-# and exits on its own before the kubelet's SIGKILL.
-DEFAULT_SHUTDOWN_GRACE_SECONDS = 25.0
 
 
 class ServerStartError(RuntimeError):

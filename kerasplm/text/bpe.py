@@ -338,10 +338,10 @@ def _re2_escape(literal):
 
 
 def load_bpe_tokenizer(run, config):
-    """The :class:`BytePairTokenizer` of a run directory (``run`` a :class:`~kerasplm.tasks.run_dir.RunDir`,
+    """The :class:`BytePairTokenizer` of a run directory (``run`` a :class:`~kerasplm.runs.RunDir`,
     ``config`` its config): assets ``bpe_vocab`` and ``bpe_merges``. RunDirError naming the file when one is
     missing or damaged."""
-    from kerasplm.tasks.run_dir import RunDirError  # noqa: PLC0415 (run_dir imports TF lazily; keep it so)
+    from kerasplm.runs import RunDirError  # noqa: PLC0415 (run_dir imports TF lazily; keep it so)
 
     vocab, merges = run.asset(config, "bpe_vocab"), run.asset(config, "bpe_merges")
     try:

@@ -161,7 +161,7 @@ def test_matches_transformers_bert_model(tmp_path):
 def test_cli_convert_writes_a_run_that_load_run_restores(tmp_path, capsys):
     pytest.importorskip("safetensors")
     from kerasplm import cli
-    from kerasplm.tasks.run_dir import load_run
+    from kerasplm.runs import load_run
 
     model = tiny(seed=3)
     source = tmp_path / "hf"

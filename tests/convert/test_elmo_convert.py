@@ -9,7 +9,7 @@ h5py = pytest.importorskip("h5py")
 
 from kerasplm.cli import main  # noqa: E402
 from kerasplm.convert.elmo import load_bilm_tf  # noqa: E402
-from kerasplm.tasks.run_dir import load_run  # noqa: E402
+from kerasplm.runs import load_run  # noqa: E402
 
 FILTERS = [[1, 4], [2, 3], [3, 2]]
 MAX_CHARS, CHAR_DIM, U, P = 12, 4, 6, 5

@@ -110,7 +110,7 @@ def test_pickle_needs_opt_in_and_config_errors(hf_dir, tmp_path):
 
 def test_cli_converts_into_a_run_directory_that_loads(hf_dir, tmp_path, capsys):
     from kerasplm import cli
-    from kerasplm.tasks.run_dir import load_run
+    from kerasplm.runs import load_run
 
     out = tmp_path / "run"
     assert cli.main(["convert", "gpt2", "--from", hf_dir[0], "--out", str(out)]) == 0
@@ -135,7 +135,7 @@ def test_cli_converts_into_a_run_directory_that_loads(hf_dir, tmp_path, capsys):
 def test_convert_copies_the_bpe_tokenizer(hf_dir, tmp_path, capsys):
     """vocab.json + merges.txt become the run's assets; the tokenizer loaded from the run gives HF's ids."""
     from kerasplm import cli
-    from kerasplm.tasks.run_dir import RunDir, RunDirError
+    from kerasplm.runs import RunDir, RunDirError
     from kerasplm.text.bpe import load_bpe_tokenizer
     from tests.text.bpe_vocab import train_gpt2_vocab
 
@@ -160,7 +160,7 @@ def test_convert_copies_the_bpe_tokenizer(hf_dir, tmp_path, capsys):
     assert tokenizer.tokenize(tf.constant(texts)).to_list() == [hf_tokenizer(t)["input_ids"] for t in texts]
 
     # Text in, text out: the converted run's greedy continuation is HF's, decoded by HF's tokenizer.
-    from kerasplm.tasks.language_model import load_text_generator
+    from kerasplm.jobs.language_model import load_text_generator
 
     generator = load_text_generator(str(out))
     assert generator.pad_id == -1                       # GPT-2's BPE has no padding token; id 0 stays generable

@@ -9,10 +9,10 @@ from kerasplm import serving
 from kerasplm.cli import main
 from kerasplm.export import read_metadata
 from kerasplm.export.classifier import export_classifier
-from kerasplm.tasks.bert_finetune import load_bert_classifier
+from kerasplm.jobs.bert_finetune import load_bert_classifier
 from tests.export.contract import check_bad_inputs, run_isolated
 from tests.serving.client import predict
-from tests.tasks.test_bert_finetune import learned_run, pair_run, toy  # noqa: F401 (session fixtures)
+from tests.jobs.test_bert_finetune import learned_run, pair_run, toy  # noqa: F401 (session fixtures)
 
 TEXTS = ["the movie was good great nice", "awful bad plot", "", "sad !"]
 

@@ -18,7 +18,7 @@ from kerasplm.export import read_metadata  # noqa: E402
 from kerasplm.export.embedder import export_embedder  # noqa: E402
 from tests.export.contract import check_bad_inputs, run_isolated  # noqa: E402
 from tests.serving.client import predict  # noqa: E402
-from tests.tasks.test_bert_finetune import toy  # noqa: E402,F401 (a session fixture: the tiny BERT run)
+from tests.jobs.test_bert_finetune import toy  # noqa: E402,F401 (a session fixture: the tiny BERT run)
 
 SENTENCES = ["The quick brown fox jumps over the lazy dog.", "Héllo, WORLD! Tokenizers split unaffable words.",
              "中文字符 and emoji 😀", "zero\u200bwidth", "BERT", " ".join(["long"] * 400)]

@@ -10,7 +10,7 @@ from kerasplm.data.pretraining import BERT_SPECIAL_TOKENS
 from kerasplm.export.bert import FillMaskModule, export_fill_mask
 from kerasplm.models.bert import BertBackbone
 from kerasplm.models.bert_pretraining import BertPretrainer
-from kerasplm.tasks.run_dir import RunDir
+from kerasplm.runs import RunDir
 from kerasplm.text import WordPieceTokenizer
 from tests.export.contract import check_bad_inputs, run_isolated
 

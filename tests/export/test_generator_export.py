@@ -11,8 +11,8 @@ from kerasplm.export import read_metadata
 from kerasplm.models.gpt import GPT, GPTBackbone
 from kerasplm.models.presets import get_preset
 from kerasplm.serving import api, load_version
-from kerasplm.tasks.language_model import ASSETS, load_text_generator
-from kerasplm.tasks.run_dir import RunDir
+from kerasplm.jobs.language_model import ASSETS, load_text_generator
+from kerasplm.runs import RunDir
 from kerasplm.text import train_sentencepiece
 from tests.export.contract import check_bad_inputs, run_isolated
 

@@ -8,10 +8,10 @@ import pytest
 from kerasplm import serving
 from kerasplm.cli import main
 from kerasplm.export.base import read_metadata
-from kerasplm.tasks.run_dir import load_run
+from kerasplm.runs import load_run
 from tests.export.contract import check_bad_inputs, run_isolated
 from tests.serving.client import http
-from tests.tasks.test_bert_qa_job import qa_run  # noqa: F401 (session fixture)
+from tests.jobs.test_bert_qa_job import qa_run  # noqa: F401 (session fixture)
 
 QUESTIONS = ["Where does John live?", "Where does Anna sleep?", "who works in london", "", "Where?"]
 CONTEXTS = ["John lives in Paris.", "Anna sleeps in the city of New York, and John works in Rome.",

@@ -2,7 +2,7 @@
 isolation: tests/export/contract.py), serving end to end. One full export (beam sizes 1..8) per session; the
 saved_model_cli test uses a cheap one (``max_beam_size=1``). The atomic-version rules (refusal, overwrite,
 stale leftovers, a kill mid-export) are the export base's: tests/export/test_base.py. The CLI export is
-tested on the job's run: tests/tasks/test_translation_job.py."""
+tested on the job's run: tests/jobs/test_translation_job.py."""
 import json
 import os
 import re
@@ -16,7 +16,7 @@ import tensorflow as tf
 from kerasplm.data import read_parallel_tsv, sample_path
 from kerasplm.export import export_translator, read_metadata
 from kerasplm.models.transformer import Transformer
-from kerasplm.tasks.translation import Translator
+from kerasplm.jobs.translation import Translator
 from kerasplm.text import WordPieceTokenizer, build_wordpiece_vocab, write_vocab
 from tests.export.contract import check_bad_inputs, run_isolated
 

@@ -133,7 +133,7 @@ def test_model_fit_works_with_masked_loss():
 def test_training_gradients_match_the_seed_code():
     # The training path (kerasplm's fused XLA cross entropy, translation_loss) against the seed's
     # loss_function on the seed's model with the same weights: same loss, same gradients.
-    from kerasplm.tasks.translation import translation_loss
+    from kerasplm.jobs.translation import translation_loss
 
     model = tiny(rate=0.0)
     ref = _seed_model_with_our_weights(model, model.config)
@@ -159,7 +159,7 @@ def test_training_gradients_match_the_seed_code():
 
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16", "mixed_float16"])
 def test_trainer_learns_a_copy_task_under_each_precision(policy):
-    from kerasplm.tasks.translation import translation_loss
+    from kerasplm.jobs.translation import translation_loss
     from kerasplm.training import Trainer
 
     rng = np.random.default_rng(0)

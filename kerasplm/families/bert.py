@@ -1,0 +1,287 @@
+"""BERT (and its variants): the command-line face of the family, declared without TensorFlow.
+
+``kerasplm train bert``; ``finetune bert-classifier|bert-tagger|bert-simcse|bert-qa``; ``fill-mask``;
+``export fill-mask|embedder|classifier|tagger|qa``; ``convert bert``. Runs of families ``bert`` (pretrained or
+converted), ``bert_classifier``, ``bert_tagger``, ``bert_simcse``, ``bert_qa``.
+"""
+import dataclasses
+
+from kerasplm.options import SESSION, ExportOptions, JobOptions, TrainingOptions, option
+from kerasplm.registry import Command
+
+DEFAULT_PRESET = "bert_tiny"
+# `kerasplm train bert` with neither --steps nor --time-budget trains this many seconds.
+DEFAULT_TIME_BUDGET = 330
+SCHEDULE_STEPS_HELP = ("steps over which the learning rate decays to 0 (default: --steps; with --time-budget "
+                       "alone, the steps the budget allows, timed on the first steps; recorded in the run)")
+
+
+@dataclasses.dataclass(frozen=True)
+class BertPretrainingOptions(TrainingOptions):
+    """Options of the BERT pretraining job (``train_bert`` keywords and ``kerasplm train bert`` flags)."""
+    # data
+    corpus: str = option(None, "plain-text corpus: one sentence per line, blank line between documents; or "
+                               "WikiText (*.tokens)", file=True, metavar="PATH")
+    corpus_format: str = option("auto", "corpus layout", choices=["auto", "lines", "wikitext"])
+    dev_corpus: str = option(None, "held-out corpus (default: documents split off --corpus)", file=True,
+                             metavar="PATH")
+    dev_documents: int = option(None, "documents of --corpus held out (default: 5%% of them, at least 1; 2 with NSP)", kind=int,
+                                minimum=1)
+    span_separator: str = option(None, "character separating given spans in the corpus (masking 'span')")
+    # vocabulary and model
+    vocab: str = option(None, "existing vocab.txt (default: learn a WordPiece vocabulary from --corpus)",
+                        file=True, metavar="VOCAB")
+    vocab_size: int = option(8000, "size of the learned WordPiece vocabulary", kind=int, minimum=10)
+    preset: str = option(DEFAULT_PRESET, "model preset", choices="kerasplm.models.bert:PRESETS")
+    # instances and masking
+    max_seq_length: int = option(128, "tokens per instance, [CLS]/[SEP] included", kind=int, minimum=8)
+    max_predictions_per_seq: int = option(20, "masked pieces per instance at most", kind=int, minimum=1)
+    mask_rate: float = option(0.15, "fraction of the masking units masked", kind=float, minimum=0,
+                              exclusive_minimum=True, maximum=1)
+    masking: str = option("token", "masking units", choices="kerasplm.data.pretraining:MASKING")
+    max_ngram: int = option(3, "longest n-gram of masking 'ngram'", kind=int, minimum=1)
+    static_masking: bool = option(False, "draw each instance's mask once (BERT's files) instead of every epoch",
+                                  flag="--static-masking", const=True)
+    sentence_task: str = option("nsp", "second objective: next-sentence, sentence-order or none",
+                                choices="kerasplm.data.pretraining:SENTENCE_TASKS")
+    short_seq_prob: float = option(0.1, "share of shorter instances", kind=float, minimum=0, maximum=1)
+    # optimization
+    batch_size: int = option(32, "instances per global batch", kind=int, minimum=1)
+    learning_rate: float = option(1e-4, "peak learning rate", kind=float, minimum=0, exclusive_minimum=True)
+    weight_decay: float = option(0.01, "AdamW weight decay (not on LayerNorm and biases)", kind=float, minimum=0)
+    warmup_steps: int = option(None, "linear warmup steps (default: 10%% of --schedule-steps)", kind=int,
+                               minimum=0)
+    schedule_steps: int = option(None, "steps of the linear decay to 0 (default: the first session's --steps)",
+                                 kind=int, minimum=1)
+
+    def check(self):
+        if self.masking == "span" and not self.span_separator:
+            raise ValueError("masking 'span' needs span_separator (--span-separator): the spans come from the corpus")
+
+
+@dataclasses.dataclass(frozen=True)
+class BertClassifierOptions(TrainingOptions):
+    """Options of ``finetune_bert_classifier`` / ``kerasplm finetune bert-classifier`` (declared once)."""
+    train: str = option(None, "training examples (tab-separated)", file=True, metavar="TSV")
+    dev: str = option(None, "held-out examples scored after training (tab-separated)", file=True, metavar="TSV")
+    init: str = option(None, "BERT run directory to start from (kerasplm convert bert / train bert)",
+                       metavar="RUN_DIR")
+    random_init: bool = option(False, "keep --init's architecture and tokenizer but draw fresh weights (the "
+                                      "baseline without pretraining)", flag="--random-init", const=True,
+                               choices=[True, False])
+    text_col: str = option("sentence", "column of the (first) text: a header name or a 0-based index")
+    pair_col: str = option(None, "column of the second text of a pair (none: single sentences)")
+    label_col: str = option("label", "column of the label")
+    header: bool = option(True, "the files have no header line (columns are then 0-based indices)",
+                          flag="--no-header", const=False, choices=[True, False])
+    task: str = option("classification", "classification (labels are names) or regression (numbers, MSE)",
+                       choices=["classification", "regression"])
+    max_length: int = option(128, "tokens per example, [CLS]/[SEP] included", kind=int, minimum=3)
+    batch_size: int = option(32, "examples per batch", kind=int, minimum=1)
+    epochs: float = option(3.0, "epochs over the training file: the run's length without --steps and "
+                                "--time-budget, and the longest schedule --time-budget alone is fitted to",
+                           kind=float, minimum=0, exclusive_minimum=True)
+    learning_rate: float = option(3e-5, "peak learning rate (BERT: 2e-5 … 5e-5)", kind=float, minimum=0,
+                                  exclusive_minimum=True)
+    warmup_fraction: float = option(0.1, "fraction of the steps with linear warmup", kind=float, minimum=0, maximum=1)
+    schedule_steps: int = option(None, SCHEDULE_STEPS_HELP, kind=int, minimum=0, exclusive_minimum=True)
+    weight_decay: float = option(0.01, "AdamW weight decay (not on biases and LayerNorm)", kind=float, minimum=0)
+    layer_decay: float = option(None, "layer-wise learning-rate decay factor (e.g. 0.9; none: off)", kind=float,
+                                minimum=0, maximum=1, exclusive_minimum=True)
+    dropout: float = option(0.1, "dropout before the classification layer", kind=float, minimum=0, maximum=1,
+                            exclusive_maximum=True)
+    pooling: str = option("cls", "sentence vector the head reads: cls (the paper's [CLS] pooler) or mean (the mean "
+                                 "of the real tokens' final states)", choices="kerasplm.models.bert_tasks:POOLINGS")
+    max_examples: int = option(None, "read at most this many training examples", kind=int, minimum=1)
+    eval_batch_size: int = option(128, "examples per batch when scoring --dev", kind=int, minimum=1, scope=SESSION)
+
+    def check(self):
+        if self.pair_col is not None and self.pair_col == self.text_col:
+            raise ValueError(f"options text_col and pair_col are both {self.text_col!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class TaggerOptions(TrainingOptions):
+    """Options of ``finetune_bert_tagger`` (keywords) and ``kerasplm finetune bert-tagger`` (flags)."""
+
+    train: str = option(None, "CoNLL-2003 file to fine-tune on", file=True, metavar="CONLL")
+    dev: str = option(None, "CoNLL-2003 file scored with entity F1 at the end", file=True, metavar="CONLL")
+    init: str = option(None, "run directory of a pretrained BERT (kerasplm convert bert / train bert)",
+                       metavar="RUN_DIR")
+    tag_scheme: str = option("iob2", "tags the model learns: iob2 (B- at every entity start) or iob1 as shipped",
+                             choices=["iob1", "iob2"])
+    sequence_length: int = option(128, "word pieces per sentence, [CLS]/[SEP] included", kind=int, minimum=3)
+    batch_size: int = option(32, "sentences per batch", kind=int, minimum=0, exclusive_minimum=True)
+    learning_rate: float = option(5e-5, "peak learning rate (AdamW)", kind=float, minimum=0,
+                                  exclusive_minimum=True)
+    warmup_fraction: float = option(0.1, "share of the steps with linear warmup", kind=float, minimum=0,
+                                    maximum=1)
+    schedule_steps: int = option(None, SCHEDULE_STEPS_HELP, kind=int, minimum=0, exclusive_minimum=True)
+    weight_decay: float = option(0.01, "AdamW weight decay (not on biases and LayerNorm)", kind=float, minimum=0)
+    layer_decay: float = option(None, "layer-wise learning-rate decay factor (e.g. 0.9; none: off)", kind=float,
+                                minimum=0, maximum=1, exclusive_minimum=True)
+    dropout: float = option(0.1, "dropout before the tagging head", kind=float, minimum=0, maximum=1,
+                            exclusive_maximum=True)
+    crf: bool = option(False, "a linear-chain CRF over the word tags (Viterbi decoding)", flag="--crf", const=True,
+                       choices=[True, False])
+
+
+@dataclasses.dataclass(frozen=True)
+class SimCSEOptions(TrainingOptions):
+    """Options of ``finetune_bert_simcse`` / ``kerasplm finetune bert-simcse`` (declared once)."""
+
+    train: str = option(None, "plain-text file, one sentence per line (empty lines skipped)", file=True,
+                        metavar="TXT")
+    dev: str = option(None, "held-out sentences (one per line): uniformity and mean cosine at the end",
+                      file=True, metavar="TXT")
+    init: str = option(None, "BERT run directory to start from (kerasplm convert bert / train bert)",
+                       metavar="RUN_DIR")
+    pooling: str = option("cls", "sentence representation: [CLS] (the paper's) or the mean over tokens",
+                          choices=["cls", "mean"])
+    mlp: bool = option(True, "no dense+tanh layer on [CLS] during training (cls pooling only)", flag="--no-mlp",
+                       const=False, choices=[True, False])
+    temperature: float = option(0.05, "softmax temperature of the cosine similarities", kind=float, minimum=0,
+                                exclusive_minimum=True)
+    normalize: bool = option(True, "the exported embeddings are not L2-normalized", flag="--no-normalize",
+                             const=False, choices=[True, False])
+    max_length: int = option(32, "word pieces per sentence, [CLS]/[SEP] included", kind=int, minimum=3)
+    batch_size: int = option(64, "sentences per batch (each the others' negatives)", kind=int, minimum=2)
+    learning_rate: float = option(3e-5, "peak learning rate (AdamW)", kind=float, minimum=0, exclusive_minimum=True)
+    warmup_fraction: float = option(0.0, "share of the steps with linear warmup", kind=float, minimum=0, maximum=1)
+    schedule_steps: int = option(None, SCHEDULE_STEPS_HELP, kind=int, minimum=0, exclusive_minimum=True)
+    weight_decay: float = option(0.0, "AdamW weight decay (not on biases and LayerNorm)", kind=float, minimum=0)
+    layer_decay: float = option(None, "layer-wise learning-rate decay factor (none: off)", kind=float, minimum=0,
+                                maximum=1, exclusive_minimum=True)
+    max_examples: int = option(None, "read at most this many training sentences", kind=int, minimum=2)
+
+
+@dataclasses.dataclass(frozen=True)
+class BertQAOptions(TrainingOptions):
+    """Options of ``finetune_bert_qa`` (keywords) and ``kerasplm finetune bert-qa`` (flags), declared once."""
+
+    train: str = option(None, "SQuAD v1.1 JSON to fine-tune on", file=True, metavar="JSON")
+    dev: str = option(None, "SQuAD v1.1 JSON scored with EM/F1 after training", file=True, metavar="JSON")
+    holdout_fraction: float = option(None, "without --dev: hold out this fraction of --train's articles and score "
+                                     "them (e.g. 0.2)", kind=float, minimum=0, maximum=1, exclusive_minimum=True,
+                                     exclusive_maximum=True)
+    init: str = option(None, "BERT run directory to start from (kerasplm convert bert / train bert)",
+                       metavar="RUN_DIR")
+    sequence_length: int = option(384, "pieces per window, [CLS]/[SEP] and the question included", kind=int,
+                                  minimum=8)
+    doc_stride: int = option(128, "context pieces between the starts of consecutive windows", kind=int, minimum=1)
+    max_query_length: int = option(64, "question pieces kept", kind=int, minimum=1)
+    max_answer_length: int = option(30, "longest answer in pieces", kind=int, minimum=1)
+    n_best: int = option(20, "start and end candidates per window in span decoding", kind=int, minimum=1)
+    batch_size: int = option(32, "windows per batch", kind=int, minimum=1)
+    epochs: float = option(3.0, "epochs over the training questions: the run's length without --steps and "
+                                "--time-budget, and the longest schedule --time-budget alone is fitted to",
+                           kind=float, minimum=0, exclusive_minimum=True)
+    learning_rate: float = option(5e-5, "peak learning rate (AdamW)", kind=float, minimum=0, exclusive_minimum=True)
+    warmup_fraction: float = option(0.1, "fraction of the steps with linear warmup", kind=float, minimum=0, maximum=1)
+    schedule_steps: int = option(None, SCHEDULE_STEPS_HELP, kind=int, minimum=0, exclusive_minimum=True)
+    weight_decay: float = option(0.01, "AdamW weight decay (not on biases and LayerNorm)", kind=float, minimum=0)
+    layer_decay: float = option(None, "layer-wise learning-rate decay factor (e.g. 0.9; none: off)", kind=float,
+                                minimum=0, maximum=1, exclusive_minimum=True)
+    max_examples: int = option(None, "read at most this many training questions", kind=int, minimum=1)
+    max_dev_examples: int = option(None, "score at most this many held-out questions (the first ones)", kind=int,
+                                   minimum=1, scope=SESSION)
+    eval_batch_size: int = option(32, "questions per batch when scoring", kind=int, minimum=1, scope=SESSION)
+
+    def check(self):
+        if self.max_query_length > self.sequence_length - 4:
+            raise ValueError(f"max_query_length={self.max_query_length} leaves no context piece in windows of "
+                             f"sequence_length={self.sequence_length} (at most sequence_length - 4)")
+        if self.dev is not None and self.holdout_fraction is not None:
+            raise ValueError("give either dev (a held-out file) or holdout_fraction (a split of train), not both")
+
+
+@dataclasses.dataclass(frozen=True)
+class FillMaskOptions(JobOptions):
+    """``kerasplm fill-mask``."""
+    texts: tuple = option((), 'texts containing [MASK], e.g. "the [MASK] sat on the mat"', positional=True,
+                          nargs="+")
+    run: str = option(None, "run directory written by `kerasplm train bert`", metavar="RUN_DIR", required=True)
+    top_k: int = option(5, "tokens per mask", kind=int, minimum=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class FillMaskExportOptions(ExportOptions):
+    """``kerasplm export fill-mask``."""
+    to: str = option("export/fill_mask", "model base path: the SavedModel goes to <to>/<version>/", metavar="DIR")
+    top_k: int = option(5, "tokens per mask", kind=int, minimum=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class EmbedderExportOptions(ExportOptions):
+    """``kerasplm export embedder``."""
+    pooling: str = option(None, "cls or mean pooling (default: the run's recorded sentence-transformers pooling, "
+                          "else mean)", choices="kerasplm.models.bert_tasks:POOLINGS")
+    normalize: bool = option(None, "L2-normalize the embeddings (default: as the run records, else yes)", kind=bool)
+    sequence_length: int = option(None, "cap on tokens per text, [CLS]/[SEP] included (default: the run's "
+                                  "max_seq_length, else the model's positions)", kind=int, minimum=3)
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvertBertOptions(JobOptions):
+    """``kerasplm convert bert``."""
+    source: str = option(None, "the directory holding the weights", flag="--from", metavar="DIR", required=True)
+    out: str = option(None, "the run directory to write (must not hold a run)", metavar="RUN_DIR", required=True)
+    allow_pickle: bool = option(False, "also read pytorch_model.bin (unpickling runs code from the file: only for "
+                                "files you trust)", const=True, choices=[True, False])
+
+
+_RESUMABLE = "Rerun the same command to resume."
+COMMANDS = [
+    Command("train", "bert", "pretrain BERT (MLM + NSP/SOP) on a plain-text corpus", BertPretrainingOptions,
+            "kerasplm.jobs.bert_pretraining:train_bert",
+            description="Pretrain a BERT from raw text (one sentence per line, blank line between documents; or "
+                        "WikiText). Resumes an existing run in --out with its stored options.",
+            out_default="runs/bert", default_time_budget=DEFAULT_TIME_BUDGET),
+    Command("finetune", "bert-classifier", "sentence (pair) classification or regression on a BERT run",
+            BertClassifierOptions, "kerasplm.jobs.bert_finetune:finetune_bert_classifier",
+            description="Fine-tune a BERT run (--init) on tab-separated examples; prints the dev accuracy, F1 and "
+                        "MCC and writes them to metrics.json. " + _RESUMABLE),
+    Command("finetune", "bert-tagger", "BERT named-entity tagger on CoNLL-2003 files", TaggerOptions,
+            "kerasplm.jobs.bert_tagger_job:finetune_bert_tagger",
+            description="Fine-tune a BERT run (--init) on CoNLL-2003 files; prints the dev entity F1 (conlleval) "
+                        "and writes it to metrics.json. " + _RESUMABLE),
+    Command("finetune", "bert-simcse", "unsupervised SimCSE sentence embeddings on a BERT run", SimCSEOptions,
+            "kerasplm.jobs.bert_simcse_job:finetune_bert_simcse",
+            description="Train sentence embeddings with unsupervised SimCSE (dropout noise, in-batch negatives) from "
+                        "a BERT run (--init) on a text file, one sentence per line; export the run with `kerasplm "
+                        "export embedder`. " + _RESUMABLE),
+    Command("finetune", "bert-qa", "extractive question answering (SQuAD v1.1 JSON) on a BERT run", BertQAOptions,
+            "kerasplm.jobs.bert_qa_job:finetune_bert_qa",
+            description="Fine-tune a BERT run (--init) on SQuAD v1.1 files; prints the held-out exact match and F1 "
+                        "(--dev, or --holdout-fraction of --train's articles) and writes them to metrics.json. "
+                        + _RESUMABLE),
+    Command("", "fill-mask", "predict the [MASK] tokens of texts with a pretraining run", FillMaskOptions,
+            "kerasplm.export.bert:print_fill_mask",
+            description="Print the top-k tokens and probabilities for every [MASK]."),
+    Command("export", "fill-mask", "export a BERT pretraining run as a fill-mask model", FillMaskExportOptions,
+            "kerasplm.export.bert:export_fill_mask_run",
+            description="Export a fill-mask SavedModel (text with [MASK] -> top-k tokens)."),
+    Command("export", "embedder", "export a BERT run as a sentence-embedding SavedModel", EmbedderExportOptions,
+            "kerasplm.export.embedder:export_embedder_run",
+            description="Export a BERT run (converted, pretrained or fine-tuned): `text` strings -> `embedding` "
+                        "vectors, pooled and normalized as the run records."),
+    Command("export", "classifier", "export a fine-tuned BERT or GPT classifier run", ExportOptions,
+            "kerasplm.export.classifier:export_classifier_run",
+            description="Export a `kerasplm finetune bert-classifier` or `gpt-classifier` run: `text` (and "
+                        "`text_pair` for a pair model) strings -> `probabilities` and `label` names."),
+    Command("export", "tagger", "export a BERT tagger run", ExportOptions, "kerasplm.export.tagger:export_tagger_run",
+            description="Export a `finetune bert-tagger` run: text -> entity spans."),
+    Command("export", "qa", "export a BERT question answering run", ExportOptions, "kerasplm.export.qa:export_qa_run",
+            description="Export a `finetune bert-qa` run: question + context strings -> answer, start/end character "
+                        "offsets, score."),
+    Command("convert", "bert", "a HuggingFace BERT directory or Google's BERT checkpoint", ConvertBertOptions,
+            "kerasplm.convert.bert:convert_bert_command",
+            description="Convert a HuggingFace BERT directory (config.json, model.safetensors, vocab.txt) or "
+                        "Google's layout (bert_config.json, bert_model.ckpt.*, vocab.txt) into a run directory."),
+]
+
+RUN_LOADERS = {"bert": "kerasplm.models.bert_runs:load_bert_run",
+               "bert_classifier": "kerasplm.jobs.bert_finetune:load_bert_classifier_run",
+               "bert_tagger": "kerasplm.jobs.bert_tagger_job:load_bert_tagger",
+               "bert_simcse": "kerasplm.jobs.bert_simcse_job:load_bert_simcse_run",
+               "bert_qa": "kerasplm.jobs.bert_qa_job:load_bert_qa"}

@@ -1,0 +1,197 @@
+"""Fine-tune a BERT run on extractive question answering (SQuAD v1.1 files): ``kerasplm finetune bert-qa``.
+
+    summary = finetune_bert_qa("runs/squad", train="dev-v1.1.json", holdout_fraction=0.2,
+                               init="runs/minilm", steps=2000)
+    summary["dev"]["exact_match"], summary["dev"]["f1"]
+
+Recipe (BERT paper, section 4.2 and appendix A.3): windows of 384 pieces with a document stride of 128 and
+questions of at most 64 pieces (:mod:`kerasplm.models.bert_qa`), the classifier's AdamW (ε 1e-6, weight decay
+0.01 off biases and LayerNorm, clip 1) with warmup over 10% of the steps and linear decay, 5e-5, batch 32, 3
+epochs (over the training questions) unless ``steps`` / ``time_budget`` say otherwise. Each training question
+uses its first answer. The held-out questions (``dev``, or with ``holdout_fraction`` and no ``dev`` the
+articles :func:`kerasplm.data.squad.split_by_article` holds out of ``train``) are answered with the spans
+of :func:`kerasplm.models.bert_qa.decode_answers` and scored with the official v1.1 EM/F1
+(:mod:`kerasplm.jobs.squad_metrics`): printed and written to ``metrics.json`` (``dev``), the predictions
+to ``predictions.json`` (``{id: answer}``, the official script's input). Resumable like every kerasplm job.
+
+Run directory: family ``bert_qa``; ``model`` = the backbone's config; asset ``vocab``; loader
+:func:`load_bert_qa` (a :class:`BertQA`).
+"""
+import dataclasses
+import math
+import os
+import shutil
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from kerasplm.data.squad import read_squad, split_by_article
+from kerasplm.models.bert import BertBackbone, BertConfig
+from kerasplm.models.bert_qa import INPUT_KEYS, BertQuestionAnswerer, QuestionAnswerPreprocessor, answer_questions
+from kerasplm.jobs.bert_finetune import (bert_init_parts, fine_tuning_schedule, make_optimizer, plan_schedule)
+from kerasplm.families.bert import BertQAOptions
+from kerasplm.jobs.job import fit_scheduled, open_run, restores_global_policy, training_summary
+from kerasplm.options import RUN, resolve_options
+from kerasplm.runs import RunDir
+from kerasplm.jobs.squad_metrics import squad_scores
+from kerasplm.text.bert_tokenizer import BertTokenizer
+from kerasplm.training import Trainer
+
+FAMILY = "bert_qa"
+ASSETS = {"vocab": "vocab.txt"}
+PREDICTIONS = "predictions.json"
+LABEL_KEYS = ("start_positions", "end_positions")
+__all__ = ["BertQAOptions", "BertQA", "finetune_bert_qa", "load_bert_qa", "make_qa_features"]
+
+
+@dataclasses.dataclass
+class BertQA:
+    """A fine-tuned question answerer: ``model``, its ``preprocessor`` and the decoding options."""
+
+    model: BertQuestionAnswerer
+    preprocessor: QuestionAnswerPreprocessor
+    max_answer_length: int = 30
+    n_best: int = 20
+
+    def __post_init__(self):
+        self._answer = tf.function(
+            lambda q, c: answer_questions(self.model, self.preprocessor, q, c, self.max_answer_length, self.n_best),
+            input_signature=[tf.TensorSpec([None], tf.string)] * 2, autograph=False)
+
+    def answer(self, questions, contexts, batch_size=32):
+        """Lists of strings -> ``{"answer": [str], "start", "end" (character offsets), "score"}`` (numpy)."""
+        if len(questions) != len(contexts):
+            raise ValueError(f"{len(questions)} questions for {len(contexts)} contexts")
+        parts = [self._answer(tf.constant(list(questions[i:i + batch_size]), tf.string),
+                              tf.constant(list(contexts[i:i + batch_size]), tf.string))
+                 for i in range(0, len(questions), batch_size)]
+        out = {k: np.concatenate([p[k].numpy() for p in parts]) if parts else np.zeros([0])
+               for k in ("answer", "start", "end", "score")}
+        out["answer"] = [a.decode("utf-8") for a in out["answer"]]
+        return out
+
+
+def make_qa_features(preprocessor, examples, chunk=256):
+    """Training windows of ``examples`` (each with its first answer) as a dict of int32 numpy arrays ``(W, L)``
+    / ``(W,)``: the model inputs and ``start_positions``/``end_positions``. Eager: tracing the ragged window
+    arithmetic costs more than running it once over a SQuAD-sized file."""
+    parts = []
+    for i in range(0, len(examples), chunk):
+        part = examples[i:i + chunk]
+        features = preprocessor(tf.constant([e.question for e in part]), tf.constant([e.context for e in part]),
+                         tf.constant([e.answers[0].start for e in part], tf.int64),
+                         tf.constant([e.answers[0].end for e in part], tf.int64))
+        parts.append({k: features[k].numpy().astype(np.int32) for k in INPUT_KEYS + LABEL_KEYS})
+    return {k: np.concatenate([p[k] for p in parts]) for k in INPUT_KEYS + LABEL_KEYS}
+
+
+def _dataset(features, batch_size, seed):
+    """Shuffled (seeded, the same order in every process: exact resume), repeated, full batches."""
+    count = len(features["token_ids"])
+    ds = tf.data.Dataset.from_tensor_slices(features).shuffle(count, seed=seed, reshuffle_each_iteration=True)
+    return ds.repeat().batch(batch_size, drop_remainder=True).prefetch(2)
+
+
+def _examples(o):
+    """``(train, held_out)`` questions from the options (held_out empty when nothing is to be scored)."""
+    train = read_squad(o.train)
+    held_out = read_squad(o.dev) if o.dev else []
+    if o.holdout_fraction is not None:
+        train, held_out = split_by_article(train, o.holdout_fraction, seed=o.seed)
+    return (train[:o.max_examples] if o.max_examples else train), held_out
+
+
+def _check_config(run, config):
+    try:
+        BertConfig(**config["model"]["backbone"]).validate()
+        bool(config["model"]["lower_case"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise run.error(run.CONFIG, f"'model' is not a BERT question answering config ({e})") from None
+
+
+def evaluate_qa(qa, examples, batch_size=32):
+    """Official v1.1 EM/F1 of ``qa`` (a :class:`BertQA`) on ``examples``; returns ``(scores, {id: answer})``."""
+    answers = qa.answer([e.question for e in examples], [e.context for e in examples], batch_size)["answer"]
+    predictions = {e.id: a for e, a in zip(examples, answers)}
+    return squad_scores(predictions, {e.id: [g.text for g in e.answers] for e in examples}), predictions
+
+
+@restores_global_policy
+def finetune_bert_qa(out, options=None, log=print, **overrides):
+    """Fine-tunes (or resumes) a question answering run in ``out``; scores the held-out questions; returns the
+    summary (also ``metrics.json``), with ``"qa"`` the trained :class:`BertQA`."""
+    run = RunDir(out)
+    stored = run.read_config(family=FAMILY, what="BERT question answering")["options"] if run.exists() else None
+    planned_options, _ = resolve_options(BertQAOptions, options, overrides, stored=stored, where=out)
+    if planned_options.train is None:
+        raise ValueError("give the training file (train / --train)")
+    train, held_out = _examples(planned_options)
+    planned = max(1, math.ceil(planned_options.epochs * len(train) / planned_options.batch_size))
+    overrides = dict(overrides)
+    if planned_options.steps is None and planned_options.time_budget is None:
+        overrides["steps"] = planned
+    run, o, config, previous_history = open_run(out, FAMILY, BertQAOptions, options, overrides,
+                                                what="BERT question answering", check_config=_check_config)
+    o = plan_schedule(o, resumed=config is not None, legacy_steps=max(planned, o.steps or 0))
+    if config is None:
+        backbone, tokenizer, init_options = bert_init_parts(o.init, o.sequence_length, "sequence_length")
+        os.makedirs(out, exist_ok=True)
+        init_run = RunDir(o.init)
+        shutil.copyfile(init_run.asset(init_run.read_config(), "vocab"), run.file(ASSETS["vocab"]))
+        model_config = {"backbone": dataclasses.asdict(backbone.config),
+                        "lower_case": bool(init_options.get("lower_case", True))}
+        config = run.write_config(FAMILY, "question_answering", "custom", model_config, o.stored(RUN), assets=ASSETS)
+    else:
+        log(f"resuming run in {out}")
+        backbone = BertBackbone.from_config_object(BertConfig(**config["model"]["backbone"]))  # checkpoint restores
+        tokenizer = BertTokenizer(run.asset(config, "vocab"), lower_case=config["model"]["lower_case"])
+    preprocessor = QuestionAnswerPreprocessor(tokenizer, o.sequence_length, o.doc_stride, o.max_query_length)
+    t0 = time.time()
+    features = make_qa_features(preprocessor, train)
+    windows = len(features["token_ids"])
+    log(f"data: {len(train)} training questions -> {windows} windows "
+        f"({int((features['start_positions'] > 0).sum())} holding their answer) in {time.time() - t0:.0f}s; "
+        f"{len(held_out)} held-out questions")
+    schedule = fine_tuning_schedule(o, o.schedule_steps)
+    trainer = Trainer(
+        model=lambda: BertQuestionAnswerer(backbone),
+        optimizer=lambda: make_optimizer(o, schedule, backbone.config.num_layers),
+        compute_loss=BertQuestionAnswerer.trainer_loss, jit_compile=o.jit_compile, clip_norm=1.0,
+        checkpoint_dir=run.checkpoint_dir, checkpoint_every=500, log_dir=run.log_dir, seed=o.seed, verbose=o.verbose)
+    history, train_seconds = fit_scheduled(run, trainer, previous_history,
+                                           lambda: _dataset(features, o.batch_size, o.seed), o, schedule,
+                                           log, most=planned, log_every=25)
+    total_steps = schedule.total_steps
+    log(f"trained to step {trainer.step} of {total_steps} planned ({trainer.stop_reason}) in {train_seconds:.0f}s")
+    serving_preprocessor = QuestionAnswerPreprocessor(tokenizer, o.sequence_length, o.doc_stride, o.max_query_length,
+                                                      pad_to_length=False)
+    qa = BertQA(trainer.model, serving_preprocessor, o.max_answer_length, o.n_best)
+    summary = training_summary(trainer, history, train_seconds)
+    summary.update(planned_steps=total_steps, train_questions=len(train), train_windows=windows)
+    if trainer.stop_reason != "sigterm" and held_out:
+        scored = held_out[:o.max_dev_examples] if o.max_dev_examples else held_out
+        t0 = time.time()
+        summary["dev"], predictions = evaluate_qa(qa, scored, o.eval_batch_size)
+        summary["dev_seconds"] = round(time.time() - t0, 1)
+        run.write_json(PREDICTIONS, predictions)
+        log(f"dev exact match {summary['dev']['exact_match']:.2f} F1 {summary['dev']['f1']:.2f} "
+            f"({len(scored)} questions, step {trainer.step})")
+    if trainer.stop_reason != "sigterm":
+        run.write_json(run.METRICS, summary)
+    trainer.close()
+    summary["qa"] = qa
+    return summary
+
+
+def load_bert_qa(run, config):
+    """``load_run``'s loader for family ``bert_qa``: a :class:`BertQA` with its checkpoint restored."""
+    _check_config(run, config)
+    options = config["options"]
+    model = BertQuestionAnswerer(BertBackbone.from_config_object(BertConfig(**config["model"]["backbone"])))
+    run.restore(model=model)
+    tokenizer = BertTokenizer(run.asset(config, "vocab"), lower_case=config["model"]["lower_case"])
+    preprocessor = QuestionAnswerPreprocessor(tokenizer, int(options["sequence_length"]), int(options["doc_stride"]),
+                                              int(options["max_query_length"]), pad_to_length=False)
+    return BertQA(model, preprocessor, int(options["max_answer_length"]), int(options["n_best"]))
+

@@ -1,0 +1,156 @@
+"""Unsupervised SimCSE on a BERT run: ``kerasplm finetune bert-simcse --train TXT --init RUN_DIR ...``.
+
+    summary = finetune_bert_simcse("runs/simcse", train="sentences.txt", init="runs/minilm", steps=500)
+    kerasplm export embedder --run runs/simcse --to export/simcse      # [CLS] (or mean) pooling, recorded
+
+Recipe (Gao et al. 2021, section 3 and appendix A): one sentence per line of a plain-text file, batches of
+64, sentences cut to 32 word pieces, learning rate 3e-5 decaying linearly to 0, no warmup, no weight decay,
+temperature 0.05, dropout 0.1 as the only noise (:class:`kerasplm.models.bert_simcse.BertSimCSE`). The
+optimizer is the BERT fine-tuning one (:func:`kerasplm.jobs.bert_finetune.make_optimizer`).
+
+Run directory: family ``bert_simcse``; ``model`` = the backbone's config, ``pooling``, ``mlp``,
+``temperature``; asset ``vocab``; the options record ``sentence_embedding`` in the converter's
+(sentence-transformers') terms, so ``kerasplm export embedder --run`` pools as the model was trained.
+``metrics.json``: the training summary and, with ``--dev``, uniformity and mean pairwise cosine of the
+held-out sentences' embeddings (Wang & Isola 2020). Resumable like every kerasplm job.
+"""
+import dataclasses
+import os
+import shutil
+
+import numpy as np
+import tensorflow as tf
+
+from kerasplm.models.bert import BertBackbone, BertConfig
+from kerasplm.models.bert_simcse import BertSimCSE, alignment_uniformity
+from kerasplm.jobs.bert_finetune import (bert_init_parts, fine_tuning_schedule, make_optimizer, plan_schedule)
+from kerasplm.families.bert import SimCSEOptions
+from kerasplm.jobs.job import fit_scheduled, open_run, restores_global_policy, training_summary
+from kerasplm.options import RUN
+from kerasplm.runs import RunDir
+from kerasplm.text.bert_tokenizer import BertPreprocessor, BertTokenizer
+from kerasplm.training import Trainer
+
+FAMILY = "bert_simcse"
+ASSETS = {"vocab": "vocab.txt"}
+# Our pooling names -> sentence-transformers' (what the embedder export reads from a run's options).
+_RECORDED_POOLING = {"cls": "cls_token", "mean": "mean_tokens"}
+__all__ = ["SimCSEOptions", "finetune_bert_simcse", "load_bert_simcse_run", "read_sentences"]
+
+
+def read_sentences(path, max_examples=None):
+    """The non-empty lines of a UTF-8 text file (stripped); errors name the file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            sentences = [line.strip() for line in f if line.strip()]
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text ({e})") from None
+    sentences = sentences[:max_examples] if max_examples else sentences
+    if len(sentences) < 2:
+        raise ValueError(f"{path}: {len(sentences)} sentence(s); SimCSE needs at least 2 (in-batch negatives)")
+    return sentences
+
+
+def make_sentence_dataset(preprocessor, sentences, batch_size, seed):
+    """Endless batches of ``batch_size`` packed sentences (input dicts), in a seeded order every process replays."""
+    ds = tf.data.Dataset.from_tensor_slices(tf.constant(sentences, tf.string))
+    ds = ds.shuffle(len(sentences), seed=seed, reshuffle_each_iteration=True).repeat()
+    ds = ds.batch(batch_size, drop_remainder=True)
+    return ds.map(tf.autograph.experimental.do_not_convert(preprocessor), num_parallel_calls=tf.data.AUTOTUNE,
+                  deterministic=True).prefetch(2)
+
+
+def _model_parts(run, config):
+    model = config["model"]
+    try:
+        return (BertConfig(**model["backbone"]).validate(), str(model["pooling"]), bool(model["mlp"]),
+                float(model["temperature"]))
+    except (KeyError, TypeError, ValueError) as e:
+        raise run.error(run.CONFIG, f"'model' is not a SimCSE config ({e})") from None
+
+
+def load_bert_simcse_run(run, config):
+    """The loader of family ``bert_simcse``: a :class:`BertSimCSE` with its checkpoint restored and a
+    :class:`BertPreprocessor` (``model.backbone`` is what the embedder export takes)."""
+    backbone_config, pooling, mlp, temperature = _model_parts(run, config)
+    options = config["options"]
+    tokenizer = BertTokenizer(run.asset(config, "vocab"), lower_case=bool(options.get("lower_case", True)))
+    model = BertSimCSE(BertBackbone.from_config_object(backbone_config), pooling, temperature, mlp,
+                       preprocessor=BertPreprocessor(tokenizer, int(options.get("max_length", 32))))
+    run.restore(model=model)
+    return model
+
+
+def embed_sentences(model, preprocessor, sentences, batch_size=128):
+    """Test-time embeddings (no dropout, no MLP) ``(N, H)`` of a list of strings."""
+    return np.concatenate([model(preprocessor(tf.constant(sentences[i:i + batch_size])), training=False).numpy()
+                           for i in range(0, len(sentences), batch_size)])
+
+
+def dev_metrics(model, preprocessor, sentences):
+    """Uniformity (Wang & Isola) and the mean cosine of distinct sentences on held-out ``sentences``."""
+    embeddings = embed_sentences(model, preprocessor, sentences)
+    unit = embeddings / np.maximum(np.linalg.norm(embeddings, axis=-1, keepdims=True), 1e-12)
+    cosines = (unit @ unit.T)[np.triu_indices(len(unit), k=1)]
+    return {**alignment_uniformity(embeddings), "mean_cosine": float(cosines.mean()), "sentences": len(sentences)}
+
+
+@restores_global_policy
+def finetune_bert_simcse(out, options=None, log=print, **overrides):
+    """Train (or resume) unsupervised SimCSE in run directory ``out``; returns the summary (``metrics.json``),
+    with the trained :class:`BertSimCSE` under ``"model"``."""
+    run, o, config, previous_history = open_run(out, FAMILY, SimCSEOptions, options, overrides,
+                                                what="BERT SimCSE", check_config=_model_parts)
+    o = plan_schedule(o, resumed=config is not None, legacy_steps=o.steps or 1000)
+    if o.train is None:
+        raise ValueError("give the training sentences (train / --train)")
+    sentences = read_sentences(o.train, o.max_examples)
+    if len(sentences) < o.batch_size:
+        raise ValueError(f"{o.train}: {len(sentences)} sentences, fewer than batch_size={o.batch_size}")
+    if config is None:
+        init_backbone, tokenizer, init_options = bert_init_parts(o.init, o.max_length)
+        backbone_config = init_backbone.config
+        mlp = o.mlp and o.pooling == "cls"
+        os.makedirs(out, exist_ok=True)
+        init_run = RunDir(o.init)
+        shutil.copyfile(init_run.asset(init_run.read_config(), "vocab"), run.file(ASSETS["vocab"]))
+        recorded = {"pooling": [_RECORDED_POOLING[o.pooling]], "normalize": o.normalize}
+        model_config = {"backbone": dataclasses.asdict(backbone_config), "pooling": o.pooling, "mlp": mlp,
+                        "temperature": o.temperature}
+        config = run.write_config(FAMILY, "sentence_embedding", "custom", model_config,
+                                  {**o.stored(RUN), "lower_case": tokenizer.lower_case,
+                                   "sentence_embedding": recorded}, assets=ASSETS)
+    else:
+        log(f"resuming run in {out}")
+        init_backbone = None
+        backbone_config, _, mlp, _ = _model_parts(run, config)
+        tokenizer = BertTokenizer(run.asset(config, "vocab"), lower_case=bool(config["options"].get("lower_case")))
+    preprocessor = BertPreprocessor(tokenizer, o.max_length)
+
+    def make_model():
+        model = BertSimCSE(BertBackbone.from_config_object(backbone_config), o.pooling, o.temperature, mlp,
+                           preprocessor=preprocessor)
+        if init_backbone is not None:                   # a new run starts from the pretrained weights
+            model.backbone.set_weights(init_backbone.get_weights())
+        return model
+
+    schedule = fine_tuning_schedule(o, o.schedule_steps)
+    trainer = Trainer(model=make_model, optimizer=lambda: make_optimizer(o, schedule, backbone_config.num_layers),
+                      compute_loss=BertSimCSE.trainer_loss, jit_compile=o.jit_compile, clip_norm=1.0,
+                      checkpoint_dir=run.checkpoint_dir, checkpoint_every=500, log_dir=run.log_dir, seed=o.seed,
+                      verbose=o.verbose)
+    log(f"data: {len(sentences)} sentences, batches of {o.batch_size}, {o.pooling} pooling")
+    train_ds = make_sentence_dataset(preprocessor, sentences, o.batch_size, o.seed)
+    history, train_seconds = fit_scheduled(run, trainer, previous_history, train_ds, o, schedule,
+                                           log, log_every=25)
+    log(f"trained to step {trainer.step} ({trainer.stop_reason}) in {train_seconds:.0f}s")
+    summary = training_summary(trainer, history, train_seconds)
+    if trainer.stop_reason != "sigterm":
+        if o.dev is not None:
+            summary["dev"] = dev_metrics(trainer.model, preprocessor, read_sentences(o.dev))
+            log(f"dev uniformity {summary['dev']['uniformity']:.3f}, mean cosine {summary['dev']['mean_cosine']:.3f} "
+                f"({summary['dev']['sentences']} sentences)")
+        run.write_json(run.METRICS, summary)
+    trainer.close()
+    summary["model"] = trainer.model
+    return summary

@@ -1,0 +1,254 @@
+"""The run directory: one format for every model family, one loader.
+
+A run directory holds everything needed to resume, evaluate, use and export a trained model::
+
+    RUN_DIR/config.json     {"format_version": 2, "family": "transformer_translator", "task": "translation",
+                             "preset": "transformer_seed", "model": {...the model config...},
+                             "options": {...the job's RUN options...},
+                             "assets": {"source_vocab": "src_vocab.txt", ...}, "kerasplm_version": "0.x"}
+    RUN_DIR/<assets>        tokenizer files named in config["assets"] (paths relative to RUN_DIR)
+    RUN_DIR/checkpoints/    tf.train.CheckpointManager: model, optimizer, step, RNG state
+    RUN_DIR/logs/           TensorBoard summaries
+    RUN_DIR/history.json    the Trainer's history over every session of the run (dict of lists)
+    RUN_DIR/metrics.json    the last session's evaluation summary
+
+``config.json`` is written once the run is known to be valid (options checked, data read,
+tokenizers built), so its presence means "a run exists here"; the next job in the same directory
+resumes it, keeping its stored options (see :func:`kerasplm.options.resolve_options`).
+JSON files are replaced atomically and created with the same permissions as any other file the
+user creates (mode 0666 minus the umask). Every problem with a run file is a :class:`RunDirError`
+(a ``ValueError``) whose one-line message names the file and what is wrong, which the CLI prints
+with exit status 2.
+
+:func:`load_run` reads ``config.json`` and calls the loader that the family's manifest declares for its
+``family`` (``RUN_LOADERS`` in ``kerasplm/families/<family>.py``, found by :mod:`kerasplm.registry`):
+``load(run_dir: RunDir, config: dict)`` returns the trained object. Translator runs written before format 2 (keys
+family/preset/model/data/train/kerasplm_version) are read as format 2.
+"""
+import json
+import os
+import secrets
+
+import kerasplm
+from kerasplm import registry
+
+__all__ = ["FORMAT_VERSION", "RunDir", "RunDirError", "load_run"]
+
+FORMAT_VERSION = 2
+_REQUIRED = {"family": str, "preset": str, "model": dict, "options": dict}
+
+
+class RunDirError(ValueError):
+    """A missing or damaged run file; the message (one line) names it."""
+
+
+def load_run(path, family=None, what=None):
+    """The trained object of any run directory (a Translator for a translator run, ...).
+
+    ``family`` (a run family or a tuple of them): refuse runs of any other family, naming ``what`` was
+    expected (e.g. "a translator run, written by kerasplm train translator").
+    """
+    run = RunDir(path)
+    config = run.read_config()
+    families = (family,) if isinstance(family, str) else family
+    if families and config["family"] not in families:
+        raise run.error(run.CONFIG, f"a {config['family']} run, not {what or ' or '.join(families) + ' run'}")
+    loader = registry.run_loader(config["family"])
+    if loader is None:
+        raise RunDirError(f"{run.config_path}: unknown family {config['family']!r} "
+                          f"(known: {', '.join(registry.known_run_families())})")
+    return loader(run, config)
+
+
+def _upgrade_v1(config):
+    """The translator's first format (data/train sections) as format 2."""
+    data, train = config.get("data"), config.get("train")
+    if not isinstance(data, dict) or not isinstance(train, dict):
+        return config  # reported as missing/malformed keys by the caller
+    options = {"data": data.get("path"), "src_col": data.get("src_col"), "tgt_col": data.get("tgt_col"),
+               "max_length": data.get("max_length"), "preset": config.get("preset"), **train}
+    upgraded = {k: v for k, v in config.items() if k not in ("data", "train")}
+    upgraded.update(format_version=FORMAT_VERSION, task="translation",
+                    options={k: v for k, v in options.items() if v is not None or k == "data"},
+                    assets={"source_vocab": "src_vocab.txt", "target_vocab": "tgt_vocab.txt"})
+    return upgraded
+
+
+class RunDir:
+    """Paths and files of one run directory (see the module docstring)."""
+
+    CONFIG, HISTORY, METRICS = "config.json", "history.json", "metrics.json"
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+
+    def file(self, name):
+        return os.path.join(self.path, name)
+
+    @property
+    def config_path(self):
+        return self.file(self.CONFIG)
+
+    @property
+    def checkpoint_dir(self):
+        return self.file("checkpoints")
+
+    @property
+    def log_dir(self):
+        return self.file("logs")
+
+    def exists(self):
+        """True when a run was started here (its config.json exists)."""
+        return os.path.isfile(self.config_path)
+
+    def error(self, name, problem):
+        """A RunDirError about file ``name`` of this run."""
+        return RunDirError(f"{self.file(name)}: {problem}")
+
+    # ------------------------------------------------------------------ writing
+    def write_text(self, name, text):
+        """Atomically replace ``name`` with ``text`` (UTF-8), mode 0666 minus the umask."""
+        os.makedirs(self.path, exist_ok=True)
+        target = self.file(name)
+        tmp = os.path.join(os.path.dirname(target), f".tmp-{secrets.token_hex(6)}-{os.path.basename(target)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for open()
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, target)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise
+
+    def write_json(self, name, payload):
+        self.write_text(name, json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+
+    def write_config(self, family, task, preset, model, options, assets=None):
+        """Write config.json in the current format (call it once the run is known to be valid)."""
+        config = {"format_version": FORMAT_VERSION, "family": family, "task": task, "preset": preset,
+                  "model": model, "options": options, "assets": dict(assets or {}),
+                  "kerasplm_version": kerasplm.__version__}
+        self.write_json(self.CONFIG, config)
+        return config
+
+    def update_options(self, config=None, **changes):
+        """Rewrite config.json (``config``, default: the stored one) with ``changes`` to its options (a value known
+        only once training started, such as a schedule length fitted to a time budget); returns the new config."""
+        config = self.read_config() if config is None else config
+        config = {**config, "options": {**config["options"], **changes}}
+        self.write_json(self.CONFIG, config)
+        return config
+
+    # ------------------------------------------------------------------ reading
+    def read_json(self, name, expected=dict):
+        path = self.file(name)
+        try:
+            with open(path, encoding="utf-8") as f:
+                payload = json.load(f)
+        except FileNotFoundError:
+            raise self.error(name, "missing") from None
+        except UnicodeDecodeError as e:
+            raise self.error(name, f"not UTF-8 text ({e.reason} at byte {e.start}); the file is damaged") from None
+        except json.JSONDecodeError as e:
+            raise self.error(name, f"not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); "
+                                   f"the file is truncated or damaged") from None
+        if not isinstance(payload, expected):
+            raise self.error(name, f"expected a JSON {_json_type(expected)}, got {_json_type(type(payload))}")
+        return payload
+
+    def read_config(self, family=None, what="kerasplm"):
+        """config.json in the current format, its shape checked; ``family`` (if given) must match."""
+        if not os.path.isfile(self.config_path):
+            raise RunDirError(f"{self.path} is not a {what} run directory (no config.json)")
+        config = self.read_json(self.CONFIG)
+        if "format_version" not in config:
+            config = _upgrade_v1(config)
+        version = config.get("format_version")
+        if not isinstance(version, int) or isinstance(version, bool) or version > FORMAT_VERSION:
+            raise self.error(self.CONFIG, f"format_version {version!r} is not one this kerasplm "
+                                          f"({kerasplm.__version__}) reads (<= {FORMAT_VERSION}); upgrade kerasplm")
+        for key, kind in _REQUIRED.items():
+            if key not in config:
+                raise self.error(self.CONFIG, f"missing key {key!r}")
+            if not isinstance(config[key], kind):
+                raise self.error(self.CONFIG, f"{key!r} must be a JSON {_json_type(kind)}, "
+                                              f"got {_json_type(type(config[key]))}")
+        if not isinstance(config.setdefault("assets", {}), dict):
+            raise self.error(self.CONFIG, "'assets' must be a JSON object")
+        if family is not None and config["family"] != family:
+            raise self.error(self.CONFIG, f"a {config['family']} run, not a {family} run")
+        return config
+
+    def asset(self, config, key):
+        """Absolute path of asset ``key`` of ``config`` (an existing file)."""
+        name = config["assets"].get(key)
+        if not isinstance(name, str):
+            raise self.error(self.CONFIG, f"'assets' has no file for {key!r}")
+        if not os.path.isfile(self.file(name)):
+            raise self.error(name, "missing")
+        return self.file(name)
+
+    def read_history(self):
+        """history.json ({} when absent), checked to be a dict of lists."""
+        if not os.path.exists(self.file(self.HISTORY)):
+            return {}
+        history = self.read_json(self.HISTORY)
+        for key, values in history.items():
+            if not isinstance(values, list):
+                raise self.error(self.HISTORY, f"{key!r} must be a list, got {_json_type(type(values))}")
+        return history
+
+    def append_history(self, previous, segment, start_step):
+        """Write history.json: ``previous`` (entries up to ``start_step``, where this session resumed)
+        followed by this session's ``segment``; returns the merged history."""
+        merged = _merge_history(previous, segment, start_step)
+        self.write_json(self.HISTORY, merged)
+        return merged
+
+    # ------------------------------------------------------------------ checkpoints
+    def latest_checkpoint(self):
+        import tensorflow as tf
+
+        try:
+            latest = tf.train.latest_checkpoint(self.checkpoint_dir)
+        except Exception as e:  # a damaged 'checkpoint' state file
+            raise self.error(os.path.join("checkpoints", "checkpoint"), f"unreadable ({e})") from e
+        if latest is None:
+            raise RunDirError(f"no checkpoint in {self.checkpoint_dir}: train first")
+        return latest
+
+    def restore(self, **objects):
+        """Restore ``objects`` (model, step ...) from the latest checkpoint; returns its path."""
+        import tensorflow as tf
+
+        from kerasplm.training.checkpoints import restore_checkpoint
+
+        latest = self.latest_checkpoint()
+        restore_checkpoint(tf.train.Checkpoint(**objects), latest, partial=True)
+        return latest
+
+
+def _json_type(kind):
+    return {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "boolean",
+            type(None): "null"}.get(kind, kind.__name__)
+
+
+def _step_key(key, step_keys):
+    """The step list a history key belongs to: the longest prefix P with a "Pstep" key."""
+    prefixes = [k[:-len("step")] for k in step_keys if key.startswith(k[:-len("step")])]
+    return max(prefixes, key=len) + "step" if prefixes else None
+
+
+def _merge_history(previous, segment, start_step):
+    step_keys = [k for k in set(previous) | set(segment) if k.endswith("step")]
+    merged = {}
+    for key in list(previous) + [k for k in segment if k not in previous]:
+        owner = _step_key(key, step_keys)
+        old = previous.get(key, [])
+        if owner is not None and owner in previous:
+            # Entries logged after the checkpoint this session resumed from were never kept.
+            keep = sum(1 for s in previous[owner][:len(old)] if s <= start_step)
+            old = old[:keep]
+        merged[key] = list(old) + list(segment.get(key, []))
+    return merged

@@ -1,0 +1,15 @@
+"""The server's defaults, importable without TensorFlow (``kerasplm serve --help`` shows them)."""
+
+DEFAULT_SIGNATURE = "serving_default"
+DEFAULT_PORT = 8501
+DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024
+DEFAULT_POLL_SECONDS = 2.0
+# Below Kubernetes' default terminationGracePeriodSeconds (30 s), so the server finishes its requests
+# and exits on its own before the kubelet's SIGKILL.
+DEFAULT_SHUTDOWN_GRACE_SECONDS = 25.0
+# 1024 rows covers interactive clients and the batch-scoring clients TF Serving users write (a few
+# hundred rows per call); a larger request is refused rather than holding the machine for minutes.
+DEFAULT_MAX_BATCH_SIZE = 1024
+# Rows per signature call: bounds the memory of one request (a translator's attention and beam
+# tensors grow with the batch) while keeping the per-call overhead small.
+DEFAULT_BATCH_CHUNK_SIZE = 64

@@ -1,0 +1,200 @@
+"""finetune_bert_classifier on a toy sentiment task with a tiny BERT run: it learns, reports exact metrics,
+resumes, refuses conflicting options; the TSV reader; layer-wise learning-rate decay."""
+import json
+import os
+import random
+import shutil
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from kerasplm.cli import main
+from kerasplm.convert.bert import convert_bert_to_run, save_tf_bert
+from kerasplm.models.bert import BertBackbone
+from kerasplm.models.bert_tasks import BertClassifier
+from kerasplm.jobs.bert_finetune import (LayerwiseAdamW, finetune_bert_classifier, layer_decay_multiplier,
+                                          load_bert_classifier, read_classification_tsv)
+from kerasplm.options import OptionsConflict
+from kerasplm.text import write_vocab
+
+POSITIVE, NEGATIVE = ["good", "great", "fine", "nice"], ["bad", "awful", "poor", "sad"]
+FILLER = ["the", "movie", "film", "was", "is", "a", "plot", "very"]
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", "!", *POSITIVE, *NEGATIVE, *FILLER, "##s"]
+TINY = dict(vocab_size=len(VOCAB), num_layers=2, hidden_size=32, num_heads=2, intermediate_size=64, max_positions=32)
+
+
+def make_tiny_bert_run(directory):
+    """A random tiny BERT written in Google's layout and converted: a run like `kerasplm convert bert` makes."""
+    source = os.path.join(directory, "google")
+    keras.utils.set_random_seed(0)
+    save_tf_bert(BertBackbone(**TINY), source)
+    write_vocab(VOCAB, os.path.join(source, "vocab.txt"))
+    return convert_bert_to_run(source, os.path.join(directory, "run")).path
+
+
+def toy_examples(n, seed, pair=False):
+    """Sentences whose label is that of the sentiment words they hold (pairs: the label is that of the second text)."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        label = rng.randrange(2)
+        words = rng.sample(POSITIVE if label else NEGATIVE, 3) + rng.sample(FILLER, 1)
+        rng.shuffle(words)
+        text = " ".join(words) + rng.choice([" .", " !", ""])
+        rows.append((" ".join(rng.sample(FILLER, 2)), text, label) if pair else (text, label))
+    return rows
+
+
+def write_tsv(path, rows, header):
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\t".join(header) + "\n")
+        for row in rows:
+            f.write("\t".join(str(x) for x in row) + "\n")
+    return str(path)
+
+
+NAMES = ["negative", "positive"]
+
+
+@pytest.fixture(scope="session")
+def toy(tmp_path_factory):
+    """A tiny BERT run and toy data (sentiment names as labels; the pairs' labels are 0 / 1)."""
+    root = tmp_path_factory.mktemp("toy")
+    named = [(text, NAMES[label]) for text, label in toy_examples(256, 0)]
+    return {"root": root, "init": make_tiny_bert_run(str(root)),
+            "train": write_tsv(root / "train.tsv", named, ["sentence", "label"]),
+            "dev": write_tsv(root / "dev.tsv", [(t, NAMES[y]) for t, y in toy_examples(64, 1)], ["sentence", "label"]),
+            "pair_train": write_tsv(root / "pair.tsv", toy_examples(64, 2, pair=True), ["a", "b", "label"])}
+
+
+@pytest.fixture(scope="session")
+def learned_run(toy):
+    """``(run directory, summary, log lines)`` of 30 steps on the toy task, under a schedule planned over 48
+    (shared with the export tests)."""
+    out, lines = str(toy["root"] / "learned"), []
+    summary = finetune_bert_classifier(out, log=lines.append, steps=30, schedule_steps=48, train=toy["train"],
+                                       dev=toy["dev"], init=toy["init"], learning_rate=2e-3, batch_size=16,
+                                       max_length=12, dropout=0.0, verbose=0, seed=1)
+    return out, summary, lines
+
+
+@pytest.fixture(scope="session")
+def pair_run(toy):
+    """A sentence-pair classifier with mean pooling, made through the CLI (2 steps; shared with the export tests)."""
+    out = str(toy["root"] / "pairs")
+    argv = ["finetune", "bert-classifier", "--train", toy["pair_train"], "--init", toy["init"], "--text-col", "a",
+            "--pair-col", "b", "--dev", toy["pair_train"], "--steps", "2", "--batch-size", "8", "--quiet",
+            "--max-length", "16", "--pooling", "mean", "--out", out]
+    assert main(argv) == 0
+    return out
+
+
+def test_learns_reports_and_resumes(learned_run, toy, tmp_path):
+    out, summary, lines = learned_run
+    dev = summary["dev"]
+    assert summary["step"] == 30 and summary["planned_steps"] == 48 and summary["labels"] == NAMES
+    assert dev["examples"] == 64 and dev["accuracy"] >= 0.9, dev
+    assert any(line.startswith("dev accuracy") for line in lines)
+    # The reported metrics are those of the returned model's predictions (exact, over the whole dev file).
+    classifier = load_bert_classifier(out)
+    texts, _, labels = read_classification_tsv(toy["dev"])
+    predicted = classifier.predict_texts(texts).argmax(-1)
+    assert dev["accuracy"] == pytest.approx(np.mean(predicted == np.array([NAMES.index(y) for y in labels])))
+    assert json.load(open(os.path.join(out, "metrics.json")))["dev"] == dev
+    # Resume (a copy: the export tests use the original): the same total is reached from the checkpoint,
+    # stored options win, conflicts are refused.
+    copy = str(tmp_path / "copy")
+    shutil.copytree(out, copy)
+    resumed = finetune_bert_classifier(copy, log=lines.append, steps=32, verbose=0)
+    assert resumed["step"] == 32 and json.load(open(os.path.join(copy, "history.json")))["step"][-1] == 32
+    with pytest.raises(OptionsConflict, match="learning_rate"):
+        finetune_bert_classifier(copy, steps=50, learning_rate=1e-4)
+
+
+def test_resume_reaches_the_planned_total_and_a_budget_alone_fits_the_schedule(toy, tmp_path):
+    """--steps sets the schedule's length (not --epochs) and is recorded: asking the finished run for more steps
+    stops where the learning rate reached 0. Given a time budget only, the job times its first steps and fits
+    the schedule to what the budget allows, at most --epochs' steps."""
+    common = dict(train=toy["train"], init=toy["init"], learning_rate=2e-3, batch_size=16, max_length=12,
+                  verbose=0, seed=1)
+    out, lines = str(tmp_path / "steps"), []
+    summary = finetune_bert_classifier(out, steps=6, epochs=3, log=lines.append, **common)
+    assert summary["planned_steps"] == 6
+    assert json.load(open(os.path.join(out, "history.json")))["learning_rate"][-1] == 0.0
+    assert json.load(open(os.path.join(out, "config.json")))["options"]["schedule_steps"] == 6
+    assert finetune_bert_classifier(out, steps=8, verbose=0, log=lines.append)["step"] == 6
+    assert any("reaches 0 at step 6" in line for line in lines)
+    out = str(tmp_path / "budget")
+    summary = finetune_bert_classifier(out, time_budget=600, epochs=10, log=lambda *_: None, **common)  # 160 steps
+    assert summary["step"] == summary["planned_steps"] == 160 and summary["stop_reason"] == "steps"
+    assert json.load(open(os.path.join(out, "config.json")))["options"]["schedule_steps"] == 160
+    assert json.load(open(os.path.join(out, "history.json")))["learning_rate"][-1] == 0.0
+
+
+def test_cli_pairs_and_errors(pair_run, learned_run, toy, tmp_path, capsys):
+    model = load_bert_classifier(pair_run)
+    assert model.pair_input and model.labels == ["0", "1"] and model.pooling == "mean"
+    assert json.load(open(os.path.join(pair_run, "config.json")))["model"]["pooling"] == "mean"
+    assert load_bert_classifier(learned_run[0]).pooling == "cls"                  # the default
+    assert json.load(open(os.path.join(pair_run, "metrics.json")))["dev"]["examples"] == 64
+    assert main(["finetune", "bert-classifier", "--train", toy["train"], "--init", toy["init"], "--text-col", "text",
+                 "--steps", "1", "--out", str(tmp_path / "bad")]) == 2
+    assert "no column 'text' in the header (sentence, label)" in capsys.readouterr().err
+
+
+def test_random_init_keeps_the_architecture_and_vocabulary_but_not_the_weights(toy, tmp_path):
+    """--random-init: the baseline without pretraining (same run layout, fresh weights, seeded)."""
+    from kerasplm.export.embedder import bert_run_parts
+
+    pretrained = bert_run_parts(toy["init"])[0]
+    weights = {}
+    for name in ("a", "b"):
+        out = str(tmp_path / name)
+        lines = []
+        finetune_bert_classifier(out, log=lines.append, steps=1, train=toy["train"], init=toy["init"],
+                                 random_init=True, learning_rate=1e-12, batch_size=8, max_length=12, verbose=0,
+                                 seed=3)
+        assert any("fresh weights" in line for line in lines)
+        model = load_bert_classifier(out)
+        assert model.backbone.config == pretrained.config
+        assert json.load(open(os.path.join(out, "config.json")))["options"]["random_init"] is True
+        weights[name] = model.backbone.embeddings.embedding.embeddings.numpy()
+    table = pretrained.embeddings.embedding.embeddings.numpy()
+    assert np.abs(weights["a"] - table).max() > 1e-3          # not the pretrained weights
+    np.testing.assert_array_equal(weights["a"], weights["b"])  # the same seed draws the same ones
+
+
+def test_read_tsv(tmp_path):
+    path = write_tsv(tmp_path / "x.tsv", [("a b", "pos", "x"), ("c", "neg", "y")], ["text", "label", "other"])
+    assert read_classification_tsv(path, "text", "label") == (["a b", "c"], None, ["pos", "neg"])
+    assert read_classification_tsv(path, "0", "2", pair_col="1", header=False, max_examples=2) == \
+        (["text", "a b"], ["label", "pos"], ["other", "x"])
+    short = tmp_path / "short.tsv"
+    short.write_text("sentence\tlabel\nfine\t1\nno label here\n")
+    with pytest.raises(ValueError, match=r"short.tsv:3: 1 column\(s\), column 1 needed"):
+        read_classification_tsv(str(short))
+    with pytest.raises(ValueError, match="is a name but the file has no header"):
+        read_classification_tsv(path, "text", "1", header=False)
+
+
+def test_layer_decay_scales_each_update():
+    keras.utils.set_random_seed(0)
+    model = BertClassifier(BertBackbone(**TINY, name="bert"), 2)
+    multiplier = layer_decay_multiplier(2, 0.5)
+    optimizer = LayerwiseAdamW(multiplier, learning_rate=1e-2, weight_decay=0.0, epsilon=1e-12)
+    variables = model.trainable_variables
+    optimizer.build(variables)
+    before = [v.numpy().copy() for v in variables]
+    optimizer.apply_gradients([(tf.ones_like(v), v) for v in variables])
+    expected = {"bert/embeddings/embedding/embeddings": 0.125, "bert/block1/ffn/dense/kernel": 0.25,
+                "bert/block2/layernorm2/gamma": 0.5, "bert/pooler/kernel": 1.0, "classifier/kernel": 1.0}
+    seen = {}
+    for v, old in zip(variables, before):
+        step = np.abs(v.numpy() - old)            # Adam's first step: lr · g / |g| = lr, times the multiplier
+        np.testing.assert_allclose(step, 1e-2 * multiplier(v), rtol=1e-4, err_msg=v.path)
+        seen[v.path] = multiplier(v)
+    for path, factor in expected.items():
+        matches = [p for p in seen if p.startswith(path.rsplit("/", 1)[0]) and p.endswith(path.rsplit("/", 1)[1])]
+        assert matches and all(seen[p] == factor for p in matches), (path, matches)

@@ -1,0 +1,63 @@
+"""finetune_bert_qa on a toy SQuAD file from a tiny BERT run: overfits three questions, scores them with EM/F1,
+writes metrics.json and predictions.json, resumes through the CLI, loads with load_run."""
+import json
+
+import pytest
+
+from kerasplm.cli import main
+from kerasplm.jobs.bert_qa_job import BertQA, BertQAOptions, _examples, finetune_bert_qa
+from kerasplm.runs import load_run
+from tests.jobs.qa_toy import make_init_run, write_squad
+
+# One question per context: a tiny model learns these three spans in a few steps.
+DISTINCT = [("A", "John lives in Paris.", [("Where does John live?", "Paris")]),
+            ("B", "Anna sleeps in the city of New York, and John works in Rome.",
+             [("Where does Anna sleep?", "New York")]),
+            ("C", "Mary works in London and sleeps in Oslo.", [("Who works in London?", "Mary")])]
+SMALL = dict(sequence_length=24, doc_stride=4, max_query_length=8)
+
+
+@pytest.fixture(scope="session")
+def qa_run(tmp_path_factory):
+    """``(run directory, train file, summary)`` after 20 steps on DISTINCT (shared with the export tests)."""
+    root = tmp_path_factory.mktemp("qa")
+    train = write_squad(root / "train.json", DISTINCT)
+    out, lines = str(root / "run"), []
+    summary = finetune_bert_qa(out, log=lines.append, train=train, dev=train, init=make_init_run(root / "init"),
+                               steps=20, schedule_steps=22, batch_size=3, learning_rate=5e-3, warmup_fraction=0.0,
+                               verbose=0,
+                               jit_compile=False, **SMALL)
+    return out, train, summary, lines
+
+
+def test_overfits_scores_and_resumes(qa_run, capsys):
+    out, train, summary, lines = qa_run
+    assert summary["step"] == 20 and summary["train_windows"] == 3
+    assert lines[-1] == "dev exact match 100.00 F1 100.00 (3 questions, step 20)"
+    assert summary["dev"] == {"exact_match": 100.0, "f1": 100.0, "questions": 3, "unanswered": 0}
+    with open(f"{out}/metrics.json") as f:
+        assert json.load(f)["dev"]["f1"] == 100.0
+    with open(f"{out}/predictions.json") as f:
+        assert json.load(f) == {"q0": "Paris", "q1": "New York", "q2": "Mary"}
+    qa = summary["qa"]
+    answers = qa.answer(["Where does Anna sleep?"], ["Anna sleeps in the city of New York, and John works in Rome."])
+    assert answers["answer"] == ["New York"] and (answers["start"][0], answers["end"][0]) == (27, 35)
+    # resume through the CLI (the init run is no longer needed; train and dev are stored RUN options): 2 more steps,
+    # the recorded schedule's last (asking for more stops there: the learning rate is 0 past it)
+    assert main(["finetune", "bert-qa", "--out", out, "--steps", "30", "--quiet", "--no-jit"]) == 0
+    printed = capsys.readouterr().out
+    assert "resuming run" in printed and "dev exact match" in printed and "reaches 0 at step 22" in printed
+    with open(f"{out}/metrics.json") as f:
+        assert json.load(f)["step"] == 22
+    loaded = load_run(out)
+    assert isinstance(loaded, BertQA) and loaded.preprocessor.doc_stride == 4 and loaded.max_answer_length == 30
+
+
+def test_holdout_splits_the_training_file_by_article(tmp_path):
+    train = write_squad(tmp_path / "toy.json")
+    kept, held = _examples(BertQAOptions(train=train, holdout_fraction=0.3, seed=1))
+    assert len(kept) + len(held) == 5 and not {e.title for e in kept} & {e.title for e in held}
+    with pytest.raises(ValueError, match="either dev .* or holdout_fraction"):
+        BertQAOptions(train=train, dev=train, holdout_fraction=0.2)
+    with pytest.raises(ValueError, match="--init"):
+        finetune_bert_qa(str(tmp_path / "run"), train=train, steps=1)

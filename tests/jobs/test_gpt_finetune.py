@@ -1,0 +1,145 @@
+"""`finetune gpt-classifier` on a toy sentiment task from tiny GPT runs as `train gpt` (SentencePiece) and `convert
+gpt2` (GPT-2's BPE) write them: the run directory (grown vocabulary, tokenizer copied), dev metrics equal to the
+loaded model's, entailment pairs from the CLI with --random-init, and the classifier export (isolated
+load, bad-input battery, same answers as in process)."""
+import dataclasses
+import json
+import os
+import shutil
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from kerasplm.cli import main
+from kerasplm.convert.gpt2 import BPE_ASSETS
+from kerasplm.export import read_metadata
+from kerasplm.export.classifier import export_classifier
+from kerasplm.models.bert_tasks import classification_metrics
+from kerasplm.models.gpt import GPT, GPTBackbone
+from kerasplm.jobs.bert_finetune import read_classification_tsv
+from kerasplm.jobs.gpt_finetune import finetune_gpt_classifier, load_gpt_classifier
+from kerasplm.runs import RunDir, load_run
+from kerasplm.text.sentencepiece import train_sentencepiece
+from tests.export.contract import call_signature, check_bad_inputs, run_isolated
+from tests.jobs.test_bert_finetune import FILLER, NAMES, NEGATIVE, POSITIVE, toy_examples, write_tsv
+from tests.text.bpe_vocab import train_gpt2_vocab
+
+JOB = dict(batch_size=16, learning_rate=2e-3, epochs=3, max_length=32, dropout=0.0, verbose=0, seed=1,
+           log=lambda *_: None)
+TEXTS = ["the movie was good great nice", "awful bad plot", "", "sad !"]
+
+
+def write_gpt_run(directory, assets, vocab_size):
+    """A random ``gpt_tiny`` run directory as ``train gpt`` / ``convert gpt2`` leave it; ``assets``: {key: path}."""
+    keras.utils.set_random_seed(0)
+    model = GPT(backbone=GPTBackbone.from_preset("gpt_tiny", vocab_size=vocab_size))
+    run = RunDir(str(directory))
+    step = tf.Variable(0, dtype=tf.int64)
+    tf.train.CheckpointManager(tf.train.Checkpoint(model=model, step=step), run.checkpoint_dir, max_to_keep=1).save()
+    for path in assets.values():
+        shutil.copyfile(path, run.file(os.path.basename(path)))
+    run.write_config("gpt", "causal_lm", "gpt_tiny", dataclasses.asdict(model.backbone.config), {},
+                     assets={key: os.path.basename(path) for key, path in assets.items()})
+    return run.path
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gpt_ft")
+    examples = toy_examples(256, 0)
+    texts = [text for text, _ in examples] + [" ".join(POSITIVE + NEGATIVE + FILLER)]
+    train_sentencepiece(texts, vocab_size=300, model_prefix=str(root / "spm"))
+    (root / "bpe").mkdir()
+    bpe = train_gpt2_vocab(root / "bpe", vocab_size=300, texts=texts)
+    return {"root": root, "init": write_gpt_run(root / "gpt", {"spm_model": str(root / "spm.model")}, 300),
+            "init_bpe": write_gpt_run(root / "gpt2", {key: os.path.join(bpe, name) for key, name in BPE_ASSETS.items()},
+                                      300),
+            "train": write_tsv(root / "train.tsv", [(text, NAMES[label]) for text, label in examples],
+                               ["sentence", "label"]),
+            "dev": write_tsv(root / "dev.tsv", [(t, NAMES[y]) for t, y in toy_examples(64, 1)], ["sentence", "label"]),
+            "pairs": write_tsv(root / "pairs.tsv", toy_examples(64, 2, pair=True), ["a", "b", "label"])}
+
+
+@pytest.fixture(scope="module")
+def learned(data):
+    out = str(data["root"] / "learned")
+    return out, finetune_gpt_classifier(out, steps=20, train=data["train"], dev=data["dev"], init=data["init"], **JOB)
+
+
+@pytest.fixture(scope="module")
+def pair_run(data):
+    """Entailment-style pairs from the command line, from a GPT-2-style run (BPE) with fresh weights (--random-init)."""
+    out = str(data["root"] / "pairs")
+    assert main(["finetune", "gpt-classifier", "--train", data["pairs"], "--init", data["init_bpe"],
+                 "--task", "entailment", "--text-col", "a", "--pair-col", "b", "--steps", "3", "--batch-size", "8", "--max-length", "32",
+                 "--random-init", "--quiet", "--out", out]) == 0
+    return out
+
+
+def test_run_directory_and_dev_metrics(data, learned):
+    out, summary = learned
+    config = json.load(open(os.path.join(out, "config.json")))
+    init = json.load(open(os.path.join(data["init"], "config.json")))
+    vocab = init["model"]["vocab_size"]
+    assert (config["family"], config["task"], config["assets"]) == ("gpt_classifier", "classification",
+                                                                    {"spm_model": "spm.model"})
+    assert config["model"]["backbone"]["vocab_size"] == vocab + 3
+    assert config["model"]["special_ids"] == {"start": vocab, "delim": vocab + 1, "extract": vocab + 2}
+    assert config["options"]["learning_rate"] == 2e-3 and config["options"]["lm_weight"] == 0.5
+    history = json.load(open(os.path.join(out, "history.json")))
+    assert {"task_loss", "lm_loss", "accuracy"} <= set(history)
+    metrics = json.load(open(os.path.join(out, "metrics.json")))
+    assert metrics["step"] == 20 and metrics["dev"] == summary["dev"] and metrics["labels"] == NAMES
+    # The reported figures are exactly those of the reloaded model on the dev file.
+    model = load_run(out)
+    texts, _, labels = read_classification_tsv(data["dev"])
+    predicted = model.predict_texts(texts).argmax(-1)
+    assert metrics["dev"] == classification_metrics([NAMES.index(y) for y in labels], predicted, 2)
+    assert metrics["dev"]["accuracy"] >= 0.75, metrics["dev"]
+
+
+def test_pairs_from_the_cli_with_fresh_weights(data, pair_run):
+    config = json.load(open(os.path.join(pair_run, "config.json")))
+    assert config["model"]["task_type"] == "entailment" and config["options"]["random_init"] is True
+    assert config["assets"] == BPE_ASSETS
+    model, pretrained = load_gpt_classifier(pair_run), load_run(data["init_bpe"])
+    table = model.backbone.embeddings.embedding.embeddings.numpy()
+    assert table.shape[0] == pretrained.vocab_size + 3
+    assert not np.allclose(table[:-3], pretrained.backbone.embeddings.embedding.embeddings.numpy(), atol=1e-3)
+    assert model.pair_input and model.predict_texts(TEXTS, TEXTS[::-1]).shape == (4, 2)
+
+
+def test_errors(data, tmp_path):
+    with pytest.raises(ValueError, match="give the GPT run to start from"):
+        finetune_gpt_classifier(str(tmp_path / "a"), steps=1, train=data["train"], **JOB)
+    with pytest.raises(ValueError, match="task entailment needs sentence pairs"):
+        finetune_gpt_classifier(str(tmp_path / "b"), steps=1, train=data["train"], init=data["init"], task="entailment")
+    with pytest.raises(ValueError, match="max_length=65 exceeds the model.s 64 positions"):
+        finetune_gpt_classifier(str(tmp_path / "c"), steps=1, train=data["train"], init=data["init"], max_length=65)
+    with pytest.raises(ValueError, match="is a 'gpt' run, not a classifier"):
+        export_classifier(data["init"], str(tmp_path / "export"))
+
+
+def test_export_answers_as_in_process(learned, pair_run, tmp_path, capsys):
+    single = load_gpt_classifier(learned[0])
+    assert main(["export", "classifier", "--run", learned[0], "--to", str(tmp_path / "single")]) == 0
+    path = capsys.readouterr().out.strip().splitlines()[-1]
+    meta = read_metadata(path)
+    assert (meta["family"], meta["labels"], meta["pair_input"]) == ("gpt_classifier", NAMES, False)
+    expected = single.predict_texts(TEXTS)
+    (outputs,) = run_isolated(path, [("serving_default", {"text": TEXTS})])
+    np.testing.assert_allclose(np.array(outputs["probabilities"]), expected, atol=1e-5)
+    assert outputs["label"] == [NAMES[i] for i in expected.argmax(-1)]
+    # The BPE pair model, in process (the isolated load above covers the contract).
+    pair_path = export_classifier(pair_run, str(tmp_path / "pair"))
+    pair_outputs = call_signature(pair_path, "serving_default", "text", TEXTS, {"text_pair": TEXTS[::-1]})
+    expected_pairs = load_gpt_classifier(pair_run).predict_texts(TEXTS, TEXTS[::-1])
+    np.testing.assert_allclose(pair_outputs["probabilities"], expected_pairs, atol=1e-5)
+
+    def check(texts, outputs):
+        assert outputs["probabilities"].shape == (len(texts), 2)
+        np.testing.assert_allclose(outputs["probabilities"].sum(-1), 1.0, atol=1e-5)
+
+    check_bad_inputs(path, "serving_default", "text", output_check=check)

@@ -1,0 +1,75 @@
+"""The house's rules, checked: import-linter's layering contracts and a command line that starts without TensorFlow."""
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _lint_imports():
+    executable = shutil.which("lint-imports", path=os.path.dirname(sys.executable)) or shutil.which("lint-imports")
+    if executable is None:
+        pytest.fail("lint-imports (import-linter, a test extra) is not installed")
+    return executable
+
+
+def test_layering_contracts_hold():
+    """.importlinter's contracts (ground floor, manifests, models, export, converters, serving, jobs)."""
+    result = subprocess.run([_lint_imports(), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert "0 broken" in result.stdout
+
+
+def test_a_back_arrow_breaks_a_contract(tmp_path):
+    """The contracts are live: a copy of the package with one forbidden import (a layer importing a job) fails."""
+    shutil.copytree(os.path.join(ROOT, "kerasplm"), tmp_path / "kerasplm",
+                    ignore=shutil.ignore_patterns("__pycache__", "sample"))
+    shutil.copy(os.path.join(ROOT, ".importlinter"), tmp_path / ".importlinter")
+    with open(tmp_path / "kerasplm" / "layers" / "masks.py", "a", encoding="utf-8") as f:
+        f.write("\nimport kerasplm.jobs.translation  # noqa\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    result = subprocess.run([_lint_imports(), "--no-cache"], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=300, env=env)
+    assert result.returncode != 0
+    assert "kerasplm.layers.masks -> kerasplm.jobs.translation" in result.stdout
+
+
+def _run_cli(*args, **kwargs):
+    code = "import sys; from kerasplm.cli import main; rc = main(sys.argv[1:]); " \
+           "print('TF_LOADED' if 'tensorflow' in sys.modules else 'TF_NOT_LOADED', file=sys.stderr); sys.exit(rc)"
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT, **kwargs)
+
+
+@pytest.mark.parametrize("argv", [[], ["train", "translator"], ["finetune", "bert-qa"], ["export", "embedder"],
+                                  ["convert", "elmo"], ["generate"], ["serve"], ["presets"]])
+def test_help_imports_no_tensorflow_and_is_quick(argv):
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-c", "import sys; from kerasplm.cli import main; "
+                             "sys.argv[0] = 'kerasplm'\n"
+                             "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+                             "assert 'tensorflow' not in sys.modules and 'keras' not in sys.modules, 'TF imported'",
+                             *argv, "--help"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    elapsed = time.monotonic() - started
+    assert result.returncode == 0, result.stderr
+    assert "usage: kerasplm" in result.stdout and result.stderr == ""
+    # Not a benchmark: a bound an order of magnitude above the ~0.15 s it takes, far below TensorFlow's import.
+    assert elapsed < 3.0, elapsed
+
+
+def test_commands_print_no_tensorflow_log_lines_unless_verbose(tmp_path):
+    """A command that loads TensorFlow (here: it fails on a missing run, after loading) writes only its own
+    error to stderr; with --verbose TensorFlow's start-up lines come through."""
+    quiet = _run_cli("export", "translator", "--run", str(tmp_path / "none"), "--to", str(tmp_path / "x"))
+    assert quiet.returncode == 2
+    lines = quiet.stderr.strip().splitlines()
+    assert lines[-1] == "TF_LOADED" and len(lines) == 2, quiet.stderr
+    assert lines[0].startswith("kerasplm: error: ") and "no config.json" in lines[0]
+    verbose = _run_cli("--verbose", "export", "translator", "--run", str(tmp_path / "none"),
+                       "--to", str(tmp_path / "x"), env={k: v for k, v in os.environ.items()
+                                                         if k != "TF_CPP_MIN_LOG_LEVEL"})
+    assert verbose.returncode == 2 and len(verbose.stderr.strip().splitlines()) > 2, verbose.stderr
