@@ -26,7 +26,12 @@ from kerasplm.models.presets import register_presets
 
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig:
-    """Hyper-parameters of the translator; vocab sizes are filled in from the tokenizers."""
+    """Hyper-parameters of the translator; vocab sizes are filled in from the tokenizers.
+
+    The field order is the seed's positional signature ``Transformer(num_layers, d_model, num_heads, dff,
+    input_vocab_size, target_vocab_size, pe_input, pe_target, rate)``: ``Transformer`` maps positional
+    arguments onto these fields in this order, so new fields go at the end.
+    """
 
     num_layers: int
     d_model: int
@@ -127,10 +132,13 @@ class Encoder(_Embedder):
 
     def __init__(self, num_layers, d_model, num_heads, dff, input_vocab_size, maximum_position_encoding,
                  rate=0.1, normalize_first=False, **kwargs):
-        super().__init__(input_vocab_size, d_model, maximum_position_encoding, rate, normalize_first, **kwargs)
+        super().__init__(vocab_size=input_vocab_size, d_model=d_model,
+                         maximum_position_encoding=maximum_position_encoding, rate=rate,
+                         normalize_first=normalize_first, **kwargs)
         self.num_layers, self.num_heads, self.dff, self.rate = num_layers, num_heads, dff, rate
         self.input_vocab_size = input_vocab_size
-        self.enc_layers = [EncoderLayer(d_model, num_heads, dff, rate, name=f"encoder_layer{i + 1}",
+        self.enc_layers = [EncoderLayer(d_model=d_model, num_heads=num_heads, dff=dff, rate=rate,
+                                        name=f"encoder_layer{i + 1}",
                                         **self._block_options())
                            for i in range(num_layers)]
 
@@ -162,10 +170,13 @@ class Decoder(_Embedder):
 
     def __init__(self, num_layers, d_model, num_heads, dff, target_vocab_size, maximum_position_encoding,
                  rate=0.1, normalize_first=False, **kwargs):
-        super().__init__(target_vocab_size, d_model, maximum_position_encoding, rate, normalize_first, **kwargs)
+        super().__init__(vocab_size=target_vocab_size, d_model=d_model,
+                         maximum_position_encoding=maximum_position_encoding, rate=rate,
+                         normalize_first=normalize_first, **kwargs)
         self.num_layers, self.num_heads, self.dff, self.rate = num_layers, num_heads, dff, rate
         self.target_vocab_size = target_vocab_size
-        self.dec_layers = [DecoderLayer(d_model, num_heads, dff, rate, name=f"decoder_layer{i + 1}",
+        self.dec_layers = [DecoderLayer(d_model=d_model, num_heads=num_heads, dff=dff, rate=rate,
+                                        name=f"decoder_layer{i + 1}",
                                         **self._block_options())
                            for i in range(num_layers)]
 
@@ -227,9 +238,10 @@ class Decoder(_Embedder):
 class Transformer(ConfigMixin, keras.Model):
     """Encoder-decoder Transformer: ``((inp, tar)) -> (logits, attention_weights)``.
 
-    Args follow the seed: ``num_layers, d_model, num_heads, dff, input_vocab_size, target_vocab_size,
-    pe_input, pe_target, rate``; ``normalize_first=True`` builds pre-LN blocks with a final LayerNorm per
-    stack instead of the seed's post-LN blocks.
+    Args: the fields of :class:`TransformerConfig`, by keyword or by position in the dataclass' field
+    order, which is the seed's: ``num_layers, d_model, num_heads, dff, input_vocab_size,
+    target_vocab_size, pe_input, pe_target, rate``, then ``normalize_first`` (True builds pre-LN blocks
+    with a final LayerNorm per stack instead of the seed's post-LN blocks); plus Keras' ``name`` etc.
 
     Call:
       inputs: ``(inp, tar)``: source ids ``(batch, inp_len)``, decoder input ids ``(batch, tar_len)``,
@@ -248,18 +260,19 @@ class Transformer(ConfigMixin, keras.Model):
     Trainer loss (``kerasplm.tasks.translation.translation_loss``).
     """
 
+    config_class = TransformerConfig
     preset_family = "transformer"
 
-    def __init__(self, num_layers, d_model, num_heads, dff, input_vocab_size, target_vocab_size, pe_input,
-                 pe_target, rate=0.1, normalize_first=False, **kwargs):
-        super().__init__(**kwargs)
-        self.config = TransformerConfig(num_layers, d_model, num_heads, dff, input_vocab_size,
-                                        target_vocab_size, pe_input, pe_target, rate, normalize_first).validate()
-        self.encoder = Encoder(num_layers, d_model, num_heads, dff, input_vocab_size, pe_input, rate,
-                               normalize_first, name="encoder")
-        self.decoder = Decoder(num_layers, d_model, num_heads, dff, target_vocab_size, pe_target, rate,
-                               normalize_first, name="decoder")
-        self.final_layer = keras.layers.Dense(target_vocab_size, name="final_layer")
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)   # ConfigMixin: self.config, mapped by field name
+        c = self.config
+        self.encoder = Encoder(num_layers=c.num_layers, d_model=c.d_model, num_heads=c.num_heads, dff=c.dff,
+                               input_vocab_size=c.input_vocab_size, maximum_position_encoding=c.pe_input,
+                               rate=c.rate, normalize_first=c.normalize_first, name="encoder")
+        self.decoder = Decoder(num_layers=c.num_layers, d_model=c.d_model, num_heads=c.num_heads, dff=c.dff,
+                               target_vocab_size=c.target_vocab_size, maximum_position_encoding=c.pe_target,
+                               rate=c.rate, normalize_first=c.normalize_first, name="decoder")
+        self.final_layer = keras.layers.Dense(c.target_vocab_size, name="final_layer")
         self.build()
 
     @classmethod
@@ -348,7 +361,6 @@ class Transformer(ConfigMixin, keras.Model):
         if isinstance(y_pred, (tuple, list)):
             y_pred = y_pred[0]
         return super().compute_metrics(x, y, y_pred, sample_weight)
-
 
 
 register_presets("transformer", Transformer, PRESETS, num_parameters=num_parameters,
