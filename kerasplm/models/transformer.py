@@ -22,6 +22,7 @@ from kerasplm.layers.tracking import TracksLayerLists
 from kerasplm.layers.transformer import DecoderLayer, EncoderLayer
 from kerasplm.models.base import ConfigMixin
 from kerasplm.models.presets import register_presets
+from kerasplm.training.losses import fused_masked_cross_entropy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -256,8 +257,9 @@ class Transformer(ConfigMixin, keras.Model):
     ``((inp, tar_inp), tar_real)``: the attention dict is dropped before the loss and metrics.
 
     In the family scheme (:mod:`kerasplm.models.base`) this is the translator *task* model (its encoder
-    and decoder are the seed's, so it keeps the seed's call); ``compute_loss_sums`` is its
-    Trainer loss (``kerasplm.tasks.translation.translation_loss``).
+    and decoder are the seed's, so it keeps the seed's call); like every task it owns its loss,
+    ``compute_loss_sums`` (the Trainer's ``compute_loss`` is ``Task.trainer_loss`` or
+    :func:`translation_loss`).
     """
 
     config_class = TransformerConfig
@@ -345,11 +347,13 @@ class Transformer(ConfigMixin, keras.Model):
         return logits[:, 0], cache
 
     def compute_loss_sums(self, batch, training, label_smoothing=0.0):
-        """The Trainer loss: ``batch = ((src, tgt_in), tgt_out)`` -> masked cross-entropy and accuracy sums
-        (delegates to ``kerasplm.tasks.translation.translation_loss``)."""
-        from kerasplm.tasks.translation import translation_loss  # noqa: PLC0415 (tasks import models)
-
-        return translation_loss(self, batch, training, label_smoothing=label_smoothing)
+        """The Trainer loss: ``batch = ((src_ids (B, S), tgt_in (B, T)), tgt_out (B, T))`` -> ``{"loss": summed
+        masked cross-entropy (label smoothing ε = ``label_smoothing``), "weight": the real-token count,
+        "accuracy": the correct-token count}``; padding (0) is excluded."""
+        (src, tgt_in), tgt_out = batch
+        logits, _ = self((src, tgt_in), training=training)
+        loss_sum, num_tokens, correct = fused_masked_cross_entropy(tgt_out, logits, label_smoothing=label_smoothing)
+        return {"loss": loss_sum, "weight": num_tokens, "accuracy": correct}
 
     # Model.fit support: the loss and metrics see only the logits.
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
@@ -361,6 +365,15 @@ class Transformer(ConfigMixin, keras.Model):
         if isinstance(y_pred, (tuple, list)):
             y_pred = y_pred[0]
         return super().compute_metrics(x, y, y_pred, sample_weight)
+
+
+def translation_loss(model, batch, training, label_smoothing=0.0):
+    """Sums for :class:`kerasplm.training.Trainer` (its ``compute_loss(model, batch, training)``): the
+    translator's own loss, :meth:`Transformer.compute_loss_sums` (masked cross-entropy and token accuracy).
+
+    ``batch = ((src_ids (B, S), tgt_in (B, T)), tgt_out (B, T))``; padding (0) is excluded.
+    """
+    return model.compute_loss_sums(batch, training=training, label_smoothing=label_smoothing)
 
 
 register_presets("transformer", Transformer, PRESETS, num_parameters=num_parameters,

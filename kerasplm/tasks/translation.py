@@ -19,14 +19,14 @@ import tensorflow as tf
 
 from kerasplm.data import (group_references, make_translation_dataset, read_parallel_tsv, sample_path,
                            train_dev_split)
-from kerasplm.models.transformer import PRESETS, Transformer, TransformerConfig, get_preset
+from kerasplm.models.transformer import PRESETS, Transformer, TransformerConfig, get_preset, translation_loss
 from kerasplm.tasks.job import (TrainingOptions, fit_recorded, fit_scheduled, open_run, provisional_total_steps,
                                restores_global_policy, training_summary)
 from kerasplm.tasks.options import RUN, SESSION, option
 from kerasplm.tasks.run_dir import RunDir
 from kerasplm.text import (TranslatorPreprocessor, WordPieceTokenizer, build_wordpiece_vocab, read_vocab,
                            write_vocab)
-from kerasplm.training import BudgetSchedule, CustomSchedule, Trainer, fused_masked_cross_entropy
+from kerasplm.training import BudgetSchedule, CustomSchedule, Trainer
 from kerasplm.training.optimizers import FusedAdam
 
 # The job's defaults (issue 10, measured in benchmarks/RESULTS.md): the transformer_quick preset (the seed's
@@ -58,18 +58,6 @@ BUNDLED_TRAIN = {"all": "spa-eng-all-train.tsv.gz", "sample": "spa-eng-train.tsv
 BUNDLED_VOCAB_MAX_SENTENCES = 30_000
 SEED_SENTENCES = ["¿Puedo tomar prestado este libro?", "Hace mucho frío aquí.", "Esta es mi vida.",
                   "¿Todavía están en casa?", "Trata de averiguarlo."]
-
-
-def translation_loss(model, batch, training, label_smoothing=0.0):
-    """Sums for :class:`kerasplm.training.Trainer`: masked cross-entropy and token accuracy.
-
-    ``batch = ((src_ids (B, S), tgt_in (B, T)), tgt_out (B, T))``; padding (0) is excluded.
-    """
-    (src, tgt_in), tgt_out = batch
-    logits, _ = model((src, tgt_in), training=training)
-    loss_sum, num_tokens, correct = fused_masked_cross_entropy(tgt_out, logits,
-                                                               label_smoothing=label_smoothing)
-    return {"loss": loss_sum, "weight": num_tokens, "accuracy": correct}
 
 
 def corpus_bleu(hypotheses, references):
