@@ -24,11 +24,13 @@ import dataclasses
 import keras
 import tensorflow as tf
 
+from kerasplm.generation.engine import generate
 from kerasplm.layers.embedding import TransformerEmbedding, table_logits
 from kerasplm.layers.masks import create_look_ahead_mask
 from kerasplm.layers.transformer import ACTIVATIONS, DecoderLayer
 from kerasplm.models.base import Backbone, Task
 from kerasplm.models.presets import register_presets
+from kerasplm.training.losses import fused_masked_cross_entropy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,8 +192,6 @@ class CausalLM(Task):
         return self._logits(self.backbone(token_ids, training=training)["sequence_output"])
 
     def compute_loss_sums(self, batch, training):
-        from kerasplm.training.losses import fused_masked_cross_entropy  # noqa: PLC0415 (training imports models)
-
         if isinstance(batch, (tuple, list)):
             token_ids, labels = batch
         else:
@@ -232,8 +232,6 @@ class CausalLM(Task):
     def generate(self, prompt_ids, prompt_lengths=None, **options):
         """Token-id generation: see :func:`kerasplm.generation.generate` (``options``: max_new_tokens,
         sampler, temperature, top_k, top_p, seed, beam_size, alpha, stop_ids, pad_id, jit_compile)."""
-        from kerasplm.generation.engine import generate  # noqa: PLC0415
-
         return generate(self, prompt_ids, prompt_lengths, **options)
 
 
