@@ -25,12 +25,12 @@ from kerasplm.families.translator import (BUNDLED_TRAIN, BUNDLED_VOCAB_MAX_SENTE
                                          TranslatorOptions)
 from kerasplm.jobs.job import (fit_recorded, fit_scheduled, open_run, provisional_total_steps,
                                restores_global_policy, training_summary)
-from kerasplm.models.transformer import Transformer, TransformerConfig, get_preset
+from kerasplm.models.transformer import Transformer, TransformerConfig, get_preset, translation_loss
 from kerasplm.options import RUN
 from kerasplm.runs import RunDir
 from kerasplm.text import (TranslatorPreprocessor, WordPieceTokenizer, build_wordpiece_vocab, read_vocab,
                            write_vocab)
-from kerasplm.training import BudgetSchedule, CustomSchedule, Trainer, fused_masked_cross_entropy
+from kerasplm.training import BudgetSchedule, CustomSchedule, Trainer
 from kerasplm.training.optimizers import FusedAdam
 
 # By default pre-LN presets (transformer_quick) get the "budget" schedule and the seed's post-LN blocks
@@ -40,18 +40,6 @@ FAMILY = "transformer_translator"
 ASSETS = {"source_vocab": "src_vocab.txt", "target_vocab": "tgt_vocab.txt"}
 SEED_SENTENCES = ["¿Puedo tomar prestado este libro?", "Hace mucho frío aquí.", "Esta es mi vida.",
                   "¿Todavía están en casa?", "Trata de averiguarlo."]
-
-
-def translation_loss(model, batch, training, label_smoothing=0.0):
-    """Sums for :class:`kerasplm.training.Trainer`: masked cross-entropy and token accuracy.
-
-    ``batch = ((src_ids (B, S), tgt_in (B, T)), tgt_out (B, T))``; padding (0) is excluded.
-    """
-    (src, tgt_in), tgt_out = batch
-    logits, _ = model((src, tgt_in), training=training)
-    loss_sum, num_tokens, correct = fused_masked_cross_entropy(tgt_out, logits,
-                                                               label_smoothing=label_smoothing)
-    return {"loss": loss_sum, "weight": num_tokens, "accuracy": correct}
 
 
 def corpus_bleu(hypotheses, references):

@@ -5,8 +5,10 @@ A family (``kerasplm/models/<family>.py``) is:
 * a frozen **config dataclass** with ``validate()``, and presets registered with
   :func:`kerasplm.models.presets.register_presets` (with a ``num_parameters(config)`` formula);
 * a **backbone** (:class:`Backbone`): ``call(inputs) -> dict`` of named outputs, e.g.
-  ``{"sequence_output": (batch, seq, hidden), "pooled_output": (batch, hidden)}``; its constructor
-  takes the config's fields as keyword arguments, so ``get_config``/``from_config`` round-trip;
+  ``{"sequence_output": (batch, seq, hidden), "pooled_output": (batch, hidden)}``; it sets
+  ``config_class`` and its constructor takes the config's fields (:class:`ConfigMixin` maps them onto
+  the dataclass by name, so the dataclass is their one declaration), so ``get_config``/``from_config``
+  round-trip;
 * **task models** (:class:`Task`): ``Task(backbone=..., preprocessor=None, ...)`` adding a head; a task
   owns its loss and metrics through ``compute_loss_sums(batch, training)``, the contract of
   :class:`kerasplm.training.Trainer` (use ``Trainer(..., compute_loss=Task.trainer_loss)``);
@@ -27,14 +29,54 @@ from kerasplm.text.preprocessing import Preprocessor  # noqa: F401  (re-exported
 from kerasplm.models import presets as preset_registry
 
 
+def config_arguments(config_class, args, kwargs, owner=None):
+    """Split a constructor's ``args``/``kwargs`` into a ``config_class`` dataclass and the other keyword
+    arguments (Keras' ``name``, ``trainable``, ``dtype``...).
+
+    Positional arguments are mapped by name in the order of ``dataclasses.fields(config_class)``: the
+    dataclass is the one declaration of the fields, never re-listed by hand. The config is not validated
+    here. Raises TypeError, as Python would, for too many positional arguments or a field given twice
+    (``owner`` names the callee in the message; default the dataclass).
+    """
+    owner = owner or config_class.__name__
+    names = [field.name for field in dataclasses.fields(config_class) if field.init]
+    if len(args) > len(names):
+        raise TypeError(f"{owner}() takes at most {len(names)} positional arguments (the fields of "
+                        f"{config_class.__name__}: {', '.join(names)}), got {len(args)}")
+    values = dict(zip(names, args))
+    rest = {}
+    for key, value in kwargs.items():
+        if key in values:
+            raise TypeError(f"{owner}() got multiple values for argument {key!r}")
+        (values if key in names else rest)[key] = value
+    return config_class(**values), rest
+
+
 class ConfigMixin:
     """Config dataclass <-> Keras config, and presets, for a ``keras.Model`` that stores ``self.config``.
 
-    Subclasses set ``preset_family`` (the family name used with ``register_presets``) and take the
-    config's fields as constructor keyword arguments.
+    Subclasses set ``config_class`` (the frozen config dataclass) and ``preset_family`` (the family name
+    used with ``register_presets``). The constructor takes the config's fields, by keyword or by position
+    in the dataclass' field order (:func:`config_arguments`), plus Keras' keyword arguments; it stores
+    the validated dataclass as ``self.config`` before the subclass builds its layers from it::
+
+        class MyBackbone(Backbone):
+            config_class = MyConfig
+
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, **kwargs)   # sets self.config
+                self.dense = keras.layers.Dense(self.config.hidden_size)
     """
 
+    config_class = None
     preset_family = None
+
+    def __init__(self, *args, **kwargs):
+        if self.config_class is None:
+            raise TypeError(f"{type(self).__name__} sets no config_class (its config dataclass)")
+        config, kwargs = config_arguments(self.config_class, args, kwargs, owner=type(self).__name__)
+        super().__init__(**kwargs)
+        self.config = config.validate()
 
     def get_config(self):
         return {**dataclasses.asdict(self.config), "name": self.name, "trainable": self.trainable}

@@ -101,35 +101,36 @@ def num_parameters(config):
 class BertBackbone(Backbone):
     """BERT / ALBERT encoder (see the module docstring).
 
-    Args: the fields of :class:`BertConfig`.
+    Args: the fields of :class:`BertConfig` (by keyword, or by position in its field order), plus Keras'
+    ``name`` etc.
     Call: ``inputs`` dict of int ``token_ids``, ``segment_ids`` (optional, default 0) and ``padding_mask``
     (optional, 1 = real token, default all real), each ``(batch, seq_len)``; ``training``;
     ``output_hidden_states``; ``output_attentions`` -> dict of outputs.
     """
 
+    config_class = BertConfig
     preset_family = "bert"
 
-    def __init__(self, vocab_size, num_layers, hidden_size, num_heads, intermediate_size, max_positions=512,
-                 num_segments=2, dropout=0.1, attention_dropout=0.1, layer_norm_epsilon=1e-12,
-                 embedding_size=None, share_layers=False, initializer_range=0.02, **kwargs):
-        super().__init__(**kwargs)
-        self.config = BertConfig(vocab_size, num_layers, hidden_size, num_heads, intermediate_size, max_positions,
-                                 num_segments, dropout, attention_dropout, layer_norm_epsilon, embedding_size,
-                                 share_layers, initializer_range).validate()
-        init = keras.initializers.TruncatedNormal(stddev=initializer_range)
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)   # ConfigMixin: self.config, mapped by field name
+        c = self.config
+        init = keras.initializers.TruncatedNormal(stddev=c.initializer_range)
         self.embeddings = TransformerEmbedding(
-            vocab_size, hidden_size, max_positions, dropout, position_embedding="learned", num_segments=num_segments,
-            embedding_size=embedding_size, scale_embeddings=False, normalize=True,
-            layer_norm_epsilon=layer_norm_epsilon, embeddings_initializer=init, name="embeddings")
+            vocab_size=c.vocab_size, d_model=c.hidden_size, max_positions=c.max_positions, rate=c.dropout,
+            position_embedding="learned", num_segments=c.num_segments, embedding_size=c.embedding_size,
+            scale_embeddings=False, normalize=True, layer_norm_epsilon=c.layer_norm_epsilon,
+            embeddings_initializer=init, name="embeddings")
 
         def block(name):
-            return EncoderLayer(hidden_size, num_heads, intermediate_size, dropout, normalize_first=False,
-                                activation="gelu", layer_norm_epsilon=layer_norm_epsilon,
-                                attention_dropout=attention_dropout, kernel_initializer=init, name=name)
+            return EncoderLayer(d_model=c.hidden_size, num_heads=c.num_heads, dff=c.intermediate_size,
+                                rate=c.dropout, normalize_first=False, activation="gelu",
+                                layer_norm_epsilon=c.layer_norm_epsilon, attention_dropout=c.attention_dropout,
+                                kernel_initializer=init, name=name)
 
         # With share_layers one block is reused num_layers times (its weights exist once).
-        self.blocks = [block("block")] if share_layers else [block(f"block{i + 1}") for i in range(num_layers)]
-        self.pooler = keras.layers.Dense(hidden_size, activation="tanh", kernel_initializer=init, name="pooler")
+        self.blocks = ([block("block")] if c.share_layers
+                       else [block(f"block{i + 1}") for i in range(c.num_layers)])
+        self.pooler = keras.layers.Dense(c.hidden_size, activation="tanh", kernel_initializer=init, name="pooler")
         self.build()
 
     @staticmethod

@@ -21,12 +21,14 @@ loss), decoding is Viterbi and a tag's score its marginal probability.
 """
 import keras
 import tensorflow as tf
+import tensorflow_text as tf_text
 
 from kerasplm.layers.crf import CRF
 from kerasplm.layers.dropout import Dropout
 from kerasplm.models.base import Task
 from kerasplm.models.bert import BertBackbone
 from kerasplm.text.preprocessing import Preprocessor, pack_segments, pad_packed
+from kerasplm.text.wordpiece import sanitize_utf8
 
 __all__ = ["BertTokenClassifier", "BertTaggerPreprocessor", "IGNORED", "decode_entities", "first_piece_sequences",
            "piece_tags", "split_words_with_offsets", "tag_texts"]
@@ -221,10 +223,6 @@ def split_words_with_offsets(texts):
     """``texts`` tf.string [batch] -> ``(words, byte_starts, byte_ends, char_starts, char_ends)``, each
     ragged [batch, (words)]; ends are exclusive; character offsets count Unicode code points of the text
     (invalid UTF-8 bytes replaced by U+FFFD first)."""
-    import tensorflow_text as tf_text  # noqa: PLC0415  (a text op; models import it lazily)
-
-    from kerasplm.text.wordpiece import sanitize_utf8  # noqa: PLC0415
-
     texts = sanitize_utf8(texts)
     words, byte_starts, byte_ends = tf_text.regex_split_with_offsets(
         texts, delim_regex_pattern=r"\s+|" + _PUNCTUATION, keep_delim_regex_pattern=_PUNCTUATION)
@@ -265,8 +263,6 @@ def decode_entities(texts, logits, word_index, words, label_names, crf=None):
     ``entity_label`` (the type), ``start``/``end`` (int64 character offsets, end exclusive) and ``score``
     (float32, the mean over its words of the tag probability).
     """
-    from kerasplm.text.wordpiece import sanitize_utf8  # noqa: PLC0415
-
     _, byte_starts, byte_ends, char_starts, char_ends = words
     is_begin, type_of_label, type_names = label_tables(label_names)
     first = word_index >= 0                           # words cut by truncation have no first piece: dropped

@@ -24,11 +24,13 @@ import dataclasses
 import keras
 import tensorflow as tf
 
+from kerasplm.generation.engine import generate
 from kerasplm.layers.embedding import TransformerEmbedding, table_logits
 from kerasplm.layers.masks import create_look_ahead_mask
 from kerasplm.layers.transformer import ACTIVATIONS, DecoderLayer
 from kerasplm.models.base import Backbone, Task
 from kerasplm.models.presets import register_presets
+from kerasplm.training.losses import fused_masked_cross_entropy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,32 +85,33 @@ class DecoderOnlyBackbone(Backbone):
     """Token + position embedding, ``num_layers`` causal blocks (``DecoderLayer(cross_attention=False)``),
     a final LayerNorm when pre-LN.
 
-    Args: the fields of :class:`CausalLMConfig`.
+    Args: the fields of :class:`CausalLMConfig` (``config_class``; by keyword, or by position in its field
+    order), plus Keras' ``name`` etc.
     Call: ``token_ids (batch, seq_len)`` right-padded, ``training``, ``output_attentions`` -> ``{"sequence_output":
     (batch, seq_len, d_model)}`` (float in the compute dtype), plus ``"attentions"`` (one ``(batch, heads,
     seq_len, seq_len)`` tensor per block) when ``output_attentions=True``.
     """
 
+    config_class = CausalLMConfig
     preset_family = "causal_lm"
 
-    def __init__(self, vocab_size, num_layers, d_model, num_heads, dff, max_positions=1024, rate=0.1,
-                 attention_dropout=0.1, normalize_first=True, activation="gelu_tanh", layer_norm_epsilon=1e-5,
-                 position_embedding="learned", initializer_range=0.02, **kwargs):
-        super().__init__(**kwargs)
-        self.config = CausalLMConfig(vocab_size, num_layers, d_model, num_heads, dff, max_positions, rate,
-                                     attention_dropout, normalize_first, activation, layer_norm_epsilon,
-                                     position_embedding, initializer_range).validate()
-        init = keras.initializers.TruncatedNormal(stddev=initializer_range)
-        self.embeddings = TransformerEmbedding(vocab_size, d_model, max_positions, rate,
-                                               position_embedding=position_embedding, scale_embeddings=False,
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)   # ConfigMixin: self.config, mapped by field name
+        c = self.config
+        init = keras.initializers.TruncatedNormal(stddev=c.initializer_range)
+        self.embeddings = TransformerEmbedding(vocab_size=c.vocab_size, d_model=c.d_model,
+                                               max_positions=c.max_positions, rate=c.rate,
+                                               position_embedding=c.position_embedding, scale_embeddings=False,
                                                embeddings_initializer=init, name="embeddings")
-        self.blocks = [DecoderLayer(d_model, num_heads, dff, rate, cross_attention=False,
-                                    normalize_first=normalize_first, activation=activation,
-                                    layer_norm_epsilon=layer_norm_epsilon, attention_dropout=attention_dropout,
-                                    kernel_initializer=init, name=f"block{i + 1}")
-                       for i in range(num_layers)]
-        if normalize_first:
-            self.final_layernorm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="final_layernorm")
+        self.blocks = [DecoderLayer(d_model=c.d_model, num_heads=c.num_heads, dff=c.dff, rate=c.rate,
+                                    cross_attention=False, normalize_first=c.normalize_first,
+                                    activation=c.activation, layer_norm_epsilon=c.layer_norm_epsilon,
+                                    attention_dropout=c.attention_dropout, kernel_initializer=init,
+                                    name=f"block{i + 1}")
+                       for i in range(c.num_layers)]
+        if c.normalize_first:
+            self.final_layernorm = keras.layers.LayerNormalization(epsilon=c.layer_norm_epsilon,
+                                                                   name="final_layernorm")
         self.build()
 
     @staticmethod
@@ -189,8 +192,6 @@ class CausalLM(Task):
         return self._logits(self.backbone(token_ids, training=training)["sequence_output"])
 
     def compute_loss_sums(self, batch, training):
-        from kerasplm.training.losses import fused_masked_cross_entropy  # noqa: PLC0415 (training imports models)
-
         if isinstance(batch, (tuple, list)):
             token_ids, labels = batch
         else:
@@ -231,8 +232,6 @@ class CausalLM(Task):
     def generate(self, prompt_ids, prompt_lengths=None, **options):
         """Token-id generation: see :func:`kerasplm.generation.generate` (``options``: max_new_tokens,
         sampler, temperature, top_k, top_p, seed, beam_size, alpha, stop_ids, pad_id, jit_compile)."""
-        from kerasplm.generation.engine import generate  # noqa: PLC0415
-
         return generate(self, prompt_ids, prompt_lengths, **options)
 
 

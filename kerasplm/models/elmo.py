@@ -276,8 +276,8 @@ def _lstm_layer(config, name):
         return keras.layers.LSTM(config.lstm_dim, return_sequences=True, name=name,
                                  kernel_initializer=keras.initializers.RandomUniform(-0.05, 0.05),
                                  recurrent_initializer=keras.initializers.RandomUniform(-0.05, 0.05))
-    cell = ProjectedLSTMCell(config.lstm_dim, config.projection_dim, config.cell_clip, config.proj_clip,
-                             name="cell")
+    cell = ProjectedLSTMCell(units=config.lstm_dim, projection_dim=config.projection_dim,
+                             cell_clip=config.cell_clip, proj_clip=config.proj_clip, name="cell")
     return keras.layers.RNN(cell, return_sequences=True, name=name)
 
 
@@ -290,7 +290,8 @@ def reverse_rows(x, lengths):
 class ElmoBiLM(Backbone):
     """The biLM: shared character encoder, separate forward and backward ``n_layers``-layer LSTMs.
 
-    Args: the fields of :class:`ElmoConfig`.
+    Args: the fields of :class:`ElmoConfig` (by keyword, or by position in its field order), plus Keras'
+    ``name`` etc.
     Call: ``char_ids (batch, T, C)`` int32 — sentences as ``<S> tokens </S>`` (see
     :mod:`kerasplm.text.characters`), rows of 0 after each sentence — ->
     ``{"token_embedding": (batch, T, P), "forward": [n_layers × (batch, T, P)], "backward": [same],
@@ -304,22 +305,19 @@ class ElmoBiLM(Backbone):
     bias, so :func:`fused_lstm_weights` maps cell weights onto it.
     """
 
+    config_class = ElmoConfig
     preset_family = "elmo"
 
-    def __init__(self, filters=ORIGINAL_FILTERS, char_embedding_dim=16, n_characters=NUM_CHARACTERS,
-                 max_characters_per_token=MAX_CHARACTERS, activation="relu", n_highway=2, lstm_dim=4096,
-                 projection_dim=512, n_layers=2, cell_clip=3.0, proj_clip=3.0, use_skip_connections=True,
-                 dropout=0.1, **kwargs):
-        super().__init__(**kwargs)
-        self.config = ElmoConfig(filters, char_embedding_dim, n_characters, max_characters_per_token, activation,
-                                 n_highway, lstm_dim, projection_dim, n_layers, cell_clip, proj_clip,
-                                 use_skip_connections, dropout).validate()
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)   # ConfigMixin: self.config, mapped by field name
         cfg = self.config
-        self.char_encoder = CharacterEncoder(cfg.filters, char_embedding_dim, n_characters, activation, n_highway,
-                                             cfg.output_dim, name="char_encoder")
-        self.forward_layers = [_lstm_layer(cfg, f"forward_{i}") for i in range(n_layers)]
-        self.backward_layers = [_lstm_layer(cfg, f"backward_{i}") for i in range(n_layers)]
-        self.dropouts = [Dropout(dropout, name=f"dropout_{i}") for i in range(n_layers)]
+        self.char_encoder = CharacterEncoder(filters=cfg.filters, char_embedding_dim=cfg.char_embedding_dim,
+                                             n_characters=cfg.n_characters, activation=cfg.activation,
+                                             n_highway=cfg.n_highway, output_dim=cfg.output_dim,
+                                             name="char_encoder")
+        self.forward_layers = [_lstm_layer(cfg, f"forward_{i}") for i in range(cfg.n_layers)]
+        self.backward_layers = [_lstm_layer(cfg, f"backward_{i}") for i in range(cfg.n_layers)]
+        self.dropouts = [Dropout(cfg.dropout, name=f"dropout_{i}") for i in range(cfg.n_layers)]
         self.build()
 
     @staticmethod
@@ -409,7 +407,8 @@ class ElmoLanguageModel(Task):
 
     @classmethod
     def from_preset(cls, preset, vocab_size, num_sampled=0, preprocessor=None, **overrides):
-        return cls(ElmoBiLM.from_preset(preset, **overrides), vocab_size, num_sampled, preprocessor, name=preset)
+        return cls(backbone=ElmoBiLM.from_preset(preset, **overrides), vocab_size=vocab_size, num_sampled=num_sampled,
+                   preprocessor=preprocessor, name=preset)
 
     def get_config(self):
         return {**super().get_config(), "vocab_size": self.vocab_size, "num_sampled": self.num_sampled}

@@ -76,16 +76,17 @@ def residual_projections(block):
 class GPTBackbone(DecoderOnlyBackbone):
     """GPT-1/GPT-2 backbone: :class:`DecoderOnlyBackbone` with GPT's residual initialisation.
 
-    Args: the fields of :class:`GPTConfig`.
+    Args: the fields of :class:`GPTConfig` (by keyword, or by position in its field order), plus Keras'
+    ``name`` etc.
     Call: ``token_ids (batch, seq_len)`` right-padded -> ``{"sequence_output": (batch, seq_len, d_model)}``.
     """
 
+    config_class = GPTConfig
     preset_family = "gpt"
 
-    def __init__(self, *args, scale_residual_init=True, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.config = GPTConfig(**dataclasses.asdict(self.config), scale_residual_init=scale_residual_init)
-        if scale_residual_init:
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)   # ConfigMixin: self.config, a GPTConfig
+        if self.config.scale_residual_init:
             # Re-draw the residual projections with std initializer_range / √(2·n_layer) (GPT-2 §2.3;
             # 2 residual additions per block). Biases stay zero.
             std = self.config.initializer_range / math.sqrt(2 * self.config.num_layers)

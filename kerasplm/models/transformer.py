@@ -22,11 +22,17 @@ from kerasplm.layers.tracking import TracksLayerLists
 from kerasplm.layers.transformer import DecoderLayer, EncoderLayer
 from kerasplm.models.base import ConfigMixin
 from kerasplm.models.presets import register_presets
+from kerasplm.training.losses import fused_masked_cross_entropy
 
 
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig:
-    """Hyper-parameters of the translator; vocab sizes are filled in from the tokenizers."""
+    """Hyper-parameters of the translator; vocab sizes are filled in from the tokenizers.
+
+    The field order is the seed's positional signature ``Transformer(num_layers, d_model, num_heads, dff,
+    input_vocab_size, target_vocab_size, pe_input, pe_target, rate)``: ``Transformer`` maps positional
+    arguments onto these fields in this order, so new fields go at the end.
+    """
 
     num_layers: int
     d_model: int
@@ -127,10 +133,13 @@ class Encoder(_Embedder):
 
     def __init__(self, num_layers, d_model, num_heads, dff, input_vocab_size, maximum_position_encoding,
                  rate=0.1, normalize_first=False, **kwargs):
-        super().__init__(input_vocab_size, d_model, maximum_position_encoding, rate, normalize_first, **kwargs)
+        super().__init__(vocab_size=input_vocab_size, d_model=d_model,
+                         maximum_position_encoding=maximum_position_encoding, rate=rate,
+                         normalize_first=normalize_first, **kwargs)
         self.num_layers, self.num_heads, self.dff, self.rate = num_layers, num_heads, dff, rate
         self.input_vocab_size = input_vocab_size
-        self.enc_layers = [EncoderLayer(d_model, num_heads, dff, rate, name=f"encoder_layer{i + 1}",
+        self.enc_layers = [EncoderLayer(d_model=d_model, num_heads=num_heads, dff=dff, rate=rate,
+                                        name=f"encoder_layer{i + 1}",
                                         **self._block_options())
                            for i in range(num_layers)]
 
@@ -162,10 +171,13 @@ class Decoder(_Embedder):
 
     def __init__(self, num_layers, d_model, num_heads, dff, target_vocab_size, maximum_position_encoding,
                  rate=0.1, normalize_first=False, **kwargs):
-        super().__init__(target_vocab_size, d_model, maximum_position_encoding, rate, normalize_first, **kwargs)
+        super().__init__(vocab_size=target_vocab_size, d_model=d_model,
+                         maximum_position_encoding=maximum_position_encoding, rate=rate,
+                         normalize_first=normalize_first, **kwargs)
         self.num_layers, self.num_heads, self.dff, self.rate = num_layers, num_heads, dff, rate
         self.target_vocab_size = target_vocab_size
-        self.dec_layers = [DecoderLayer(d_model, num_heads, dff, rate, name=f"decoder_layer{i + 1}",
+        self.dec_layers = [DecoderLayer(d_model=d_model, num_heads=num_heads, dff=dff, rate=rate,
+                                        name=f"decoder_layer{i + 1}",
                                         **self._block_options())
                            for i in range(num_layers)]
 
@@ -227,9 +239,10 @@ class Decoder(_Embedder):
 class Transformer(ConfigMixin, keras.Model):
     """Encoder-decoder Transformer: ``((inp, tar)) -> (logits, attention_weights)``.
 
-    Args follow the seed: ``num_layers, d_model, num_heads, dff, input_vocab_size, target_vocab_size,
-    pe_input, pe_target, rate``; ``normalize_first=True`` builds pre-LN blocks with a final LayerNorm per
-    stack instead of the seed's post-LN blocks.
+    Args: the fields of :class:`TransformerConfig`, by keyword or by position in the dataclass' field
+    order, which is the seed's: ``num_layers, d_model, num_heads, dff, input_vocab_size,
+    target_vocab_size, pe_input, pe_target, rate``, then ``normalize_first`` (True builds pre-LN blocks
+    with a final LayerNorm per stack instead of the seed's post-LN blocks); plus Keras' ``name`` etc.
 
     Call:
       inputs: ``(inp, tar)``: source ids ``(batch, inp_len)``, decoder input ids ``(batch, tar_len)``,
@@ -244,22 +257,24 @@ class Transformer(ConfigMixin, keras.Model):
     ``((inp, tar_inp), tar_real)``: the attention dict is dropped before the loss and metrics.
 
     In the family scheme (:mod:`kerasplm.models.base`) this is the translator *task* model (its encoder
-    and decoder are the seed's, so it keeps the seed's call); ``compute_loss_sums`` is its
-    Trainer loss (``kerasplm.jobs.translation.translation_loss``).
+    and decoder are the seed's, so it keeps the seed's call); like every task it owns its loss,
+    ``compute_loss_sums`` (the Trainer's ``compute_loss`` is ``Task.trainer_loss`` or
+    :func:`translation_loss`).
     """
 
+    config_class = TransformerConfig
     preset_family = "transformer"
 
-    def __init__(self, num_layers, d_model, num_heads, dff, input_vocab_size, target_vocab_size, pe_input,
-                 pe_target, rate=0.1, normalize_first=False, **kwargs):
-        super().__init__(**kwargs)
-        self.config = TransformerConfig(num_layers, d_model, num_heads, dff, input_vocab_size,
-                                        target_vocab_size, pe_input, pe_target, rate, normalize_first).validate()
-        self.encoder = Encoder(num_layers, d_model, num_heads, dff, input_vocab_size, pe_input, rate,
-                               normalize_first, name="encoder")
-        self.decoder = Decoder(num_layers, d_model, num_heads, dff, target_vocab_size, pe_target, rate,
-                               normalize_first, name="decoder")
-        self.final_layer = keras.layers.Dense(target_vocab_size, name="final_layer")
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)   # ConfigMixin: self.config, mapped by field name
+        c = self.config
+        self.encoder = Encoder(num_layers=c.num_layers, d_model=c.d_model, num_heads=c.num_heads, dff=c.dff,
+                               input_vocab_size=c.input_vocab_size, maximum_position_encoding=c.pe_input,
+                               rate=c.rate, normalize_first=c.normalize_first, name="encoder")
+        self.decoder = Decoder(num_layers=c.num_layers, d_model=c.d_model, num_heads=c.num_heads, dff=c.dff,
+                               target_vocab_size=c.target_vocab_size, maximum_position_encoding=c.pe_target,
+                               rate=c.rate, normalize_first=c.normalize_first, name="decoder")
+        self.final_layer = keras.layers.Dense(c.target_vocab_size, name="final_layer")
         self.build()
 
     @classmethod
@@ -332,11 +347,13 @@ class Transformer(ConfigMixin, keras.Model):
         return logits[:, 0], cache
 
     def compute_loss_sums(self, batch, training, label_smoothing=0.0):
-        """The Trainer loss: ``batch = ((src, tgt_in), tgt_out)`` -> masked cross-entropy and accuracy sums
-        (delegates to ``kerasplm.jobs.translation.translation_loss``)."""
-        from kerasplm.jobs.translation import translation_loss  # noqa: PLC0415 (tasks import models)
-
-        return translation_loss(self, batch, training, label_smoothing=label_smoothing)
+        """The Trainer loss: ``batch = ((src_ids (B, S), tgt_in (B, T)), tgt_out (B, T))`` -> ``{"loss": summed
+        masked cross-entropy (label smoothing ε = ``label_smoothing``), "weight": the real-token count,
+        "accuracy": the correct-token count}``; padding (0) is excluded."""
+        (src, tgt_in), tgt_out = batch
+        logits, _ = self((src, tgt_in), training=training)
+        loss_sum, num_tokens, correct = fused_masked_cross_entropy(tgt_out, logits, label_smoothing=label_smoothing)
+        return {"loss": loss_sum, "weight": num_tokens, "accuracy": correct}
 
     # Model.fit support: the loss and metrics see only the logits.
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
@@ -349,6 +366,14 @@ class Transformer(ConfigMixin, keras.Model):
             y_pred = y_pred[0]
         return super().compute_metrics(x, y, y_pred, sample_weight)
 
+
+def translation_loss(model, batch, training, label_smoothing=0.0):
+    """Sums for :class:`kerasplm.training.Trainer` (its ``compute_loss(model, batch, training)``): the
+    translator's own loss, :meth:`Transformer.compute_loss_sums` (masked cross-entropy and token accuracy).
+
+    ``batch = ((src_ids (B, S), tgt_in (B, T)), tgt_out (B, T))``; padding (0) is excluded.
+    """
+    return model.compute_loss_sums(batch, training=training, label_smoothing=label_smoothing)
 
 
 register_presets("transformer", Transformer, PRESETS, num_parameters=num_parameters,

@@ -201,3 +201,25 @@ def test_pre_ln_blocks_end_in_a_final_norm_and_decode_incrementally():
         step_logits, cache = model.decode_step(tar[:, t:t + 1], t, cache, cross_kv, padding_mask)
         real = tar[:, t].numpy() != 0  # the full call also masks padded target positions as keys
         np.testing.assert_allclose(step_logits.numpy()[real], logits[:, t].numpy()[real], atol=1e-4)
+
+
+def test_the_translator_owns_its_loss():
+    """``compute_loss_sums`` is the translator's Trainer loss (as every task's); the job's
+    ``translation_loss`` is the same function, now defined on the model side."""
+    from kerasplm.models.base import Task
+    from kerasplm.models.transformer import translation_loss
+    from kerasplm.jobs import translation
+
+    assert translation.translation_loss is translation_loss
+    model = tiny(rate=0.0)
+    inp, tar = batch()
+    data = ((inp, tar[:, :-1]), tar[:, 1:])
+    sums = model.compute_loss_sums(data, training=False)
+    assert sorted(sums) == ["accuracy", "loss", "weight"] and float(sums["weight"]) == 4.0
+    for other in (translation_loss(model, data, training=False), Task.trainer_loss(model, data, training=False)):
+        for key in sums:
+            np.testing.assert_allclose(float(other[key]), float(sums[key]), rtol=1e-6)
+    smoothed = model.compute_loss_sums(data, training=False, label_smoothing=0.1)
+    np.testing.assert_allclose(float(translation_loss(model, data, False, label_smoothing=0.1)["loss"]),
+                               float(smoothed["loss"]), rtol=1e-6)
+    assert float(smoothed["loss"]) != float(sums["loss"])
