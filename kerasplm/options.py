@@ -184,6 +184,10 @@ class TrainingOptions(JobOptions):
     jit_compile: object = option("auto", "do not XLA-compile the train step", flag="--no-jit", const=False,
                                  choices=["auto", True, False], scope=SESSION)
     verbose: int = option(1, "no progress bar", flag="--quiet", const=0, kind=int, minimum=0, scope=SESSION)
+    distribute: str = option("default", "tf.distribute strategy: default (one device), mirrored (every local GPU, "
+                             "or the logical CPUs), multi-worker (MultiWorkerMirroredStrategy over the cluster in "
+                             "TF_CONFIG: run the same command on every worker; the chief writes the run)",
+                             choices=["default", "mirrored", "multi-worker"], scope=SESSION)
 
 
 @dataclasses.dataclass(frozen=True)

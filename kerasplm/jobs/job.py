@@ -1,20 +1,30 @@
-"""What every training job shares: its session options, opening/resuming a run directory, and fitting.
+"""The Job base and the pieces every training job shares: opening/resuming a run directory, fitting, the summary.
 
-A family's job (``train_translator``, ``train_bert``, ``train_gpt``, ``train_elmo``) is:
+A job is a :class:`Job` subclass in the shape of Model Garden's ``base_task.Task``: it declares its run family
+and options class (the options are declared once, in its family's manifest) and fills hooks; the base owns the
+rest::
 
-1. an options dataclass that inherits :class:`TrainingOptions` (steps, time budget, evaluation,
-   precision, XLA, progress) and adds its own RUN options (data, preset, vocabulary, seed …);
-2. ``run, options, config, history = open_run(out, FAMILY, OptionsClass, options, overrides,
-   check_config=...)`` — a fresh directory or a resume with the stored RUN options;
-3. its data, tokenizer assets and model config; then ``run.write_config(...)`` once the run is valid;
-4. ``fit_recorded(run, trainer, history, train_ds, options, ...)`` — the Trainer's fit with the history
-   of every session appended to ``history.json`` even when the session fails; a job whose learning rate
-   decays to zero at the end of the run calls ``fit_scheduled`` instead, which first fits that schedule to
-   the steps a time budget allows when the run was given a budget only;
-5. its own evaluation, ``run.write_json(run.METRICS, summary)``, and a loader registered with
-   :func:`kerasplm.runs.register_family`.
+    class TranslatorJob(Job):
+        family, task, options_class, what, result_key = "transformer_translator", "translation", ...
 
-Decorate the job with :func:`restores_global_policy` when it sets a mixed-precision policy.
+        def build_data(self):         # data, tokenizers, model config; self.write_config(...) for a new run;
+            ...                       # sets self.train_dataset (and self.eval_dataset, self.schedule)
+        def build_model(self):        # the model (built under the strategy's scope)
+        def build_optimizer(self):    # its optimizer, with self.schedule
+        def evaluate(self, trainer, summary):   # the family's figures, added to the summary (not after SIGTERM)
+        def result(self, trainer):    # the trained object the summary hands back (summary[result_key])
+
+    def train_translator(out, options=None, log=print, **overrides):
+        return TranslatorJob(out, options, log, **overrides).run()
+
+:meth:`Job.run` opens (or resumes) the run with the stored RUN options winning (:func:`open_run`), picks the
+``--distribute`` strategy (the multi-worker chief alone writes the run), builds the
+:class:`kerasplm.training.Trainer`, fits (with the learning-rate schedule fitted to a time budget when the job
+has one: :func:`fit_scheduled`), stops cleanly on SIGTERM (the checkpoint saved, no evaluation), evaluates,
+writes ``metrics.json``, logs the closing report, and puts the caller's dtype policy back.
+
+The functions below (:func:`open_run`, :func:`fit_recorded`, :func:`fit_scheduled`, :func:`training_summary`)
+are the base's steps, usable on their own.
 """
 import dataclasses
 import functools
@@ -22,10 +32,13 @@ import time
 
 import keras
 
-from kerasplm.options import TrainingOptions, resolve_options
+from kerasplm.models.base import Task
+from kerasplm.options import RUN, TrainingOptions, resolve_options
 from kerasplm.runs import RunDir
+from kerasplm.training import Trainer
+from kerasplm.training.distribute import get_strategy, is_chief_process
 
-__all__ = ["TrainingOptions", "open_run", "fit_recorded", "fit_scheduled", "fit_schedule_to_budget",
+__all__ = ["Job", "TrainingOptions", "open_run", "fit_recorded", "fit_scheduled", "fit_schedule_to_budget",
            "provisional_total_steps", "restores_global_policy", "training_summary"]
 
 # A run given a time budget only first makes TRACE_STEPS steps (the first traces the train step), then times
@@ -46,7 +59,7 @@ def restores_global_policy(fn):
 
 
 def open_run(out, family, options_cls, options=None, overrides=None, what=None, check_config=None,
-             legacy_options=None):
+             legacy_options=None, writer=None):
     """Open run directory ``out`` for a (possibly resumed) job of ``family``.
 
     Returns ``(run, options, config, history)``: ``config`` and ``history`` are the stored ones (``None``
@@ -57,7 +70,9 @@ def open_run(out, family, options_cls, options=None, overrides=None, what=None, 
     today's default). Also sets the mixed-precision
     policy the options ask for, and refuses a job with neither ``steps`` nor ``time_budget``.
     """
-    run = RunDir(out)
+    if writer is None:
+        writer = is_chief_process(getattr(options, "distribute", None) or (overrides or {}).get("distribute", "default"))
+    run = RunDir(out, writer=writer)
     config, history = None, {}
     if run.exists():
         config = run.read_config(family=family, what=what or family)
@@ -165,3 +180,132 @@ def fit_scheduled(run, trainer, previous_history, train_ds, options, schedule, l
         history, _ = fit_recorded(run, trainer, previous_history, train_ds, session, eval_dataset=eval_dataset,
                                   log_every=log_every, session_start_step=first_step)
     return history, time.time() - started
+
+
+class Job:
+    """The base of every training and fine-tuning job (see the module docstring for the hooks)."""
+
+    family = None          # the run family written to config.json (its manifest's RUN_LOADERS key)
+    task = None            # config.json's "task"
+    options_class = None   # a TrainingOptions subclass (declared in the family's manifest)
+    what = None            # how messages name the run ("translator", "BERT classifier")
+    result_key = None      # the summary key of the trained object (never written to metrics.json)
+    legacy_options = None  # values RUN options had before they existed (see open_run)
+    checkpoint_every = None
+    clip_norm = None
+    log_every = 50
+
+    def __init__(self, out, options=None, log=print, **overrides):
+        self.out, self.log = out, log
+        self.given_options, self.overrides = options, overrides
+        self.train_dataset = self.eval_dataset = None
+        self.schedule = None       # a schedule with set_total_steps (BudgetSchedule ...): fitted to a time budget
+        self.most_steps = None     # the longest schedule a time budget may be fitted to
+
+    # ------------------------------------------------------------------ hooks
+    def plan(self, options, overrides):
+        """Before the run opens: return the overrides to open it with (e.g. ``steps`` from epochs)."""
+        return overrides
+
+    def check_config(self, run, config):
+        """Validate a resumed run's stored model config (raise ``run.error(...)``)."""
+
+    def build_data(self):
+        """Data, tokenizers and model config; for a new run, :meth:`write_config`. Sets ``self.train_dataset``
+        (a dataset or a zero-argument function returning one), and optionally ``self.eval_dataset`` and
+        ``self.schedule``."""
+        raise NotImplementedError
+
+    def build_model(self):
+        raise NotImplementedError
+
+    def build_optimizer(self):
+        raise NotImplementedError
+
+    def compute_loss(self, model, batch, training):
+        """The Trainer's loss sums (default: the task model's ``compute_loss_sums``)."""
+        return Task.trainer_loss(model, batch, training)
+
+    def evaluate(self, trainer, summary):
+        """Add the family's figures to ``summary`` (runs after training, not after SIGTERM)."""
+
+    def describe(self, summary):
+        """Log the closing report."""
+        self.log(f"trained to step {summary['step']} ({summary['stop_reason']}) in {summary['train_seconds']:.0f}s")
+
+    def result(self, trainer):
+        """The trained object the summary hands back as ``summary[result_key]``."""
+        return trainer.model
+
+    def after(self, summary):
+        """After the run is closed (e.g. export the trained model)."""
+
+    # ------------------------------------------------------------------ the base's part
+    @property
+    def resumed(self):
+        return self.stored_config is not None
+
+    def write_config(self, preset, model, options=None, assets=None):
+        """Write the new run's config.json (once it is known to be valid): ``options`` default to the RUN options."""
+        self.config = self.run_dir.write_config(self.family, self.task, preset, model,
+                                                self.options.stored(RUN) if options is None else options,
+                                                assets=assets)
+        return self.config
+
+    def run(self):
+        previous_policy = keras.mixed_precision.global_policy()
+        try:
+            return self._run()
+        finally:
+            keras.mixed_precision.set_global_policy(previous_policy)
+
+    def _run(self):
+        overrides = self.plan(self.given_options, dict(self.overrides))
+        self.run_dir, self.options, self.stored_config, previous_history = open_run(
+            self.out, self.family, self.options_class, self.given_options, overrides, what=self.what,
+            check_config=self.check_config, legacy_options=self.legacy_options)
+        self.config = self.stored_config
+        o = self.options
+        strategy = get_strategy(o.distribute)     # before the first TensorFlow op of the job
+        if strategy.num_replicas_in_sync > 1:
+            self.log(f"{o.distribute}: {strategy.num_replicas_in_sync} replicas; each global batch is split "
+                     f"between them")
+        if self.resumed:
+            self.log(f"resuming run in {self.out}")
+        self.build_data()
+        o = self.options   # build_data may have settled options a new run records (a schedule's length ...)
+        trainer = Trainer(model=self.build_model, optimizer=self.build_optimizer, compute_loss=self.compute_loss,
+                          strategy=strategy, jit_compile=o.jit_compile, clip_norm=self.clip_norm,
+                          checkpoint_dir=self.run_dir.checkpoint_dir, checkpoint_every=self.checkpoint_every,
+                          log_dir=self.run_dir.log_dir, seed=o.seed, verbose=o.verbose)
+        self.trainer = trainer
+        t0 = time.time()
+        trainer.fit(self.train_dataset, steps=0)  # builds the model and optimizer, restores the latest checkpoint
+        self.first_step = trainer.step
+        if self.schedule is not None and hasattr(o, "schedule_steps"):
+            history, _ = fit_scheduled(self.run_dir, trainer, previous_history, self.train_dataset, o, self.schedule,
+                                       self.log, most=self.most_steps, eval_dataset=self.eval_dataset,
+                                       log_every=self.log_every)
+            if self.run_dir.writer:   # a schedule fitted to the time budget is now part of the run's options
+                self.config = self.run_dir.read_config()
+        else:
+            history, _ = fit_recorded(self.run_dir, trainer, previous_history, self.train_dataset, o,
+                                      eval_dataset=self.eval_dataset, log_every=self.log_every,
+                                      session_start_step=self.first_step)
+        train_seconds = time.time() - t0
+        summary = training_summary(trainer, history, train_seconds)
+        summary["steps_this_run"] = trainer.step - self.first_step
+        if trainer.stop_reason == "sigterm":   # preemption: the grace period is short, so no evaluation
+            self.log(f"stopped by SIGTERM; checkpoint saved at step {trainer.step}: run the same command to resume")
+            trainer.close()
+            if self.result_key:
+                summary[self.result_key] = self.result(trainer)
+            return summary
+        self.evaluate(trainer, summary)
+        self.run_dir.write_json(self.run_dir.METRICS, summary)
+        self.describe(summary)
+        trainer.close()
+        if self.result_key:
+            summary[self.result_key] = self.result(trainer)
+        self.after(summary)
+        return summary

@@ -23,14 +23,12 @@ from kerasplm.data import (group_references, make_translation_dataset, read_para
 from kerasplm.export.translator import export_translator, load_and_translate
 from kerasplm.families.translator import (BUNDLED_TRAIN, BUNDLED_VOCAB_MAX_SENTENCES, DEFAULT_PEAK_LEARNING_RATE,
                                          TranslatorOptions)
-from kerasplm.jobs.job import (fit_recorded, fit_scheduled, open_run, provisional_total_steps,
-                               restores_global_policy, training_summary)
+from kerasplm.jobs.job import Job, provisional_total_steps
 from kerasplm.models.transformer import Transformer, TransformerConfig, get_preset, translation_loss
-from kerasplm.options import RUN
 from kerasplm.runs import RunDir
 from kerasplm.text import (TranslatorPreprocessor, WordPieceTokenizer, build_wordpiece_vocab, read_vocab,
                            write_vocab)
-from kerasplm.training import BudgetSchedule, CustomSchedule, Trainer
+from kerasplm.training import BudgetSchedule, CustomSchedule
 from kerasplm.training.optimizers import FusedAdam
 
 # By default pre-LN presets (transformer_quick) get the "budget" schedule and the seed's post-LN blocks
@@ -235,7 +233,111 @@ def _describe_run(summary, options):
     return "\n".join(lines)
 
 
-@restores_global_policy
+class TranslatorJob(Job):
+    """``kerasplm train translator``: the seed's Transformer on a parallel corpus, scored with held-out BLEU."""
+
+    family, task, options_class, what, result_key = FAMILY, "translation", TranslatorOptions, "translator", "translator"
+    legacy_options = {"schedule": "seed", "bundled_data": "sample", "vocab_max_sentences": 0}
+    checkpoint_every = 1000
+
+    def check_config(self, run, config):
+        _model_config(run, config)
+
+    def build_data(self):
+        o, run, t0 = self.options, self.run_dir, time.time()
+        (train_src, self.train_tgt), (dev_src, dev_tgt), self.dev_set = _prepare_data(o)
+        self.log(f"data: {len(train_src)} training pairs, {len(self.dev_set[0])} held-out source sentences "
+                 f"({f'bundled Tatoeba data: {o.bundled_data}' if o.data is None else o.data})")
+        src_vocab_path, tgt_vocab_path = (run.file(n) for n in ASSETS.values())
+        if self.resumed:
+            self.model_config = _model_config(run, self.config)
+            src_vocab_path = _vocab_path(run, self.config, "source_vocab", self.model_config.input_vocab_size)
+            tgt_vocab_path = _vocab_path(run, self.config, "target_vocab", self.model_config.target_vocab_size)
+        else:
+            os.makedirs(self.out, exist_ok=True)
+            cap = _vocab_max_sentences(o)
+            for texts, path in ((train_src, src_vocab_path), (self.train_tgt, tgt_vocab_path)):
+                if cap and len(texts) > cap:  # evenly spaced: Tatoeba is length-sorted
+                    texts = texts[::-(-len(texts) // cap)]
+                write_vocab(build_wordpiece_vocab(texts, vocab_size=o.vocab_size,
+                                                  reserved_tokens=TranslatorPreprocessor.special_tokens), path)
+        self.src_tok, self.tgt_tok = WordPieceTokenizer(src_vocab_path), WordPieceTokenizer(tgt_vocab_path)
+        if not self.resumed:
+            rate = {} if o.dropout is None else {"rate": o.dropout}
+            self.model_config = get_preset(o.preset, input_vocab_size=self.src_tok.vocab_size,
+                                           target_vocab_size=self.tgt_tok.vocab_size, **rate)
+        self.log(f"vocabularies: source {self.src_tok.vocab_size}, target {self.tgt_tok.vocab_size} WordPiece "
+                 f"tokens; {time.time() - t0:.1f}s")
+        self.train_dataset = make_translation_dataset(train_src, self.train_tgt, self.src_tok, self.tgt_tok,
+                                                      batch_size=o.batch_size, max_length=o.max_length,
+                                                      shuffle=True, seed=o.seed, repeat=True)
+        self.eval_dataset = make_translation_dataset(dev_src, dev_tgt, self.src_tok, self.tgt_tok,
+                                                     batch_size=o.batch_size, max_length=o.max_length, shuffle=False,
+                                                     drop_long=False)
+        # The schedule and its length are recorded in the run, so that a resume keeps them.
+        if not self.resumed:
+            if o.schedule is None:
+                o = o.replace(schedule=DEFAULT_SCHEDULE[_blocks(self.model_config)])
+            if o.schedule == "budget" and o.schedule_steps is None and o.steps is not None:
+                o = o.replace(schedule_steps=o.steps)
+            self.options = o   # the run is valid: from now on this directory holds a run to resume
+            self.write_config(o.preset, dataclasses.asdict(self.model_config), assets=ASSETS)
+        self.lr_schedule = _make_schedule(o, self.model_config)
+        self.schedule = self.lr_schedule if isinstance(self.lr_schedule, BudgetSchedule) else None
+
+    def build_model(self):
+        return Transformer.from_config_object(self.model_config, name=self.config["preset"])
+
+    def build_optimizer(self):
+        return FusedAdam(self.lr_schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
+
+    def compute_loss(self, model, batch, training):
+        return translation_loss(model, batch, training,
+                                label_smoothing=self.options.label_smoothing if training else 0.0)
+
+    def result(self, trainer):
+        return Translator(trainer.model, self.src_tok, self.tgt_tok, config=self.config, step=trainer.step)
+
+    def evaluate(self, trainer, summary):
+        o, seconds = self.options, max(summary["train_seconds"], 1e-9)
+        summary.update({"steps_per_second": round(summary["steps_this_run"] / seconds, 3),
+                        "target_tokens_per_second": round(summary["steps_this_run"] * o.batch_size
+                                                          * _mean_target_tokens(self.tgt_tok, self.train_tgt)
+                                                          / seconds),
+                        "final_learning_rate": float(trainer.learning_rate),
+                        "schedule": _schedule_summary(self.lr_schedule, o)})
+        self.samples = {}
+        if o.bleu_max_sentences == 0:  # 0: no BLEU (a quick run, a resume check)
+            return
+        translator = self.result(trainer)
+        sources, refs = self.dev_set
+        if o.bleu_max_sentences:
+            sources, refs = sources[:o.bleu_max_sentences], refs[:o.bleu_max_sentences]
+        t_dec = time.time()
+        hyps = translator.translate(sources, beam_size=o.bleu_beam_size)
+        bleu = corpus_bleu(hyps, refs)
+        self.samples = dict(zip(SEED_SENTENCES, translator.translate(SEED_SENTENCES, beam_size=o.bleu_beam_size)))
+        summary.update({"bleu": round(bleu.score, 2), "bleu_signature": str(bleu), "bleu_sentences": len(sources),
+                        "bleu_beam_size": o.bleu_beam_size, "decode_seconds": round(time.time() - t_dec, 1),
+                        "samples": self.samples,
+                        "dev_examples": [{"source": s, "translation": h, "references": r}
+                                         for s, h, r in list(zip(sources, hyps, refs))[:10]]})
+
+    def describe(self, summary):
+        self.log(_describe_run(summary, self.options))
+        for source, translation in self.samples.items():
+            self.log(f"  {source}  ->  {translation}")
+
+    def after(self, summary):
+        export_to = self.options.export_to
+        if export_to and export_to.lower() != "none" and self.run_dir.writer:
+            path = export_translator(summary["translator"], export_to)
+            summary["export"] = path
+            self.log(f"exported SavedModel to {path}")
+            for source, translation in zip(SEED_SENTENCES, load_and_translate(path, SEED_SENTENCES)):
+                self.log(f"  [SavedModel] {source}  ->  {translation}")
+
+
 def train_translator(out, options=None, log=print, **overrides):
     """Train (or resume) a translator in run directory ``out``; report held-out BLEU.
 
@@ -247,114 +349,10 @@ def train_translator(out, options=None, log=print, **overrides):
     seconds, or on SIGTERM (then it returns right after the checkpoint, without BLEU). An existing run in
     ``out`` is resumed with its stored options; asking for different ones raises
     :class:`kerasplm.options.OptionsConflict`. Returns a summary dict (steps, BLEU, timings, sample
-    translations; also written to metrics.json) whose "translator" is the trained :class:`Translator`.
+    translations; also written to metrics.json) whose "translator" is the trained :class:`Translator`;
+    with ``export_to`` the trained model is also exported there (its path in "export").
     """
-    run, o, config, previous_history = open_run(out, FAMILY, TranslatorOptions, options, overrides,
-                                                what="translator", check_config=_model_config,
-                                                legacy_options={"schedule": "seed", "bundled_data": "sample",
-                                                                "vocab_max_sentences": 0})
-    t0 = time.time()
-    (train_src, train_tgt), (dev_src, dev_tgt), (dev_sources, dev_refs) = _prepare_data(o)
-    log(f"data: {len(train_src)} training pairs, {len(dev_sources)} held-out source sentences "
-        f"({f'bundled Tatoeba data: {o.bundled_data}' if o.data is None else o.data})")
-
-    src_vocab_path, tgt_vocab_path = (run.file(n) for n in ASSETS.values())
-    if config is not None:
-        log(f"resuming run in {out} (preset {config['preset']})")
-        model_config = _model_config(run, config)
-        src_vocab_path = _vocab_path(run, config, "source_vocab", model_config.input_vocab_size)
-        tgt_vocab_path = _vocab_path(run, config, "target_vocab", model_config.target_vocab_size)
-    else:
-        os.makedirs(out, exist_ok=True)
-        cap = _vocab_max_sentences(o)
-        for texts, path in ((train_src, src_vocab_path), (train_tgt, tgt_vocab_path)):
-            if cap and len(texts) > cap:  # evenly spaced: Tatoeba is length-sorted
-                texts = texts[::-(-len(texts) // cap)]
-            write_vocab(build_wordpiece_vocab(texts, vocab_size=o.vocab_size,
-                                              reserved_tokens=TranslatorPreprocessor.special_tokens), path)
-    src_tok, tgt_tok = WordPieceTokenizer(src_vocab_path), WordPieceTokenizer(tgt_vocab_path)
-    if config is None:
-        rate = {} if o.dropout is None else {"rate": o.dropout}
-        model_config = get_preset(o.preset, input_vocab_size=src_tok.vocab_size, target_vocab_size=tgt_tok.vocab_size,
-                                  **rate)
-    log(f"vocabularies: source {src_tok.vocab_size}, target {tgt_tok.vocab_size} WordPiece tokens; "
-        f"{time.time() - t0:.1f}s")
-
-    train_ds = make_translation_dataset(train_src, train_tgt, src_tok, tgt_tok, batch_size=o.batch_size,
-                                        max_length=o.max_length, shuffle=True, seed=o.seed, repeat=True)
-    dev_ds = make_translation_dataset(dev_src, dev_tgt, src_tok, tgt_tok, batch_size=o.batch_size,
-                                      max_length=o.max_length, shuffle=False, drop_long=False)
-    # The schedule and its length are recorded in the run, so that a resume keeps them.
-    if config is None and o.schedule is None:
-        o = o.replace(schedule=DEFAULT_SCHEDULE[_blocks(model_config)])
-    if config is None and o.schedule == "budget" and o.schedule_steps is None and o.steps is not None:
-        o = o.replace(schedule_steps=o.steps)
-    if config is None:  # the run is valid: from now on this directory holds a run to resume
-        config = run.write_config(FAMILY, "translation", o.preset, dataclasses.asdict(model_config), o.stored(RUN),
-                                  assets=ASSETS)
-    lr_schedule = _make_schedule(o, model_config)
-    trainer = Trainer(
-        model=lambda: Transformer.from_config_object(model_config, name=config["preset"]),
-        optimizer=lambda: FusedAdam(lr_schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9),
-        compute_loss=lambda m, b, training: translation_loss(m, b, training,
-                                                             label_smoothing=o.label_smoothing if training else 0.0),
-        jit_compile=o.jit_compile, checkpoint_dir=run.checkpoint_dir, checkpoint_every=1000,
-        log_dir=run.log_dir, seed=o.seed, verbose=o.verbose)
-    t_train = time.time()
-    trainer.fit(train_ds, steps=0)  # builds the model and optimizer and restores the latest checkpoint
-    first_step = trainer.step
-    if isinstance(lr_schedule, BudgetSchedule):
-        history, _ = fit_scheduled(run, trainer, previous_history, train_ds, o, lr_schedule, log, eval_dataset=dev_ds)
-        config = run.read_config()   # a schedule fitted to the time budget is now part of the run's options
-    else:
-        history, _ = fit_recorded(run, trainer, previous_history, train_ds, o, eval_dataset=dev_ds,
-                                  session_start_step=first_step)
-    train_seconds = time.time() - t_train
-    log(f"trained to step {trainer.step} ({trainer.stop_reason}) in {train_seconds:.0f}s")
-    translator = Translator(trainer.model, src_tok, tgt_tok, config=config, step=trainer.step)
-    summary = training_summary(trainer, history, train_seconds)
-    if trainer.stop_reason == "sigterm":  # preemption: the grace period is short, skip BLEU
-        log(f"stopped by SIGTERM; checkpoint saved at step {trainer.step}: run the same command to resume")
-        trainer.close()
-        summary["translator"] = translator
-        return summary
-
-    steps_this_run = trainer.step - first_step
-    summary.update({"steps_this_run": steps_this_run,
-                    "steps_per_second": round(steps_this_run / max(train_seconds, 1e-9), 3),
-                    "target_tokens_per_second": round(steps_this_run * o.batch_size
-                                                      * _mean_target_tokens(tgt_tok, train_tgt)
-                                                      / max(train_seconds, 1e-9)),
-                    "final_learning_rate": float(trainer.learning_rate),
-                    "schedule": _schedule_summary(lr_schedule, o)})
-
-    samples = {}
-    if o.bleu_max_sentences != 0:  # 0: no BLEU (a quick run, a resume check)
-        sources, refs = dev_sources, dev_refs
-        if o.bleu_max_sentences:
-            sources, refs = sources[:o.bleu_max_sentences], refs[:o.bleu_max_sentences]
-        t_dec = time.time()
-        hyps = translator.translate(sources, beam_size=o.bleu_beam_size)
-        bleu = corpus_bleu(hyps, refs)
-        samples = dict(zip(SEED_SENTENCES, translator.translate(SEED_SENTENCES, beam_size=o.bleu_beam_size)))
-        summary.update({"bleu": round(bleu.score, 2), "bleu_signature": str(bleu), "bleu_sentences": len(sources),
-                        "bleu_beam_size": o.bleu_beam_size, "decode_seconds": round(time.time() - t_dec, 1),
-                        "samples": samples,
-                        "dev_examples": [{"source": s, "translation": h, "references": r}
-                                         for s, h, r in list(zip(sources, hyps, refs))[:10]]})
-    run.write_json(run.METRICS, summary)
-    log(_describe_run(summary, o))
-    for s, t in samples.items():
-        log(f"  {s}  ->  {t}")
-    trainer.close()
-    summary["translator"] = translator
-    if o.export_to and o.export_to.lower() != "none":
-        path = export_translator(translator, o.export_to)
-        summary["export"] = path
-        log(f"exported SavedModel to {path}")
-        for source, translation in zip(SEED_SENTENCES, load_and_translate(path, SEED_SENTENCES)):
-            log(f"  [SavedModel] {source}  ->  {translation}")
-    return summary
+    return TranslatorJob(out, options, log, **overrides).run()
 
 
 def print_translations(run, sentences=(), beam_size=1):

@@ -79,8 +79,11 @@ class RunDir:
 
     CONFIG, HISTORY, METRICS = "config.json", "history.json", "metrics.json"
 
-    def __init__(self, path):
+    def __init__(self, path, writer=True):
         self.path = os.fspath(path)
+        # False on the workers of a multi-worker job other than the chief: they read the run, and every write
+        # (config, history, metrics) is the chief's.
+        self.writer = writer
 
     def file(self, name):
         return os.path.join(self.path, name)
@@ -107,7 +110,10 @@ class RunDir:
 
     # ------------------------------------------------------------------ writing
     def write_text(self, name, text):
-        """Atomically replace ``name`` with ``text`` (UTF-8), mode 0666 minus the umask."""
+        """Atomically replace ``name`` with ``text`` (UTF-8), mode 0666 minus the umask (a no-op when this
+        process is not the run's writer)."""
+        if not self.writer:
+            return
         os.makedirs(self.path, exist_ok=True)
         target = self.file(name)
         tmp = os.path.join(os.path.dirname(target), f".tmp-{secrets.token_hex(6)}-{os.path.basename(target)}")

@@ -1,9 +1,13 @@
-"""tf.distribute helpers: pick a strategy by name; split the CPU into logical devices for tests."""
+"""tf.distribute helpers: pick a strategy by name; who is the chief; split the CPU into logical devices for tests."""
+import json
+import os
+
 import tensorflow as tf
 
-__all__ = ["get_strategy", "configure_logical_cpus"]
+__all__ = ["get_strategy", "configure_logical_cpus", "is_chief_process"]
 
 _STRATEGIES = ("default", "mirrored", "multiworker")
+_ALIASES = {"multi-worker": "multiworker"}
 _CACHE = {}
 
 
@@ -17,6 +21,7 @@ def get_strategy(name="default"):
     devices reuses collective keys of the first one, and TensorFlow then aborts its all-reduces
     with "Shape mismatch in the collective instance".
     """
+    name = _ALIASES.get(name, name)
     if name not in _STRATEGIES:
         raise ValueError(f"unknown strategy {name!r}; expected one of {_STRATEGIES}")
     if name == "default":
@@ -29,6 +34,22 @@ def get_strategy(name="default"):
         else:
             _CACHE[name] = tf.distribute.MultiWorkerMirroredStrategy()
     return _CACHE[name]
+
+
+def is_chief_process(strategy_name="default"):
+    """Whether this process writes a multi-worker job's files, read from TF_CONFIG before any TensorFlow op (the
+    same rule as :class:`kerasplm.training.Trainer`'s: the "chief" task, or worker 0 of a cluster without one).
+    Always True for other strategies."""
+    if _ALIASES.get(strategy_name, strategy_name) != "multiworker":
+        return True
+    try:
+        config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+    except json.JSONDecodeError as e:
+        raise ValueError(f"TF_CONFIG is not valid JSON ({e})") from None
+    task = config.get("task") or {}
+    if task.get("type") == "chief":
+        return True
+    return task.get("type") == "worker" and int(task.get("index", 0)) == 0 and "chief" not in config.get("cluster", {})
 
 
 def configure_logical_cpus(n):

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from kerasplm import cli
-from kerasplm.jobs import job, translation
+from kerasplm.jobs import job
+from kerasplm.models import transformer as transformer_model
 from kerasplm.jobs.translation import train_translator
 from kerasplm.training import BudgetSchedule
 from tests.jobs.test_translation_job import tiny_tsv  # noqa: F401  (fixture)
@@ -43,8 +44,8 @@ def test_budget_run_records_its_schedule_and_resumes_exactly(tiny_tsv, tmp_path)
 def test_default_schedule_follows_the_blocks(tiny_tsv, tmp_path, monkeypatch):  # noqa: F811
     """Without --schedule, the seed's post-LN blocks train under the seed's CustomSchedule and pre-LN presets
     (transformer_quick) under the budget schedule; the choice is recorded for resumes."""
-    monkeypatch.setitem(translation.PRESETS, "tiny_prenorm",
-                        dataclasses.replace(translation.PRESETS["transformer_tiny"], normalize_first=True))
+    monkeypatch.setitem(transformer_model.PRESETS, "tiny_prenorm",
+                        dataclasses.replace(transformer_model.PRESETS["transformer_tiny"], normalize_first=True))
     for preset, expected in (("transformer_tiny", "seed"), ("tiny_prenorm", "budget")):
         out = tmp_path / preset
         summary = train_translator(str(out), data=tiny_tsv, preset=preset, steps=2, batch_size=8, vocab_size=200,
