@@ -19,7 +19,9 @@ import numpy as np
 import tensorflow as tf
 
 from kerasplm.models.bert import BertBackbone, BertConfig
+from kerasplm.models.bert_pretraining import BertPretrainer
 from kerasplm.models.bert_runs import RUN_FAMILY
+from kerasplm.runs import RunDir
 
 # Buffers some checkpoints carry that are not weights (HuggingFace's position ids, Google's
 # optimizer state and step counter).
@@ -196,8 +198,6 @@ def load_hf_bert_pretrainer(directory, allow_pickle=False, **config_overrides):
     ``BertForPreTraining`` directory: the backbone as :func:`load_hf_bert`, the heads from ``cls.predictions``
     (transform dense + LayerNorm, output bias; the decoder is tied to the word embeddings) and
     ``cls.seq_relationship``. One ValueError lists every missing or mis-shaped head tensor."""
-    from kerasplm.models.bert_pretraining import BertPretrainer  # noqa: PLC0415 (models import convert lazily)
-
     pretrainer = BertPretrainer(load_hf_bert(directory, allow_pickle, **config_overrides), sentence_task="nsp")
     tensors = read_hf_tensors(directory, allow_pickle, keep_heads=True)
     head, sentence = pretrainer.mlm_head, pretrainer.sentence_head
@@ -288,8 +288,6 @@ def convert_bert_to_run(source, out, allow_pickle=False):
     sentence-transformers' pooling / normalize / max_seq_length are recorded in the run's options
     (``sentence_embedding``) when ``modules.json`` is present. An existing run in ``out`` is not replaced.
     """
-    from kerasplm.runs import RunDir  # noqa: PLC0415 (tasks import models; keep convert light)
-
     run = RunDir(out)
     if run.exists():
         raise FileExistsError(f"{run.config_path} exists: {out} already holds a run (choose another --out)")

@@ -25,8 +25,11 @@ import os
 import re
 
 import numpy as np
+import tensorflow as tf
 
 from kerasplm.models.gpt import GPT, GPTBackbone, GPTConfig
+from kerasplm.runs import RunDir
+from kerasplm.text.bpe import read_bpe_merges, read_bpe_vocab
 
 __all__ = ["config_from_hf", "load_gpt2", "load_hf_tensors", "set_gpt2_weights"]
 
@@ -153,10 +156,6 @@ def convert_gpt2_to_run(source, out, allow_pickle=False):
     When ``source`` has GPT-2's tokenizer files (``vocab.json`` and ``merges.txt``), they are copied as the
     run's assets ``bpe_vocab`` and ``bpe_merges`` (:func:`kerasplm.text.bpe.load_bpe_tokenizer`); without
     them the run has no tokenizer (``config["assets"]`` is empty)."""
-    import tensorflow as tf  # noqa: PLC0415
-
-    from kerasplm.runs import RunDir  # noqa: PLC0415
-
     run = RunDir(out)
     if run.exists():
         raise FileExistsError(f"{run.config_path} exists: convert into a new directory")
@@ -179,8 +178,6 @@ BPE_ASSETS = {"bpe_vocab": "vocab.json", "bpe_merges": "merges.txt"}
 def _tokenizer_files(source, model_vocab_size):
     """{file name: text} of the byte-level BPE tokenizer in ``source`` (checked: it parses, and its ids fit
     the model), or {} when ``source`` has neither ``vocab.json`` nor ``merges.txt``."""
-    from kerasplm.text.bpe import read_bpe_merges, read_bpe_vocab  # noqa: PLC0415
-
     paths = {name: os.path.join(source, name) for name in BPE_ASSETS.values()}
     present = [name for name, path in paths.items() if os.path.exists(path)]
     if not present:

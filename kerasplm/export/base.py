@@ -16,6 +16,9 @@ import os
 import shutil
 
 import tensorflow as tf
+import tensorflow_text
+
+import kerasplm
 
 from kerasplm.export import atomic
 
@@ -79,10 +82,6 @@ def _check_version(version):
 
 def common_metadata(module, version, signature_names):
     """The fields every export's metadata has."""
-    import tensorflow_text
-
-    import kerasplm
-
     return {
         "family": module.family,
         "version": version,

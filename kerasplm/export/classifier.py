@@ -17,6 +17,7 @@ versioned save are :mod:`kerasplm.export.base`'s.
 import tensorflow as tf
 
 from kerasplm.export.base import ExportModule, save_version
+from kerasplm.runs import RunDir, load_run
 from kerasplm.text.bert_tokenizer import BertPreprocessor
 
 FAMILY = "bert_classifier"
@@ -64,8 +65,6 @@ class ClassifierModule(ExportModule):
 
 def export_classifier(run_dir, model_base_path, version=None, overwrite=False):
     """Export the classifier run ``run_dir`` to ``model_base_path/<version>/``; returns the version directory."""
-    from kerasplm.runs import RunDir, load_run
-
     family = RunDir(run_dir).read_config()["family"]
     if family not in CLASSIFIER_FAMILIES:
         raise ValueError(f"{run_dir} is a {family!r} run, not a classifier ({', '.join(CLASSIFIER_FAMILIES)}: "

@@ -16,7 +16,8 @@ import tensorflow as tf
 
 from kerasplm.export.base import ExportModule, save_version
 from kerasplm.models.bert_tasks import POOLINGS, pool_sequence
-from kerasplm.text.bert_tokenizer import BertPreprocessor
+from kerasplm.runs import RunDir, load_run
+from kerasplm.text.bert_tokenizer import BertPreprocessor, BertTokenizer
 
 FAMILY = "bert_embedder"
 # sentence-transformers' pooling modes (1_Pooling/config.json, as the converter records them) -> ours.
@@ -27,9 +28,6 @@ def bert_run_parts(run_dir):
     """``(backbone, tokenizer, options)`` of a BERT run (converted, pretrained or fine-tuned): the backbone with
     its checkpoint restored, a :class:`kerasplm.text.BertTokenizer` over the run's vocabulary with the run's
     casing, and the run's stored options."""
-    from kerasplm.runs import RunDir, load_run
-    from kerasplm.text.bert_tokenizer import BertTokenizer
-
     run = RunDir(run_dir)
     config = run.read_config()
     loaded = load_run(run_dir)

@@ -65,13 +65,8 @@ def register_presets(family, model_cls, presets, *, num_parameters, listing_over
     return _FAMILIES[family]
 
 
-def _ensure_families_imported():
-    import kerasplm.models  # noqa: F401  (importing the package registers every family)
-
-
 def get_family(family):
     """The ``PresetFamily`` registered under ``family``."""
-    _ensure_families_imported()
     if family not in _FAMILIES:
         raise ValueError(f"unknown model family {family!r}; expected one of {sorted(_FAMILIES)}")
     return _FAMILIES[family]
@@ -79,7 +74,6 @@ def get_family(family):
 
 def preset_family(name):
     """The ``PresetFamily`` that owns preset ``name``."""
-    _ensure_families_imported()
     if name not in _PRESETS:
         raise ValueError(f"unknown preset {name!r}; expected one of {sorted(_PRESETS)}")
     return _FAMILIES[_PRESETS[name]]
@@ -99,7 +93,6 @@ def get_preset(name, **overrides):
 
 def list_presets(family=None):
     """Every registered preset (of one ``family`` if given) as ``PresetInfo``, sorted by family then size."""
-    _ensure_families_imported()
     rows = []
     for fam in ([get_family(family)] if family else _FAMILIES.values()):
         for name, config in fam.presets.items():

@@ -29,8 +29,11 @@ import json
 import os
 import secrets
 
+import tensorflow as tf
+
 import kerasplm
 from kerasplm import registry
+from kerasplm.training.checkpoints import restore_checkpoint
 
 __all__ = ["FORMAT_VERSION", "RunDir", "RunDirError", "load_run"]
 
@@ -214,8 +217,6 @@ class RunDir:
 
     # ------------------------------------------------------------------ checkpoints
     def latest_checkpoint(self):
-        import tensorflow as tf
-
         try:
             latest = tf.train.latest_checkpoint(self.checkpoint_dir)
         except Exception as e:  # a damaged 'checkpoint' state file
@@ -226,10 +227,6 @@ class RunDir:
 
     def restore(self, **objects):
         """Restore ``objects`` (model, step ...) from the latest checkpoint; returns its path."""
-        import tensorflow as tf
-
-        from kerasplm.training.checkpoints import restore_checkpoint
-
         latest = self.latest_checkpoint()
         restore_checkpoint(tf.train.Checkpoint(**objects), latest, partial=True)
         return latest

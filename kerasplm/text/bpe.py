@@ -32,6 +32,7 @@ import os
 
 import tensorflow as tf
 
+from kerasplm.runs import RunDirError
 from kerasplm.text.vocabulary import VocabularyLookup
 from kerasplm.text.wordpiece import sanitize_utf8
 
@@ -341,8 +342,6 @@ def load_bpe_tokenizer(run, config):
     """The :class:`BytePairTokenizer` of a run directory (``run`` a :class:`~kerasplm.runs.RunDir`,
     ``config`` its config): assets ``bpe_vocab`` and ``bpe_merges``. RunDirError naming the file when one is
     missing or damaged."""
-    from kerasplm.runs import RunDirError  # noqa: PLC0415 (run_dir imports TF lazily; keep it so)
-
     vocab, merges = run.asset(config, "bpe_vocab"), run.asset(config, "bpe_merges")
     try:
         return BytePairTokenizer(vocab, merges)
