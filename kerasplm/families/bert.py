@@ -222,8 +222,8 @@ class EmbedderExportOptions(ExportOptions):
 
 
 @dataclasses.dataclass(frozen=True)
-class ConvertBertOptions(JobOptions):
-    """``kerasplm convert bert``."""
+class WeightsDirectoryOptions(JobOptions):
+    """``kerasplm convert bert`` and ``convert gpt2``: a HuggingFace (or Google) directory -> a new run."""
     source: str = option(None, "the directory holding the weights", flag="--from", metavar="DIR", required=True)
     out: str = option(None, "the run directory to write (must not hold a run)", metavar="RUN_DIR", required=True)
     allow_pickle: bool = option(False, "also read pytorch_model.bin (unpickling runs code from the file: only for "
@@ -274,7 +274,7 @@ COMMANDS = [
     Command("export", "qa", "export a BERT question answering run", ExportOptions, "kerasplm.export.qa:export_qa_run",
             description="Export a `finetune bert-qa` run: question + context strings -> answer, start/end character "
                         "offsets, score."),
-    Command("convert", "bert", "a HuggingFace BERT directory or Google's BERT checkpoint", ConvertBertOptions,
+    Command("convert", "bert", "a HuggingFace BERT directory or Google's BERT checkpoint", WeightsDirectoryOptions,
             "kerasplm.convert.bert:convert_bert_command",
             description="Convert a HuggingFace BERT directory (config.json, model.safetensors, vocab.txt) or "
                         "Google's layout (bert_config.json, bert_model.ckpt.*, vocab.txt) into a run directory."),

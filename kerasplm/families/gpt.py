@@ -5,7 +5,7 @@
 """
 import dataclasses
 
-from kerasplm.families.bert import BertClassifierOptions
+from kerasplm.families.bert import BertClassifierOptions, WeightsDirectoryOptions
 from kerasplm.options import SESSION, ExportOptions, JobOptions, TrainingOptions, option
 from kerasplm.registry import Command
 
@@ -107,15 +107,6 @@ class GeneratorExportOptions(ExportOptions):
                                     "context)", kind=int, minimum=1)
 
 
-@dataclasses.dataclass(frozen=True)
-class ConvertGPT2Options(JobOptions):
-    """``kerasplm convert gpt2``."""
-    source: str = option(None, "the directory holding the weights", flag="--from", metavar="DIR", required=True)
-    out: str = option(None, "the run directory to write (must not hold a run)", metavar="RUN_DIR", required=True)
-    allow_pickle: bool = option(False, "also read pytorch_model.bin (unpickling runs code from the file: only for "
-                                "files you trust)", const=True, choices=[True, False])
-
-
 COMMANDS = [
     Command("train", "gpt", "a GPT language model on a plain-text corpus", GPTOptions,
             "kerasplm.jobs.language_model:train_gpt",
@@ -141,7 +132,7 @@ COMMANDS = [
             "kerasplm.export.generator:export_generator_run",
             description="Export a GPT run (trained or converted) as a SavedModel: serving_default (greedy), "
                         "generate (sampling options) and score."),
-    Command("convert", "gpt2", "a HuggingFace GPT-2 directory (config.json, model.safetensors)", ConvertGPT2Options,
+    Command("convert", "gpt2", "a HuggingFace GPT-2 directory (config.json, model.safetensors)", WeightsDirectoryOptions,
             "kerasplm.convert.gpt2:convert_gpt2_command",
             description="Convert a HuggingFace GPT-2 directory (save_pretrained: config.json and model.safetensors) "
                         "into a run directory."),
