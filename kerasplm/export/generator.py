@@ -17,61 +17,32 @@ the tokenizer (SentencePiece or GPT-2 BPE, a ``tf.Module`` whose files are asset
 TF Serving signatures have no optional inputs, hence two generation signatures: ``serving_default`` for the
 plain call, ``generate`` with every option (the REST API's row format takes a scalar option once per request).
 
-Decoding is the engine of :mod:`kerasplm.generation` (``causal_lm_search``: one prefill, key/value cache); the
-only export-specific piece is the token chooser, whose options are tensors here (:func:`runtime_chooser`, the
-same draws as the engine's sampler for equal options). Prompts are cut to their last ``max_prompt_tokens``
-tokens and padded to the smallest of a few static widths (one traced decoding branch each), because the cache
-size must be static. An empty prompt is <|endoftext|> alone (unconditional text).
+Decoding is the engine of :mod:`kerasplm.generation`, the code ``TextGenerator.generate`` runs in process:
+``causal_lm_search`` (one prefill, key/value cache) with its greedy path (the screened one,
+:class:`kerasplm.generation.screened_argmax.ScreenedArgmax`, where the engine uses it: XLA-compiled, two or more
+rows, a float32 tied output table) and its sampler, :func:`kerasplm.generation.sampling.make_sampler`, which
+takes the ``generate`` signature's scalar options as tensors (a request's rules, checked by
+:func:`kerasplm.generation.options.request_checks`: 0 = off, temperature 0 = the greedy path), so a request
+decodes the tokens ``TextGenerator.generate`` does for the same options and seed. Prompts are cut to their last
+``max_prompt_tokens`` tokens and padded to the smallest of a few static widths (one traced decoding branch
+each), because the cache size must be static. An empty prompt is <|endoftext|> alone (unconditional text).
+
+XLA: with ``jit_compile=True`` the decoding loops are XLA-compiled (like ``TextGenerator.generate``'s; TF Serving
+then needs ``--xla_cpu_compilation_enabled``, see export/README.md), and greedy decoding is screened as in
+process; each new batch size (and ``top_k`` value) compiles once. The default is not to (``jit_compile=False``):
+full float32 logits, as ``TextGenerator.generate(..., jit_compile=False)``.
 """
 import os
 
 import tensorflow as tf
 
 from kerasplm.export.base import ExportModule, save_version
-from kerasplm.generation.sampling import NEG_INF, inverse_cdf_sample, nucleus_mask
-from kerasplm.generation.search import argmax_token
+from kerasplm.generation.engine import causal_lm_search
+from kerasplm.generation.options import request_checks
 from kerasplm.jobs.language_model import load_text_generator, perplexity, score_token_ids, trim_generated
 
 FAMILY = "gpt"
-DEFAULT_MAX_NEW_TOKENS = 32
-
-
-def top_k_padded(logits, k):
-    """The ``k`` (a tensor) largest logits in decreasing order and their ids, padded with -inf (id 0) back to
-    ``(n, V)``: a static shape for any k, and the same draw as the unpadded ``(n, k)`` values (-inf entries
-    have probability 0: the nucleus and the inverse-CDF draw never pick them)."""
-    values, ids = tf.math.top_k(logits, k=k)
-    padding = [[0, 0], [0, tf.shape(logits)[-1] - k]]
-    values = tf.ensure_shape(tf.pad(values, padding, constant_values=NEG_INF), logits.shape)
-    return values, tf.ensure_shape(tf.pad(ids, padding), logits.shape)
-
-
-def runtime_chooser(seed, temperature, top_k, top_p):
-    """A token chooser (``fn(logits (n, V), step) -> int32 (n,)``) whose options are scalar tensors.
-
-    temperature <= 0: argmax; else a draw from softmax(logits / temperature) restricted to the ``top_k`` most
-    probable tokens (``top_k`` in [1, V)) and to the ``top_p`` nucleus (``top_p`` in (0, 1)), with the same
-    random numbers, token order and nucleus rule as :func:`kerasplm.generation.sampling.make_sampler`, so a
-    request equals ``TextGenerator.generate`` with the same options. ``seed``: int32 (2,).
-    """
-    def choose(logits, step):
-        def sample():
-            scaled = logits / temperature
-            vocab = tf.shape(scaled)[-1]
-            step_seed = tf.random.experimental.stateless_fold_in(seed, step, alg="philox")
-            values, ids = tf.cond(
-                (top_k > 0) & (top_k < vocab),
-                lambda: top_k_padded(scaled, top_k),
-                lambda: (scaled, tf.broadcast_to(tf.range(vocab), tf.shape(scaled))))
-            values = tf.cond(
-                (top_p > 0.0) & (top_p < 1.0),
-                lambda: tf.where(nucleus_mask(tf.nn.softmax(values, axis=-1), top_p), values, NEG_INF),
-                lambda: values)
-            return tf.gather(ids, inverse_cdf_sample(values, step_seed), batch_dims=1)
-
-        return tf.cond(temperature > 0.0, sample, lambda: argmax_token(logits, step))
-
-    return choose
+DEFAULT_MAX_NEW_TOKENS = 32  # the export's serving_default length and generate's largest (its decoding buffer)
 
 
 class GeneratorModule(ExportModule):
@@ -82,12 +53,13 @@ class GeneratorModule(ExportModule):
       max_new_tokens: ``serving_default``'s length and the largest ``generate`` accepts (the decoding buffer).
       max_prompt_tokens: prompts keep their last this many tokens (default: the rest of the model's context).
       prompt_widths: the static prompt widths traced (each <= max_prompt_tokens; the largest is added).
+      jit_compile: XLA-compile the decoding loops (see the module docstring).
     """
 
     family = FAMILY
 
     def __init__(self, generator, max_new_tokens=DEFAULT_MAX_NEW_TOKENS, max_prompt_tokens=None,
-                 prompt_widths=(16, 64, 256)):
+                 prompt_widths=(16, 64, 256), jit_compile=False):
         super().__init__(generator.model, family=(generator.config or {}).get("family", FAMILY), name="generator")
         positions = generator.max_positions
         if not isinstance(max_new_tokens, int) or not 1 <= max_new_tokens < positions:
@@ -104,6 +76,29 @@ class GeneratorModule(ExportModule):
         self.pad_id = generator.pad_id
         self.stop_ids = () if self.end_of_text_id is None else (self.end_of_text_id,)
         self.max_positions = positions
+        self.jit_compile = bool(jit_compile)
+        # The decoding loops (token ids in and out), XLA-compiled with jit_compile; not tracked (plain callables
+        # of the model): the signatures trace them, once per prompt width.
+        compiled = (lambda fn: tf.function(fn, jit_compile=True)) if self.jit_compile else (lambda fn: fn)
+        self.__dict__["_greedy_search"] = compiled(self._greedy_impl)
+        self.__dict__["_request_search"] = compiled(self._request_impl)
+
+    # ---- decoding loops: the engine's causal_lm_search ----
+    def _search(self, prompt_ids, prompt_lengths, max_lengths, **options):
+        """Generated tokens int32 ``(B, max_new_tokens)`` (then ``pad_id``)."""
+        # The screen needs XLA, as in TextGenerator.generate (engine.make_generate_fn).
+        ids, _, _ = causal_lm_search(self.model, prompt_ids, prompt_lengths, self.max_new_tokens,
+                                     max_lengths=max_lengths, end_id=self.stop_ids, pad_id=self.pad_id,
+                                     screened_greedy=self.jit_compile, **options)
+        return ids[:, 1:]
+
+    def _greedy_impl(self, prompt_ids, prompt_lengths, max_lengths):
+        return self._search(prompt_ids, prompt_lengths, max_lengths, strategy="greedy")
+
+    def _request_impl(self, prompt_ids, prompt_lengths, max_lengths, temperature, top_k, top_p, seed):
+        """A request's options as scalar tensors (0 = off; temperature 0 = the greedy path)."""
+        return self._search(prompt_ids, prompt_lengths, max_lengths, strategy="sample", temperature=temperature,
+                            top_k=top_k, top_p=top_p, seed=seed)
 
     # ---- graph helpers ----
     def _prompt_ids(self, prompt):
@@ -117,10 +112,9 @@ class GeneratorModule(ExportModule):
         empty = tf.cast(tf.equal(ids.row_lengths(), 0), tf.int64)
         return tf.concat([tf.RaggedTensor.from_tensor(column, lengths=empty), ids], axis=1)
 
-    def _decode(self, prompt, max_new_tokens, choose):
-        """Text of the continuations: prompts padded to the smallest traced width that holds them."""
-        from kerasplm.generation.engine import causal_lm_search
-
+    def _decode(self, prompt, max_new_tokens, request=None):
+        """Text of the continuations: prompts padded to the smallest traced width that holds them; greedy, or
+        ``request = (temperature, top_k, top_p, seed)`` scalar tensors."""
         ids = self._prompt_ids(prompt)
         lengths = tf.cast(ids.row_lengths(), tf.int32)
         longest = tf.reduce_max(tf.concat([lengths, [1]], axis=0))
@@ -132,9 +126,11 @@ class GeneratorModule(ExportModule):
             def run():
                 dense = tf.cast(ids.to_tensor(self.pad_id, shape=tf.stack([tf.cast(batch, tf.int64), width])), tf.int32)
                 dense = tf.ensure_shape(dense, [None, width])
-                out, _, _ = causal_lm_search(self.model, dense, lengths, self.max_new_tokens, choose=choose,
-                                             max_lengths=row_caps, end_id=self.stop_ids, pad_id=self.pad_id)
-                return tf.ensure_shape(out[:, 1:], [None, self.max_new_tokens])
+                if request is None:
+                    tokens = self._greedy_search(dense, lengths, row_caps)
+                else:
+                    tokens = self._request_search(dense, lengths, row_caps, *request)
+                return tf.ensure_shape(tokens, [None, self.max_new_tokens])
             return run
 
         tokens = tf.switch_case(branch, [decode_at(w) for w in self.prompt_widths])
@@ -144,7 +140,7 @@ class GeneratorModule(ExportModule):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="prompt")])
     def serving_default(self, prompt):
         """Greedy continuation: ``prompt string [B]`` -> ``{"text": string [B]}``."""
-        return {"text": self._decode(prompt, tf.constant(self.max_new_tokens), argmax_token)}
+        return {"text": self._decode(prompt, tf.constant(self.max_new_tokens))}
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="prompt"),
                                   tf.TensorSpec([], tf.int32, name="max_new_tokens"),
@@ -158,15 +154,11 @@ class GeneratorModule(ExportModule):
             tf.debugging.assert_greater_equal(max_new_tokens, 0, message="max_new_tokens must be >= 0 (0 = default)"),
             tf.debugging.assert_less_equal(max_new_tokens, self.max_new_tokens,
                                            message=f"max_new_tokens must be <= {self.max_new_tokens}"),
-            tf.debugging.assert_greater_equal(temperature, 0.0, message="temperature must be >= 0 (0 = greedy)"),
-            tf.debugging.assert_greater_equal(top_k, 0, message="top_k must be >= 0 (0 = no top-k filter)"),
-            tf.debugging.assert_greater_equal(top_p, 0.0, message="top_p must be in [0, 1] (0 = no nucleus)"),
-            tf.debugging.assert_less_equal(top_p, 1.0, message="top_p must be in [0, 1] (0 = no nucleus)"),
+            *request_checks(temperature, top_k, top_p),
         ]
         with tf.control_dependencies(checks):
             steps = tf.where(max_new_tokens > 0, max_new_tokens, self.max_new_tokens)
-        choose = runtime_chooser(tf.stack([0, seed]), temperature, top_k, top_p)
-        return {"text": self._decode(prompt, steps, choose)}
+        return {"text": self._decode(prompt, steps, (temperature, top_k, top_p, seed))}
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
     def score(self, text):
@@ -181,12 +173,12 @@ class GeneratorModule(ExportModule):
 
 
 def export_generator(generator, model_base_path, version=None, overwrite=False, max_new_tokens=DEFAULT_MAX_NEW_TOKENS,
-                     max_prompt_tokens=None, prompt_widths=(16, 64, 256)):
+                     max_prompt_tokens=None, prompt_widths=(16, 64, 256), jit_compile=False):
     """Writes ``model_base_path/<version>/`` (SavedModel + ``assets.extra/kerasplm.json``) atomically; returns
     the version directory. Options: see :class:`GeneratorModule`; ``version``/``overwrite`` as
     :func:`kerasplm.export.base.save_version`."""
     module = GeneratorModule(generator, max_new_tokens=max_new_tokens, max_prompt_tokens=max_prompt_tokens,
-                             prompt_widths=prompt_widths)
+                             prompt_widths=prompt_widths, jit_compile=jit_compile)
     config = generator.config or {}
     model_config = generator.model.backbone.config
     metadata = {
@@ -197,7 +189,8 @@ def export_generator(generator, model_base_path, version=None, overwrite=False, 
         "training_step": generator.step,
         "generation": {"default": "greedy", "max_new_tokens": module.max_new_tokens,
                        "max_prompt_tokens": module.max_prompt_tokens, "prompt_widths": module.prompt_widths,
-                       "stop_ids": list(module.stop_ids), "options_zero_means_default": True},
+                       "stop_ids": list(module.stop_ids), "options_zero_means_default": True,
+                       "jit_compile": module.jit_compile},
     }
     return save_version(module, model_base_path, version=version, overwrite=overwrite, metadata=metadata)
 

@@ -14,9 +14,10 @@ decoding functions. Signatures (every
 ``metadata``                  (no inputs) -> metadata string [] (the JSON of assets.extra/kerasplm.json;
                               added by :func:`kerasplm.export.base.save_version`)
 
-Variable tracking, metadata and the atomic versioned save are :mod:`kerasplm.export.base`'s; this module holds
-only the translator's signatures and decoding glue. [START]/[END] and the source cut are the
-:class:`kerasplm.text.TranslatorPreprocessor`'s, the same as in training and ``Translator.translate``.
+Variable tracking, metadata and the atomic versioned save are :mod:`kerasplm.export.base`'s; decoding (source ids,
+search, detokenization, attention weights) is :class:`kerasplm.generation.Seq2SeqDecoder`'s, the client
+``Translator.translate`` runs in process; this module holds only the translator's signatures. [START]/[END] and
+the source cut are the :class:`kerasplm.text.TranslatorPreprocessor`'s, the same as in training.
 Tokenize/detokenize (tensorflow-text ops) run in the plain signature functions; the decoding loop is
 an inner ``tf.function`` that is XLA-compiled only with ``jit_compile=True``. See export/README.md.
 """
@@ -25,25 +26,21 @@ import os
 import tensorflow as tf
 
 from kerasplm.export.base import ExportModule, save_version
+from kerasplm.generation.options import DEFAULT_ALPHA
+from kerasplm.generation.seq2seq import Seq2SeqDecoder
 from kerasplm.runs import load_run
 from kerasplm.text.preprocessing import TranslatorPreprocessor
 
 FAMILY = "transformer_translator"
 MAX_BEAM_SIZE = 8
-DEFAULT_ALPHA = 0.6
-
-
-def _ceil_div_rule(width, ratio, offset):
-    """ceil(ratio * width + offset) as int32 (the generation module's rule for the buffer size)."""
-    return tf.cast(tf.math.ceil(ratio * tf.cast(width, tf.float32) + offset), tf.int32)
 
 
 class TranslatorModule(ExportModule):
     """The exported translator: model + preprocessor (both tokenizers) + decoding, all graph functions.
 
-    Decoding is the cached search of :mod:`kerasplm.generation` (same length rule, stopping and beam
-    scoring as ``Translator.translate``), driven with a buffer size computed in graph from the padded
-    source width, so one trace serves every batch shape.
+    Decoding is :class:`kerasplm.generation.Seq2SeqDecoder`, the client ``Translator.translate`` uses (same
+    compiled search, length rule, stopping and beam scoring), driven with a buffer size computed in graph from
+    the padded source width, so one trace serves every batch shape.
     """
 
     family = FAMILY
@@ -51,82 +48,29 @@ class TranslatorModule(ExportModule):
     def __init__(self, translator, max_source_length=None, max_decode_length=None, alpha=DEFAULT_ALPHA,
                  max_beam_size=MAX_BEAM_SIZE, jit_compile=False):
         super().__init__(translator.model, family=(translator.config or {}).get("family", FAMILY), name="translator")
-        from kerasplm.generation.seq2seq import DEFAULT_OFFSET, DEFAULT_RATIO
-
-        config = self.model.config
-        self.max_source_length = int(max_source_length or config.pe_input)
-        self.max_decode_length = int(max_decode_length or config.pe_target)
-        if not 3 <= self.max_source_length <= config.pe_input:
-            raise ValueError(f"max_source_length must be in [3, pe_input={config.pe_input}], "
+        limit = self.model.max_source_length
+        self.max_source_length = int(max_source_length or limit)
+        if not 3 <= self.max_source_length <= limit:
+            raise ValueError(f"max_source_length must be in [3, {limit}] (the model's max_source_length), "
                              f"got {self.max_source_length}")
-        if not 1 <= self.max_decode_length <= config.pe_target:
-            raise ValueError(f"max_decode_length must be in [1, pe_target={config.pe_target}], "
-                             f"got {self.max_decode_length}")
-        self.ratio, self.offset, self.alpha = float(DEFAULT_RATIO), float(DEFAULT_OFFSET), float(alpha)
-        self.max_beam_size = int(min(max_beam_size, config.target_vocab_size // 2))
-        if self.max_beam_size < 1:
-            raise ValueError(f"target vocabulary of {config.target_vocab_size} tokens is too small for beam search")
-        self.jit_compile = bool(jit_compile)
         self.preprocessor = TranslatorPreprocessor(translator.src_tokenizer, translator.tgt_tokenizer,
                                                    max_source_length=self.max_source_length)
-        self._start, self._end = self.preprocessor.start_id, self.preprocessor.end_id
-        self._greedy_core = tf.function(self._greedy_impl, jit_compile=self.jit_compile)
-        self._beam_cores = [tf.function(self._beam_impl(k), jit_compile=self.jit_compile)
-                            for k in range(1, self.max_beam_size + 1)]
-
-    # ---- inner decoding functions (XLA-compilable; token ids only) ----
-    def _greedy_impl(self, src_ids, buffer):
-        """``src_ids int32 (B, S)``, ``buffer int32 (T + 1,)`` (only its static length T + 1 is used, so
-        that XLA sees the buffer size as a compile-time constant) -> (ids (B, T + 1), steps)."""
-        from kerasplm.generation.search import greedy_search
-        from kerasplm.generation.seq2seq import source_max_lengths, transformer_step_fn
-
-        cap = tf.shape(buffer)[0] - 1
-        step_fn, cache = transformer_step_fn(self.model, src_ids, cap, 1, 0)
-        max_lengths = source_max_lengths(src_ids, cap, self.ratio, self.offset, 0)
-        return greedy_search(step_fn, cache, max_lengths, cap, self._start, self._end, 0)
-
-    def _beam_impl(self, beam_size):
-        def beam(src_ids, buffer):
-            from kerasplm.generation.search import beam_search
-            from kerasplm.generation.seq2seq import source_max_lengths, transformer_step_fn
-
-            cap = tf.shape(buffer)[0] - 1
-            step_fn, cache = transformer_step_fn(self.model, src_ids, cap, beam_size, 0)
-            max_lengths = source_max_lengths(src_ids, cap, self.ratio, self.offset, 0)
-            ids, scores, steps = beam_search(step_fn, cache, max_lengths, cap, beam_size, self.alpha,
-                                             self._start, self._end, 0)
-            return ids, scores, steps
-
-        beam.__name__ = f"beam_search_{beam_size}"
-        return beam
+        # Not tracked (like the model): a plain object holding the model; the signatures trace its functions.
+        self.__dict__["decoder"] = Seq2SeqDecoder(self.model, self.preprocessor, max_decode_length=max_decode_length,
+                                                  alpha=alpha, jit_compile=jit_compile)
+        decoder = self.decoder
+        self.max_decode_length = decoder.max_decode_length
+        self.ratio, self.offset, self.alpha = decoder.max_length_ratio, decoder.max_length_offset, decoder.alpha
+        self.max_beam_size = int(min(max_beam_size, self.model.vocab_size // 2))
+        if self.max_beam_size < 1:
+            raise ValueError(f"target vocabulary of {self.model.vocab_size} tokens is too small for beam search")
+        self.jit_compile = decoder.jit_compile
 
     # ---- graph helpers ----
-    def _encode(self, inputs):
-        """Strings [B] -> (src_ids int32 [B, S]: [START] pieces [END] capped at max_source_length with [END]
-        kept, has_words bool [B]: False for empty / whitespace-only / punctuation-free-of-tokens inputs)."""
-        ids = self.preprocessor.source_ids(inputs)
-        dense = ids.to_tensor(default_value=0)
-        # Every sentence has [START] and [END], so width >= 2, except in an empty batch ([0, 0]): pad that
-        # one to [0, 2] so the model's reshapes stay well-defined.
-        dense = tf.pad(dense, [[0, 0], [0, tf.maximum(0, 2 - tf.shape(dense)[1])]])
-        return tf.cast(dense, tf.int32), ids.row_lengths() > 2
-
-    def _buffer(self, src_ids, max_length):
-        """int32 (T + 1,) zeros; T = min(max_length or ceil(ratio * S + offset), max_decode_length)."""
-        rule = tf.maximum(1, _ceil_div_rule(tf.shape(src_ids)[1], self.ratio, self.offset))
-        cap = tf.where(max_length > 0, max_length, rule)
-        cap = tf.minimum(cap, self.max_decode_length)
-        return tf.zeros(tf.reshape(cap + 1, [1]), tf.int32)
-
-    def _detokenize(self, ids, has_words):
-        text = self.preprocessor.detokenize_target(ids)
-        return tf.where(has_words, text, tf.constant("", tf.string))
-
     def _greedy(self, inputs):
-        src_ids, has_words = self._encode(inputs)
-        ids, steps = self._greedy_core(src_ids, self._buffer(src_ids, tf.constant(0)))
-        return src_ids, ids[:, :steps + 1], has_words
+        src_ids, has_words = self.decoder.encode(inputs)
+        ids, _ = self.decoder.search(src_ids, self.decoder.decode_buffer(src_ids, tf.constant(0)))
+        return src_ids, ids, has_words
 
     def _check_options(self, beam_size, max_length):
         checks = [
@@ -145,29 +89,20 @@ class TranslatorModule(ExportModule):
     def serving_default(self, inputs):
         """Greedy translation: ``inputs string [B]`` -> ``{"translation": string [B]}``."""
         _, ids, has_words = self._greedy(inputs)
-        return {"translation": self._detokenize(ids, has_words)}
+        return {"translation": self.decoder.detokenize(ids, has_words)}
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs"),
                                   tf.TensorSpec([], tf.int32, name="beam_size"),
                                   tf.TensorSpec([], tf.int32, name="max_length")])
     def translate(self, inputs, beam_size, max_length):
-        """Beam search (``beam_size`` 0 or 1: greedy) with an optional cap ``max_length`` (0: length rule)
-        -> ``{"translation": string [B], "score": float32 [B]}`` (score = log P / GNMT length penalty)."""
+        """Beam search (``beam_size`` 0 or 1: one beam, the greedy tokens) with an optional cap ``max_length``
+        (0: length rule) -> ``{"translation": string [B], "score": float32 [B]}`` (score = log P / GNMT length
+        penalty)."""
         with tf.control_dependencies(self._check_options(beam_size, max_length)):
-            src_ids, has_words = self._encode(inputs)
-        buffer = self._buffer(src_ids, max_length)
-        index = tf.clip_by_value(beam_size, 1, self.max_beam_size) - 1
-
-        def branch(core):
-            def run():
-                ids, scores, steps = core(src_ids, buffer)
-                ids = ids[:, :steps + 1]
-                # One fixed static rank for every branch.
-                return tf.ensure_shape(ids, [None, None]), tf.ensure_shape(scores, [None])
-            return run
-
-        ids, scores = tf.switch_case(index, [branch(core) for core in self._beam_cores])
-        return {"translation": self._detokenize(ids, has_words),
+            src_ids, has_words = self.decoder.encode(inputs)
+        buffer = self.decoder.decode_buffer(src_ids, max_length)
+        ids, scores = self.decoder.search(src_ids, buffer, beam_size=beam_size, max_beam_size=self.max_beam_size)
+        return {"translation": self.decoder.detokenize(ids, has_words),
                 "score": tf.where(has_words, scores, tf.zeros_like(scores))}
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
@@ -177,30 +112,12 @@ class TranslatorModule(ExportModule):
         ``tokens [B, T]``: generated target wordpieces (row t: the token produced at step t, [END] included,
         "" after it); ``source_tokens [B, S]``: source wordpieces ([START]/[END] included, "" for padding);
         ``attention [B, heads, T, S]``: ``attention[b, h, t, s]`` = weight of source token s when producing
-        token t (teacher-forced pass over the greedy output), 0 for padding rows/columns.
+        token t (teacher-forced pass over the greedy output), 0 for padding rows/columns
+        (``Seq2SeqDecoder.attention``).
         """
         src_ids, ids, has_words = self._greedy(inputs)
-        # Every sentence generates >= 1 token, so ids has >= 2 columns, except in an empty batch (no step
-        # runs): pad that one so the teacher-forced pass gets a non-empty target.
-        ids = tf.pad(ids, [[0, 0], [0, tf.maximum(0, 2 - tf.shape(ids)[1])]])
-        dec_in, generated = ids[:, :-1], ids[:, 1:]
-        _, weights = self.model((src_ids, dec_in), training=False)
-        attention = tf.cast(weights[f"decoder_layer{self.model.config.num_layers}_block2"], tf.float32)
-        valid_t = tf.cast(generated != 0, tf.float32) * tf.cast(has_words, tf.float32)[:, tf.newaxis]
-        valid_s = tf.cast(src_ids != 0, tf.float32)
-        attention = attention * valid_t[:, tf.newaxis, :, tf.newaxis] * valid_s[:, tf.newaxis, tf.newaxis, :]
-        empty = tf.constant("", tf.string)
-        # to_tensor with an explicit shape: an empty batch would otherwise give [0, 0].
-        tokens = self.preprocessor.tgt_tokenizer.lookup(tf.cast(generated, tf.int64)).to_tensor(
-            default_value="", shape=tf.shape(generated, out_type=tf.int64))
-        tokens = tf.where(valid_t > 0, tokens, empty)
-        source_tokens = self.preprocessor.src_tokenizer.lookup(tf.cast(src_ids, tf.int64)).to_tensor(
-            default_value="", shape=tf.shape(src_ids, out_type=tf.int64))
-        source_tokens = tf.where(src_ids != 0, source_tokens, empty)
-        return {"translation": self._detokenize(ids, has_words), "tokens": tokens, "source_tokens": source_tokens,
-                "attention": attention,
-                "target_length": tf.reduce_sum(tf.cast(valid_t, tf.int32), axis=1),
-                "source_length": tf.reduce_sum(tf.cast(valid_s, tf.int32), axis=1)}
+        return {"translation": self.decoder.detokenize(ids, has_words),
+                **self.decoder.attention(src_ids, ids, has_words)}
 
     def signatures(self):
         return {"serving_default": self.serving_default, "translate": self.translate,
@@ -237,8 +154,8 @@ def export_translator(translator, model_base_path, version=None, overwrite=False
       jit_compile: XLA-compile the decoding loop (TF Serving then needs ``--xla_cpu_compilation_enabled``
         on CPU; see export/README.md). Tokenization always stays outside XLA.
       max_source_length: source tokens kept ([START]/[END] included; longer inputs are cut, [END] kept);
-        default the model's ``pe_input``.
-      max_decode_length: cap on generated tokens; default the model's ``pe_target``.
+        default the model's ``max_source_length`` (``pe_input``).
+      max_decode_length: cap on generated tokens; default the model's ``max_target_length`` (``pe_target``).
       max_beam_size: largest beam size the ``translate`` signature accepts (one traced branch each).
     Returns the version directory's path (str).
     """

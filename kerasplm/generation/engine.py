@@ -39,12 +39,15 @@ import weakref
 
 import tensorflow as tf
 
-from kerasplm.generation.sampling import make_chooser, validate_sampling
+from kerasplm.generation.options import (DEFAULT_ALPHA, DEFAULT_BEAM_SIZE, DEFAULT_SEED, DEFAULT_STRATEGY,
+                                         DEFAULT_TEMPERATURE, STRATEGIES, validate_options)
+from kerasplm.generation.sampling import as_seed, make_chooser
 from kerasplm.generation.screened_argmax import ScreenedArgmax
 from kerasplm.generation.search import beam_search, greedy_search
 
-STRATEGIES = ("greedy", "sample", "beam")
-SCREEN_MIN_ROWS = 2  # screened greedy decoding from this many prompts per call (static batch size) on
+__all__ = ["GenerationOutput", "STRATEGIES", "as_seed", "cached_fn", "causal_lm_search", "generate",
+           "generate_uncached", "join_prompt_and_tokens", "make_generate_fn", "run_search", "validate_options"]
+SCREEN_MIN_ROWS = 2  # screened greedy decoding from this many prompts per call on (see causal_lm_search)
 
 GenerationOutput = collections.namedtuple("GenerationOutput", ["tokens", "lengths", "sequences", "scores"])
 GenerationOutput.__doc__ = """Result of :func:`generate`.
@@ -57,34 +60,9 @@ scores: float32 ``(batch,)`` beam scores log P / lp (beam search), else None.
 """
 
 
-def as_seed(seed):
-    """An int32 ``(2,)`` seed tensor from an int, a pair, or a tensor."""
-    if isinstance(seed, int):
-        return tf.constant([0, seed], tf.int32)
-    seed = tf.cast(tf.convert_to_tensor(seed), tf.int32)
-    if seed.shape != (2,):
-        raise ValueError(f"seed must be an int or two ints, got shape {seed.shape}")
-    return seed
-
-
-def validate_options(strategy="greedy", temperature=1.0, top_k=None, top_p=None, beam_size=4, alpha=0.6,
-                     vocab_size=None):
-    """Raises ValueError naming the first bad decoding option."""
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown strategy {strategy!r}; expected one of {STRATEGIES}")
-    validate_sampling(temperature, top_k, top_p)
-    if strategy == "beam":
-        if not isinstance(beam_size, int) or beam_size < 1:
-            raise ValueError(f"beam_size must be >= 1, got {beam_size}")
-        if vocab_size is not None and 2 * beam_size > vocab_size:
-            raise ValueError(f"beam_size={beam_size} needs target_vocab_size >= {2 * beam_size}")
-        if alpha < 0:
-            raise ValueError(f"alpha must be >= 0, got {alpha}")
-
-
-def run_search(step_fn, state, start_ids, max_lengths, max_length, *, strategy="greedy", seed=None,
-               temperature=1.0, top_k=None, top_p=None, beam_size=4, alpha=0.6, end_id=3, pad_id=0, choose=None,
-               mask_pad=True):
+def run_search(step_fn, state, start_ids, max_lengths, max_length, *, strategy=DEFAULT_STRATEGY, seed=None,
+               temperature=DEFAULT_TEMPERATURE, top_k=None, top_p=None, beam_size=DEFAULT_BEAM_SIZE,
+               alpha=DEFAULT_ALPHA, end_id=3, pad_id=0, choose=None, mask_pad=True):
     """The one search loop of kerasplm, for any ``step_fn`` (see :mod:`kerasplm.generation.search`).
 
     Args:
@@ -92,11 +70,12 @@ def run_search(step_fn, state, start_ids, max_lengths, max_length, *, strategy="
         (beam, rows sentence-major).
       start_ids: int32 scalar or ``(batch,)``: each row's last prompt token (or [START]).
       max_lengths: int32 ``(batch,)`` per-row caps on generated tokens; ``max_length`` static buffer size.
-      strategy: "greedy", "sample" (``seed``, ``temperature``, ``top_k``, ``top_p``) or "beam"
-        (``beam_size``, ``alpha``: GNMT length penalty).
+      strategy: "greedy", "sample" (``seed``, ``temperature``, ``top_k``, ``top_p``: Python values or scalar
+        tensors, see :func:`kerasplm.generation.sampling.make_sampler`) or "beam" (``beam_size``, ``alpha``:
+        GNMT length penalty).
       end_id: stop id(s); ``pad_id`` is never generated.
-      choose: a token chooser replacing the greedy/sample one (e.g. one whose options are tensors, for an
-        export); greedy/sample strategies only. ``mask_pad``: see :func:`greedy_search`.
+      choose: a token chooser replacing the greedy/sample one; greedy/sample strategies only. ``mask_pad``:
+        see :func:`greedy_search`.
     Returns:
       ``(ids int32 (batch, max_length + 1), scores float32 (batch,) or None, num_steps)``; column 0 of
       ``ids`` holds ``start_ids``.
@@ -108,20 +87,29 @@ def run_search(step_fn, state, start_ids, max_lengths, max_length, *, strategy="
     return ids, None, steps
 
 
-def causal_lm_search(model, prompt_ids, prompt_lengths, max_new_tokens, *, strategy="greedy", beam_size=4,
-                     max_lengths=None, screened_greedy=False, **options):
+def causal_lm_search(model, prompt_ids, prompt_lengths, max_new_tokens, *, strategy=DEFAULT_STRATEGY,
+                     beam_size=DEFAULT_BEAM_SIZE, max_lengths=None, screened_greedy=False, **options):
     """Prefill + search for a decoder-only model (see the module docstring); traceable, XLA-compilable.
+
+    The one decoding path of decoder-only models: ``generate`` (in process) and the generator export's
+    signatures (:mod:`kerasplm.export.generator`) both run it.
 
     Args:
       prompt_ids: int32 ``(batch, width)`` right-padded prompts, static width.
       prompt_lengths: int32 ``(batch,)``, each in [1, width].
       max_new_tokens: static int (the buffer size).
       max_lengths: int32 ``(batch,)`` per-row caps <= max_new_tokens (default: max_new_tokens).
-      screened_greedy: True: greedy decoding of ``SCREEN_MIN_ROWS`` or more prompts (static batch size) by a
-        model with a float32 tied output table (``model.output_table`` not None) picks each token from the
-        hidden state with :class:`~kerasplm.generation.screened_argmax.ScreenedArgmax` (the float32 argmax,
-        the output layer ~1.7× faster at 2–4 rows on CPU). It needs XLA: only under ``jit_compile=True``
-        (:func:`make_generate_fn` sets it so). False: full float32 logits every step.
+      strategy: as :func:`run_search`. With "sample", ``temperature`` / ``top_k`` / ``top_p`` / ``seed`` may
+        be scalar tensors, e.g. a SavedModel signature's inputs, with a request's rules
+        (:mod:`kerasplm.generation.options`: 0 = off): a tensor temperature <= 0 decodes greedily, through
+        the greedy path below (a ``tf.cond`` around the two loops).
+      screened_greedy: True: greedy decoding of ``SCREEN_MIN_ROWS`` or more prompts by a model with a float32
+        tied output table (``model.output_table`` not None) picks each token from the hidden state with
+        :class:`~kerasplm.generation.screened_argmax.ScreenedArgmax` (the float32 argmax, the output layer
+        ~1.7× faster at 2–4 rows on CPU). The number of rows is the static batch size, or, when that is
+        unknown when tracing (a SavedModel signature), the run-time one (a ``tf.cond``). It needs XLA: only
+        under ``jit_compile=True`` (:func:`make_generate_fn` and the generator export set it so). False: full
+        float32 logits every step.
       options: the keyword options of :func:`run_search`.
     Returns: as :func:`run_search`.
     """
@@ -135,30 +123,53 @@ def causal_lm_search(model, prompt_ids, prompt_lengths, max_new_tokens, *, strat
     cache = model.init_cache(tf.shape(batch_ids)[0], width + max_new_tokens - 1)
     if width > 1:
         _, _, cache = model.call_with_cache(batch_ids[:, :-1], cache, 0)
-
-    table = getattr(model, "output_table", None)
-    # One row: XLA:CPU's float32 matrix-vector product already reads the table near the bandwidth limit and
-    # the screen costs more than it saves (benchmarks/RESULTS.md, issue 13); from two rows on it wins.
-    several_rows = prompt_ids.shape[0] is not None and prompt_ids.shape[0] >= SCREEN_MIN_ROWS
-    if (screened_greedy and several_rows and strategy == "greedy" and options.get("choose") is None
-            and table is not None):
-        screen = ScreenedArgmax(table, exclude_id=options.get("pad_id", 0))
-        options.update(choose=lambda hidden, step: screen(hidden), mask_pad=False)
-
-        def step_fn(ids, step, cache):            # -> hidden states: the chooser needs no logits
-            hidden, cache = model.hidden_with_cache(tf.maximum(ids, 0)[:, tf.newaxis], cache, row_lengths - 1 + step)
-            return hidden[:, 0], cache
-    else:
-        def step_fn(ids, step, cache):
-            ids = tf.maximum(ids, 0)  # finished rows feed pad_id back
-            logits, _, cache = model.call_with_cache(ids[:, tf.newaxis], cache, row_lengths - 1 + step)
-            return logits[:, 0], cache
-
     start_ids = tf.gather(prompt_ids, prompt_lengths - 1, batch_dims=1)
     if max_lengths is None:
         max_lengths = tf.fill(tf.shape(prompt_lengths), max_new_tokens)
-    return run_search(step_fn, cache, start_ids, max_lengths, max_new_tokens, strategy=strategy,
-                      beam_size=beam_size, **options)
+
+    def logits_step(ids, step, cache):
+        ids = tf.maximum(ids, 0)  # finished rows feed pad_id back
+        logits, _, cache = model.call_with_cache(ids[:, tf.newaxis], cache, row_lengths - 1 + step)
+        return logits[:, 0], cache
+
+    def hidden_step(ids, step, cache):  # -> hidden states: the screened chooser needs no logits
+        hidden, cache = model.hidden_with_cache(tf.maximum(ids, 0)[:, tf.newaxis], cache, row_lengths - 1 + step)
+        return hidden[:, 0], cache
+
+    def search(strategy, **overrides):
+        return run_search(overrides.pop("step_fn", logits_step), cache, start_ids, max_lengths, max_new_tokens,
+                          strategy=strategy, beam_size=beam_size, **{**options, **overrides})
+
+    def screened():
+        screen = ScreenedArgmax(table, exclude_id=options.get("pad_id", 0))
+        return search("greedy", step_fn=hidden_step, choose=lambda hidden, step: screen(hidden), mask_pad=False)
+
+    def greedy():
+        if not (screened_greedy and table is not None and options.get("choose") is None):
+            return search("greedy")
+        # One row: XLA:CPU's float32 matrix-vector product already reads the table near the bandwidth limit and
+        # the screen costs more than it saves (benchmarks/RESULTS.md, issue 13); from two rows on it wins.
+        if prompt_ids.shape[0] is not None:
+            return screened() if prompt_ids.shape[0] >= SCREEN_MIN_ROWS else search("greedy")
+        return _cond(tf.shape(prompt_ids)[0] >= SCREEN_MIN_ROWS, screened, lambda: search("greedy"))
+
+    table = getattr(model, "output_table", None)
+    if strategy == "greedy":
+        return greedy()
+    if strategy == "sample" and tf.is_tensor(options.get("temperature")):
+        return _cond(options["temperature"] > 0.0, lambda: search("sample"), greedy)
+    return search(strategy)
+
+
+def _cond(pred, true_fn, false_fn):
+    """``tf.cond`` over two greedy/sample searches: ``(ids, None, num_steps)``."""
+    ids, steps = tf.cond(pred, lambda: _ids_and_steps(true_fn()), lambda: _ids_and_steps(false_fn()))
+    return ids, None, steps
+
+
+def _ids_and_steps(result):
+    ids, _, steps = result
+    return ids, steps
 
 
 def join_prompt_and_tokens(prompt_ids, prompt_lengths, tokens, pad_id=0):
@@ -191,8 +202,9 @@ def _check_prompts(prompt_ids, prompt_lengths, pad_id):
     return prompt_ids, prompt_lengths
 
 
-def make_generate_fn(model, *, max_new_tokens, strategy="greedy", temperature=1.0, top_k=None, top_p=None,
-                     beam_size=4, alpha=0.6, stop_ids=(), pad_id=0, jit_compile=True, screened_greedy=True):
+def make_generate_fn(model, *, max_new_tokens, strategy=DEFAULT_STRATEGY, temperature=DEFAULT_TEMPERATURE,
+                     top_k=None, top_p=None, beam_size=DEFAULT_BEAM_SIZE, alpha=DEFAULT_ALPHA, stop_ids=(), pad_id=0,
+                     jit_compile=True, screened_greedy=True):
     """A reusable compiled generator for a decoder-only model:
     ``fn(prompt_ids (batch, width), prompt_lengths=None, seed=0) -> GenerationOutput``.
 
@@ -218,7 +230,7 @@ def make_generate_fn(model, *, max_new_tokens, strategy="greedy", temperature=1.
                                               **options)
         return ids, (tf.zeros_like(prompt_lengths, tf.float32) if scores is None else scores), steps
 
-    def generate_fn(prompt_ids, prompt_lengths=None, seed=0):
+    def generate_fn(prompt_ids, prompt_lengths=None, seed=DEFAULT_SEED):
         prompt_ids, prompt_lengths = _check_prompts(prompt_ids, prompt_lengths, pad_id)
         ids, scores, steps = core(prompt_ids, prompt_lengths, as_seed(seed))
         tokens = ids[:, 1:steps + 1]
@@ -242,9 +254,9 @@ def cached_fn(model, kind, maker, **options):
     return fns[key]
 
 
-def generate(model, prompt_ids, prompt_lengths=None, *, max_new_tokens, seed=0, strategy="greedy",
-             temperature=1.0, top_k=None, top_p=None, beam_size=4, alpha=0.6, stop_ids=(), pad_id=0,
-             jit_compile=True, screened_greedy=True):
+def generate(model, prompt_ids, prompt_lengths=None, *, max_new_tokens, seed=DEFAULT_SEED, strategy=DEFAULT_STRATEGY,
+             temperature=DEFAULT_TEMPERATURE, top_k=None, top_p=None, beam_size=DEFAULT_BEAM_SIZE,
+             alpha=DEFAULT_ALPHA, stop_ids=(), pad_id=0, jit_compile=True, screened_greedy=True):
     """Generates continuations of right-padded prompts with a decoder-only model (``CausalLM``).
 
     Args:
@@ -252,7 +264,8 @@ def generate(model, prompt_ids, prompt_lengths=None, *, max_new_tokens, seed=0, 
       prompt_lengths: int ``(batch,)``; default: non-pad tokens per row.
       max_new_tokens: tokens generated per row at most (a stop id included).
       seed: int or two ints (sampling only); the same seed gives the same tokens.
-      strategy: "greedy", "sample" (temperature, top_k, top_p) or "beam" (beam_size, alpha).
+      strategy: "greedy", "sample" (temperature, top_k, top_p) or "beam" (beam_size, alpha); the options and
+        their defaults are :mod:`kerasplm.generation.options`'.
       stop_ids: ids that end a row (kept in its output); ``pad_id`` is never generated.
       pad_id: the padding id of the prompts and outputs; a negative one (e.g. -1 for GPT-2's vocabulary,
         which has no padding token and whose id 0 is "!") lies outside the vocabulary, so every token can

@@ -16,22 +16,39 @@ F = cumsum(softmax(logits)); tokens of probability 0 (-inf logits) are never dra
 number per row: ``tf.random.stateless_categorical`` (or the Gumbel-max trick) draws one per vocabulary
 entry, which took ~1.3 ms per step for 8,000 entries under XLA on CPU against ~0.1 ms for this.
 Every random op names Philox (see :mod:`kerasplm.layers.dropout` for why).
+
+The options may be Python values (checked by :func:`kerasplm.generation.options.validate_sampling`; the
+filters are then chosen when the function is traced) or scalar tensors, e.g. the inputs of a SavedModel
+signature (:mod:`kerasplm.export.generator`), resolved at run time with a request's rules
+(:mod:`kerasplm.generation.options`): ``top_k`` 0 (or >= the vocabulary) and ``top_p`` 0 or 1 mean no filter.
+A tensor ``top_k`` keeps the k most probable tokens in the same order, padded with -inf logits back to the
+whole vocabulary (a static shape for any k): the padding has probability 0, so the nucleus and the draw are
+those of the unpadded ``(n, k)`` values (up to the rounding of the softmax's sum). A tensor temperature must
+be > 0: a request's temperature 0 (greedy) is resolved by the engine around the search loop, so that it
+takes the engine's greedy path (:func:`kerasplm.generation.engine.causal_lm_search`).
 """
 import tensorflow as tf
 
+from kerasplm.generation.options import DEFAULT_TEMPERATURE, validate_sampling
 from kerasplm.generation.search import argmax_token
 
 NEG_INF = float("-inf")
 
+__all__ = ["as_seed", "filter_logits", "inverse_cdf_sample", "make_chooser", "make_sampler", "nucleus_mask",
+           "top_k_padded", "validate_sampling"]
 
-def validate_sampling(temperature=1.0, top_k=None, top_p=None):
-    """Raises ValueError naming the bad option."""
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
-    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
-    if top_p is not None and not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p}")
+
+def as_seed(seed):
+    """An int32 ``(2,)`` seed tensor from an int or a scalar tensor (``[0, seed]``), or from two ints / a
+    ``(2,)`` tensor."""
+    if isinstance(seed, int):
+        return tf.constant([0, seed], tf.int32)
+    seed = tf.cast(tf.convert_to_tensor(seed), tf.int32)
+    if seed.shape.rank == 0:
+        return tf.stack([0, seed])
+    if seed.shape != (2,):
+        raise ValueError(f"seed must be an int or two ints, got shape {seed.shape}")
+    return seed
 
 
 def nucleus_mask(probs, top_p, iterations=32):
@@ -58,13 +75,38 @@ def nucleus_mask(probs, top_p, iterations=32):
     return probs >= lo
 
 
+def top_k_padded(logits, k):
+    """The ``k`` (a scalar tensor) largest logits in decreasing order and their ids, padded with -inf (id 0)
+    back to ``(n, V)``: a static shape for any k, and the same draw as the unpadded ``(n, k)`` values (-inf
+    entries have probability 0: the nucleus and the inverse-CDF draw never pick them)."""
+    values, ids = tf.math.top_k(logits, k=k)
+    padding = [[0, 0], [0, tf.shape(logits)[-1] - k]]
+    values = tf.ensure_shape(tf.pad(values, padding, constant_values=NEG_INF), logits.shape)
+    return values, tf.ensure_shape(tf.pad(ids, padding), logits.shape)
+
+
 def filter_logits(logits, top_k=None, top_p=None):
     """``(values, token_ids)``: with ``top_k``, the k largest logits (decreasing) and their ids, else the
-    logits themselves and None; values are -inf outside the nucleus of softmax(values) when ``top_p``."""
+    logits themselves and None; values are -inf outside the nucleus of softmax(values) when ``top_p``.
+
+    Tensor options (see the module docstring) are applied at run time: ``token_ids`` is then never None
+    (``(n, V)``, the identity when no top-k filter applies).
+    """
     token_ids = None
-    if top_k is not None and top_k < logits.shape[-1]:
+    if tf.is_tensor(top_k):
+        vocab = tf.shape(logits)[-1]
+        # min(top_k, vocab): the same k where the branch runs, and a k that fits when a constant top_k >= vocab
+        # reaches the (untaken) branch's shape inference.
+        logits, token_ids = tf.cond((top_k > 0) & (top_k < vocab),
+                                    lambda: top_k_padded(logits, tf.minimum(top_k, vocab)),
+                                    lambda: (logits, tf.broadcast_to(tf.range(vocab), tf.shape(logits))))
+    elif top_k is not None and top_k < logits.shape[-1]:
         logits, token_ids = tf.math.top_k(logits, k=top_k)
-    if top_p is not None and top_p < 1.0:
+    if tf.is_tensor(top_p):
+        logits = tf.cond((top_p > 0.0) & (top_p < 1.0),
+                         lambda: tf.where(nucleus_mask(tf.nn.softmax(logits, axis=-1), top_p), logits, NEG_INF),
+                         lambda: logits)
+    elif top_p is not None and top_p < 1.0:
         logits = tf.where(nucleus_mask(tf.nn.softmax(logits, axis=-1), top_p), logits, NEG_INF)
     return logits, token_ids
 
@@ -76,10 +118,14 @@ def inverse_cdf_sample(logits, seed):
     return tf.reduce_sum(tf.cast(cdf <= u[:, tf.newaxis], tf.int32), axis=-1)
 
 
-def make_sampler(seed, temperature=1.0, top_k=None, top_p=None):
-    """A seeded sampling chooser. ``seed``: int32 ``(2,)`` tensor (or two ints)."""
+def make_sampler(seed, temperature=DEFAULT_TEMPERATURE, top_k=None, top_p=None):
+    """The seeded sampling chooser of kerasplm (in process and in exports).
+
+    ``seed``: an int or a scalar tensor (``[0, seed]``), or two ints / an int32 ``(2,)`` tensor.
+    ``temperature``, ``top_k``, ``top_p``: Python values or scalar tensors (see the module docstring).
+    """
     validate_sampling(temperature, top_k, top_p)
-    seed = tf.cast(seed, tf.int32)
+    seed = as_seed(seed)
 
     def choose(logits, step):
         logits = logits / temperature
@@ -91,7 +137,7 @@ def make_sampler(seed, temperature=1.0, top_k=None, top_p=None):
     return choose
 
 
-def make_chooser(strategy, seed=None, temperature=1.0, top_k=None, top_p=None):
+def make_chooser(strategy, seed=None, temperature=DEFAULT_TEMPERATURE, top_k=None, top_p=None):
     """``"greedy"`` -> argmax; ``"sample"`` -> :func:`make_sampler` (``seed`` required)."""
     if strategy == "greedy":
         return argmax_token

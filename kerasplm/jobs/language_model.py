@@ -38,6 +38,8 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from kerasplm.generation.engine import generate
+from kerasplm.generation.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_SEED, resolve_request
 from kerasplm.models.gpt import GPT, PRESETS, GPTBackbone, GPTConfig
 from kerasplm.families.gpt import GPTOptions
 from kerasplm.jobs.job import fit_recorded, open_run, restores_global_policy, training_summary
@@ -384,36 +386,25 @@ class TextGenerator:
             ids[i, :len(r)] = r
         return ids, np.array([len(r) for r in rows], np.int32)
 
-    def generate_ids(self, prompts, max_new_tokens=64, temperature=0.0, top_k=None, top_p=None, num_beams=1,
-                     seed=0, stop_ids=None, jit_compile=True):
+    def generate_ids(self, prompts, max_new_tokens=DEFAULT_MAX_NEW_TOKENS, temperature=0.0, top_k=None, top_p=None,
+                     num_beams=1, seed=DEFAULT_SEED, stop_ids=None, jit_compile=True):
         """:data:`kerasplm.generation.engine.GenerationOutput` for a list of prompt strings (options as
         :meth:`generate`)."""
-        from kerasplm.generation.engine import generate
-
-        if num_beams > 1 and (temperature or top_k or top_p):
-            raise ValueError("beam search (num_beams > 1) takes no sampling option (temperature, top_k, top_p)")
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
-        if num_beams > 1:
-            strategy, sampling = "beam", {"beam_size": num_beams}
-        elif temperature > 0:
-            strategy, sampling = "sample", {"temperature": temperature, "top_k": top_k, "top_p": top_p}
-        elif top_k or top_p:
-            raise ValueError("top_k and top_p need sampling: give a temperature > 0")
-        else:
-            strategy, sampling = "greedy", {}
+        strategy, sampling = resolve_request(temperature, top_k, top_p, num_beams)
         if stop_ids is None:
             stop_ids = () if self.end_of_text_id is None else (self.end_of_text_id,)
         ids, lengths = self.encode_prompts(list(prompts), max_new_tokens)
         return generate(self.model, ids, lengths, max_new_tokens=max_new_tokens, seed=seed, strategy=strategy,
                         stop_ids=tuple(stop_ids), pad_id=self.pad_id, jit_compile=jit_compile, **sampling)
 
-    def generate(self, prompts, max_new_tokens=64, temperature=0.0, top_k=None, top_p=None, num_beams=1, seed=0,
-                 stop=None, stop_ids=None, jit_compile=True):
+    def generate(self, prompts, max_new_tokens=DEFAULT_MAX_NEW_TOKENS, temperature=0.0, top_k=None, top_p=None,
+                 num_beams=1, seed=DEFAULT_SEED, stop=None, stop_ids=None, jit_compile=True):
         """Continuations (list of str, the prompt not repeated) of ``prompts`` (list of str).
 
         ``temperature=0`` is greedy; ``temperature > 0`` samples (with ``top_k``/``top_p``) from ``seed``: the
-        same seed gives the same text. ``num_beams > 1`` is beam search. Generation stops at
+        same seed gives the same text. ``num_beams > 1`` is beam search. The options follow a request's rules
+        (:mod:`kerasplm.generation.options`: 0 = off), as the CLI's and the exported ``generate`` signature's,
+        which decodes the same tokens for the same options and seed. Generation stops at
         ``<|endoftext|>`` (or ``stop_ids``) or after ``max_new_tokens``; the text is then cut before the first
         of the ``stop`` strings.
         """

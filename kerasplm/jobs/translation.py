@@ -21,6 +21,7 @@ import tensorflow as tf
 from kerasplm.data import (group_references, make_translation_dataset, read_parallel_tsv, sample_path,
                            train_dev_split)
 from kerasplm.export.translator import export_translator, load_and_translate
+from kerasplm.generation.seq2seq import Seq2SeqDecoder
 from kerasplm.families.translator import (BUNDLED_TRAIN, BUNDLED_VOCAB_MAX_SENTENCES, DEFAULT_PEAK_LEARNING_RATE,
                                          TranslatorOptions)
 from kerasplm.jobs.job import Job, provisional_total_steps
@@ -60,55 +61,39 @@ class Translator:
 
     ``translate(texts, beam_size=1)`` returns one string per input. The
     :class:`kerasplm.text.TranslatorPreprocessor` (``self.preprocessor``) owns [START]/[END] and the source
-    cut at the model's position limit; decoding is the cached, XLA-compiled search of
-    :mod:`kerasplm.generation`.
+    cut at the model's position limit (``model.max_source_length``); decoding is
+    :class:`kerasplm.generation.Seq2SeqDecoder` (``self.decoder``: the cached, XLA-compiled search of
+    :mod:`kerasplm.generation`), the same client as the exported SavedModel's.
     """
+
+    # Sources are padded to a multiple of this many tokens, so decoding compiles once per bucket.
+    length_bucket = 16
 
     def __init__(self, model, src_tokenizer, tgt_tokenizer, config=None, step=None):
         self.model = model
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
         self.preprocessor = TranslatorPreprocessor(src_tokenizer, tgt_tokenizer,
-                                                   max_source_length=model.config.pe_input)
+                                                   max_source_length=model.max_source_length)
+        self.decoder = Seq2SeqDecoder(model, self.preprocessor, length_bucket=self.length_bucket)
         self.config = config or {}
         self.step = step
 
-    # Sources are padded to a multiple of this many tokens, so decoding compiles once per bucket.
-    length_bucket = 16
-
     def encode(self, texts):
-        """Source ids ``(batch, S)`` int64, 0-padded: ``[START] pieces [END]`` cut to the model's position limit
+        """Source ids ``(batch, S)`` int32, 0-padded: ``[START] pieces [END]`` cut to the model's position limit
         (keeping [END]), S rounded up to a multiple of ``length_bucket`` (bounding recompiles of the decoder)."""
-        ids = self.preprocessor.source_ids(tf.constant(list(texts), tf.string))
-        longest = int(tf.reduce_max(ids.row_lengths())) if len(texts) else 1
-        width = min(self.model.config.pe_input, -(-longest // self.length_bucket) * self.length_bucket)
-        return ids.to_tensor(shape=[None, width])
+        return self.decoder.encode(list(texts), length_bucket=self.length_bucket)[0]
 
     def translate_ids(self, src_ids, beam_size=1, **options):
-        from kerasplm.generation import beam_search_decode, greedy_decode
-
-        special = dict(start_id=self.preprocessor.start_id, end_id=self.preprocessor.end_id)
-        if beam_size <= 1:
-            return greedy_decode(self.model, src_ids, **special, **options)
-        ids, _ = beam_search_decode(self.model, src_ids, beam_size=beam_size, **special, **options)
-        return ids
+        """Target ids ``[START] y_1 ... [END] 0 ...`` of source ids (``Seq2SeqDecoder.translate_ids``'s options)."""
+        return self.decoder.translate_ids(src_ids, beam_size=beam_size, **options)[0]
 
     def translate(self, texts, beam_size=1, batch_size=64, **options):
-        """Translate a list of source sentences; returns a list of str in input order.
-
-        Sentences are decoded in batches of similar length (sorted by character count), which wastes
-        less work on padding; each result is independent of its batch-mates.
-        """
-        texts = list(texts)
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        out = [None] * len(texts)
-        for start in range(0, len(texts), batch_size):
-            chunk = order[start:start + batch_size]
-            ids = self.translate_ids(self.encode([texts[i] for i in chunk]), beam_size=beam_size, **options)
-            decoded = self.preprocessor.detokenize_target(ids).numpy()
-            for i, text in zip(chunk, decoded):
-                out[i] = text.decode("utf-8")
-        return out
+        """Translate a list of source sentences; returns a list of str in input order (see
+        :meth:`kerasplm.generation.Seq2SeqDecoder.translate`: batches of similar length, each result independent
+        of its batch-mates; ``attention=True`` adds the cross-attention weights)."""
+        return self.decoder.translate(texts, beam_size=beam_size, batch_size=batch_size,
+                                      length_bucket=self.length_bucket, **options)
 
 
 def load_translator(run_dir):

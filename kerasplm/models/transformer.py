@@ -316,6 +316,11 @@ class Transformer(ConfigMixin, keras.Model):
         return self.encoder(inp, training=False, padding_mask=padding_mask), padding_mask
 
     @property
+    def max_source_length(self):
+        """Longest encodable source (the encoder's position limit, ``pe_input``)."""
+        return self.config.pe_input
+
+    @property
     def max_target_length(self):
         """Longest decodable target (the decoder's position limit, ``pe_target``)."""
         return self.config.pe_target

@@ -1,5 +1,6 @@
 """GPT generator export: signatures equal TextGenerator, the shared export contract (isolation, bad inputs),
-option errors, and `kerasplm serve`'s predict API. One tiny untrained run, exported once through the CLI."""
+option errors, and `kerasplm serve`'s predict API. One tiny untrained run, exported once through the CLI. The
+signatures run the engine's own code: its sampler (tensor options) and its greedy path, screened under XLA."""
 import dataclasses
 import math
 
@@ -7,7 +8,9 @@ import pytest
 import tensorflow as tf
 
 from kerasplm import cli
-from kerasplm.export import read_metadata
+from kerasplm.export import read_metadata, save_version
+from kerasplm.export.generator import GeneratorModule
+from kerasplm.generation import engine, sampling
 from kerasplm.models.gpt import GPT, GPTBackbone
 from kerasplm.models.presets import get_preset
 from kerasplm.serving import api, load_version
@@ -122,3 +125,80 @@ def test_kerasplm_serve_answers_generate_and_score(exported, generator):
     assert sampled == {"predictions": generator.generate(PROMPTS, jit_compile=False, **SAMPLING)}
     scored = api.predict(version, {"signature_name": "score", "inputs": {"text": PROMPTS[:1]}})
     assert scored["outputs"]["num_tokens"] == [generator.score(PROMPTS[:1])[0]["num_tokens"]]
+
+
+# A request's settings (temperature, top_k, top_p, seed), 0 = off: plain, top-k, nucleus, both, filters that
+# are off (top_k 0 or >= the vocabulary, top_p 0 or 1), greedy (temperature 0) with filters ignored.
+REQUESTS = [(1.0, 0, 0.0, 0), (0.7, 5, 0.0, 3), (1.3, 0, 0.8, 11), (0.9, 12, 0.9, 5), (1.0, 1000, 1.0, 2),
+            (2.0, 0, 0.0, -7), (0.0, 7, 0.5, 9)]
+
+
+def _request(temperature, top_k, top_p, seed, max_new_tokens=MAX_NEW):
+    return {"max_new_tokens": tf.constant(max_new_tokens), "temperature": tf.constant(temperature, tf.float32),
+            "top_k": tf.constant(top_k), "top_p": tf.constant(top_p, tf.float32), "seed": tf.constant(seed)}
+
+
+def _in_process(generator, temperature, top_k, top_p, seed, jit_compile=False):
+    """TextGenerator.generate (engine.generate) with the same request spelled in Python (0 = off)."""
+    if temperature == 0:
+        top_k = top_p = 0  # ignored by the export's greedy path; TextGenerator refuses them without sampling
+    return generator.generate(PROMPTS, max_new_tokens=MAX_NEW, temperature=temperature, top_k=top_k, top_p=top_p,
+                              seed=seed, jit_compile=jit_compile)
+
+
+def test_generate_signature_equals_the_engine_for_every_request(generator, loaded):
+    for temperature, top_k, top_p, seed in REQUESTS:
+        out = loaded.signatures["generate"](prompt=tf.constant(PROMPTS), **_request(temperature, top_k, top_p, seed))
+        assert _texts(out["text"]) == _in_process(generator, temperature, top_k, top_p, seed), (temperature, top_k,
+                                                                                                top_p, seed)
+
+
+def test_generate_signature_calls_the_engines_sampler(generator, monkeypatch):
+    """The signature's sampling branch is built by kerasplm.generation.sampling.make_sampler, with the request's
+    scalar tensors as its options (nothing export-specific in between)."""
+    calls = []
+    original = sampling.make_sampler
+
+    def spy(seed, temperature=1.0, top_k=None, top_p=None):
+        calls.append((seed, temperature, top_k, top_p))
+        return original(seed, temperature, top_k, top_p)
+
+    monkeypatch.setattr(sampling, "make_sampler", spy)
+    module = GeneratorModule(generator, max_new_tokens=MAX_NEW, max_prompt_tokens=16)
+    texts = _texts(module.generate(tf.constant(PROMPTS), **_request(0.9, 12, 0.9, 5))["text"])
+    assert len(calls) == 1 and all(tf.is_tensor(option) for option in calls[0])   # one width: one sampling loop
+    assert texts == _in_process(generator, 0.9, 12, 0.9, 5)   # (whose own, Python-valued, call may be cached)
+
+
+def _count_screens(monkeypatch):
+    screens = []
+    original = engine.ScreenedArgmax
+    monkeypatch.setattr(engine, "ScreenedArgmax", lambda *a, **k: screens.append(original(*a, **k)) or screens[-1])
+    return screens
+
+
+def test_greedy_export_takes_the_engines_screened_path(generator, monkeypatch, tmp_path):
+    """Where the engine screens greedy decoding (XLA, two or more rows, a float32 tied table), so does the export's
+    greedy path (serving_default, generate with temperature 0): the same ScreenedArgmax, the same tokens as
+    TextGenerator.generate (XLA, screened). Without XLA neither screens."""
+    assert generator.model.output_table is not None
+    screens = _count_screens(monkeypatch)
+    expected = generator.generate(PROMPTS, max_new_tokens=MAX_NEW)                      # in process, screened
+    assert len(screens) == 1
+    module = GeneratorModule(generator, max_new_tokens=MAX_NEW, max_prompt_tokens=16, jit_compile=True)
+    greedy = _texts(module.serving_default(tf.constant(PROMPTS))["text"])
+    assert len(screens) == 2 and greedy == expected                                     # traced with the screen
+    request = _texts(module.generate(tf.constant(PROMPTS), **_request(0.0, 0, 0.0, 0))["text"])
+    assert len(screens) == 3 and request == expected                                    # temperature 0: the same path
+    sampled = _texts(module.generate(tf.constant(PROMPTS), **_request(0.9, 12, 0.9, 5))["text"])
+    assert sampled == _in_process(generator, 0.9, 12, 0.9, 5, jit_compile=True)
+    plain = GeneratorModule(generator, max_new_tokens=MAX_NEW, max_prompt_tokens=16)       # no XLA: full logits
+    assert _texts(plain.serving_default(tf.constant(PROMPTS))["text"]) == \
+        generator.generate(PROMPTS, max_new_tokens=MAX_NEW, jit_compile=False)
+    assert len(screens) == 3
+    # Through the SavedModel (XLA-compiled at run time): the same texts; one row takes the plain path at run time.
+    path = save_version(module, str(tmp_path / "gpt_xla"), metadata={"test": True})
+    xla = tf.saved_model.load(path)
+    assert _texts(xla.signatures["serving_default"](prompt=tf.constant(PROMPTS))["text"]) == expected
+    assert _texts(xla.signatures["serving_default"](prompt=tf.constant(PROMPTS[:1]))["text"]) == \
+        generator.generate(PROMPTS[:1], max_new_tokens=MAX_NEW)

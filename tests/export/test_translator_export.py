@@ -10,11 +10,14 @@ import subprocess
 import sys
 import urllib.request
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
 from kerasplm.data import read_parallel_tsv, sample_path
 from kerasplm.export import export_translator, read_metadata
+from kerasplm.export.translator import TranslatorModule
+from kerasplm.generation import Seq2SeqDecoder
 from kerasplm.models.transformer import Transformer
 from kerasplm.jobs.translation import Translator
 from kerasplm.text import WordPieceTokenizer, build_wordpiece_vocab, write_vocab
@@ -185,6 +188,27 @@ def test_attention_signature(loaded, reference):
     assert int(out["target_length"][3]) == 0 and attention[3].sum() == 0
 
 
+def test_the_translator_and_its_export_share_one_decoder(tiny_translator, loaded, reference):
+    """Translator.translate and the signatures run the same Seq2SeqDecoder code (the same compiled search per
+    options); the source limit is the model's; attention weights on request equal the signature's."""
+    model = tiny_translator.model
+    assert model.max_source_length == model.config.pe_input == 64
+    module = TranslatorModule(tiny_translator, jit_compile=True)
+    assert isinstance(module.decoder, Seq2SeqDecoder) and isinstance(tiny_translator.decoder, Seq2SeqDecoder)
+    assert module.max_source_length == model.max_source_length == tiny_translator.decoder.max_source_length
+    assert module.decoder.translate_fn(2) is tiny_translator.decoder.translate_fn(2)
+    assert module.decoder.translate_fn() is tiny_translator.decoder.translate_fn()
+    texts = SENTENCES[:3]
+    records = tiny_translator.translate(texts, attention=True)
+    out = loaded.signatures["translate_with_attention"](inputs=tf.constant(texts))
+    assert [r["translation"] for r in records] == reference[1][:3] == _strings(out["translation"])
+    for i, record in enumerate(records):
+        n, m = int(out["target_length"][i]), int(out["source_length"][i])
+        assert record["tokens"] == [t.decode() for t in out["tokens"].numpy()[i, :n]]
+        assert record["source_tokens"] == [t.decode() for t in out["source_tokens"].numpy()[i, :m]]
+        np.testing.assert_allclose(record["attention"], out["attention"].numpy()[i, :, :n, :m], atol=1e-5)
+
+
 # ---- isolation: tensorflow + tensorflow_text only ----
 def test_loads_without_kerasplm_and_uses_only_registered_ops(exported, reference):
     greedy, beam, metadata = run_isolated(exported, [
@@ -262,8 +286,6 @@ def test_serving_end_to_end(exported, reference):
             signature_def = json.loads(response.read())["metadata"]["signature_def"]["signature_def"]
         assert set(SIGNATURES) <= set(signature_def)
         # Requests run in chunks of rows; ragged outputs (tokens, attention) padded across chunks equal one call.
-        import numpy as np
-
         from kerasplm.serving import predict
 
         loaded = server.model("translator").find()

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kerasplm.generation import (filter_logits, generate, generate_uncached, greedy_search, make_generate_fn,
-                                 make_sampler, make_translate_fn, sequence_log_probs)
+from kerasplm.generation import (causal_lm_search, filter_logits, generate, generate_uncached, greedy_search,
+                                 make_generate_fn, make_sampler, make_translate_fn, request_checks, resolve_request,
+                                 sequence_log_probs)
 from kerasplm.generation.sampling import nucleus_mask
 from kerasplm.models import CausalLM, Transformer
 
@@ -185,3 +186,61 @@ def test_negative_pad_id_lets_every_token_be_generated():
     # With the default pad_id=0, id 0 is the padding and is never generated.
     assert 0 not in generate(lm, tf.maximum(prompts, 0), tf.constant([3, 4]), max_new_tokens=3,
                              jit_compile=False).tokens.numpy()
+
+
+# A request's settings (temperature, top_k, top_p, seed; 0 = off, as the generator export's signature).
+REQUESTS = [(1.0, 0, 0.0, 0), (0.7, 5, 0.0, 3), (1.3, 0, 0.8, 11), (0.9, 12, 0.9, 5), (1.0, 100, 1.0, 2),
+            (3.0, 1, 0.0, 4), (0.0, 0, 0.0, 1)]
+
+
+def test_one_sampler_for_python_and_tensor_options():
+    """make_sampler with scalar-tensor options (a signature's inputs, resolved at run time) draws the tokens it
+    draws with the same options as Python values (resolved when traced), step after step."""
+    logits = tf.constant(np.random.default_rng(0).normal(0, 2, (64, 50)), tf.float32)
+    for temperature, top_k, top_p, seed in REQUESTS[:-1]:
+        strategy, options = resolve_request(temperature, top_k, top_p)
+        assert strategy == "sample"
+        python = make_sampler(seed, **options)
+        tensor = make_sampler(tf.constant(seed), tf.constant(temperature), tf.constant(top_k), tf.constant(top_p))
+        traced = tf.function(tensor)
+        for step in range(3):
+            expected = python(logits, tf.constant(step)).numpy()
+            np.testing.assert_array_equal(tensor(logits, tf.constant(step)).numpy(), expected)
+            np.testing.assert_array_equal(traced(logits, tf.constant(step)).numpy(), expected)
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_tensor_request_equals_generate(model, jit_compile):
+    """causal_lm_search with a request's tensors (one trace for every request; temperature 0 = the greedy path)
+    gives generate's tokens for the same request spelled in Python."""
+    @tf.function(jit_compile=jit_compile)
+    def search(temperature, top_k, top_p, seed):
+        ids, _, steps = causal_lm_search(model, tf.maximum(PROMPTS, 0), tf.constant(LENGTHS), 5, strategy="sample",
+                                         temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, end_id=())
+        return ids[:, 1:], steps
+
+    # Under XLA each request's in-process function compiles: three of them (both filters, none, greedy).
+    for temperature, top_k, top_p, seed in [REQUESTS[i] for i in (3, 4, 6)] if jit_compile else REQUESTS:
+        strategy, options = resolve_request(temperature, top_k, top_p)
+        expected = generate(model, PROMPTS, LENGTHS, max_new_tokens=5, strategy=strategy, seed=seed,
+                            jit_compile=jit_compile, **options).tokens.numpy()
+        tokens, _ = search(tf.constant(temperature), tf.constant(top_k), tf.constant(top_p), tf.constant(seed))
+        np.testing.assert_array_equal(tokens.numpy(), expected)
+    assert search.experimental_get_tracing_count() == 1
+
+
+def test_request_rules_are_declared_once():
+    assert resolve_request() == ("greedy", {})
+    assert resolve_request(0.8, 0, 1.0) == ("sample", {"temperature": 0.8, "top_k": None, "top_p": None})
+    assert resolve_request(0.8, 40, 0.9) == ("sample", {"temperature": 0.8, "top_k": 40, "top_p": 0.9})
+    assert resolve_request(num_beams=3) == ("beam", {"beam_size": 3})
+    for kwargs, message in [({"temperature": -1.0}, "temperature must be >= 0"), ({"top_k": -1}, "top_k must be >= 0"),
+                            ({"temperature": 1.0, "top_p": 1.5}, r"top_p must be in \[0, 1\]"),
+                            ({"top_k": 3}, "top_k and top_p need sampling"),
+                            ({"temperature": 1.0, "num_beams": 2}, "beam search"), ({"num_beams": 0}, "num_beams")]:
+        with pytest.raises(ValueError, match=message):
+            resolve_request(**kwargs)
+    for options, message in [((-1.0, 0, 0.0), "temperature must be >= 0"), ((1.0, -2, 0.0), "top_k must be >= 0"),
+                             ((1.0, 0, 1.5), r"top_p must be in \[0, 1\]")]:
+        with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+            request_checks(tf.constant(options[0]), tf.constant(options[1]), tf.constant(options[2]))

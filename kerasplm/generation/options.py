@@ -1,0 +1,102 @@
+"""The decoding options of kerasplm, declared once: their defaults and their validation.
+
+Two spellings of the same options:
+
+* **the engine's** (:func:`kerasplm.generation.generate`, ``make_generate_fn``, ``make_translate_fn``,
+  ``run_search``): an explicit ``strategy`` and its options: "greedy"; "sample" with ``temperature`` > 0,
+  ``top_k`` (None: no top-k filter), ``top_p`` (None: no nucleus) and a ``seed``; "beam" with
+  ``beam_size`` and ``alpha`` (GNMT length penalty). :func:`validate_options` checks them.
+* **a request's** (``TextGenerator.generate``, ``kerasplm generate``, the generator export's ``generate``
+  signature): no strategy, and 0 means "off" (the default) for every option: ``temperature`` 0 = greedy
+  (> 0: sampling), ``top_k`` 0 (or None) = no top-k filter (as is a ``top_k`` >= the vocabulary),
+  ``top_p`` 0 or 1 (or None) = no nucleus, ``num_beams`` 1 = no beam search. :func:`resolve_request` turns
+  Python values into the engine's strategy and options. Scalar tensors (a SavedModel signature's inputs)
+  are checked by :func:`request_checks` and go to the engine as they are: its sampler
+  (:func:`kerasplm.generation.sampling.make_sampler`) and ``causal_lm_search`` apply the same rules at run
+  time, so a request decodes the same tokens whichever way it comes.
+"""
+import numbers
+
+import tensorflow as tf
+
+STRATEGIES = ("greedy", "sample", "beam")
+DEFAULT_STRATEGY = "greedy"
+DEFAULT_TEMPERATURE = 1.0        # the engine's sampling temperature (a request's default is 0: greedy)
+DEFAULT_BEAM_SIZE = 4
+DEFAULT_ALPHA = 0.6              # GNMT length penalty exponent (Wu et al., 2016)
+DEFAULT_SEED = 0
+DEFAULT_MAX_NEW_TOKENS = 64      # a request's (TextGenerator.generate; the CLI's --max-new-tokens says the same)
+
+# A request's rules, one message each (Python ValueErrors and the SavedModel's InvalidArgumentErrors).
+TEMPERATURE_RULE = "temperature must be >= 0 (0 = greedy)"
+TOP_K_RULE = "top_k must be >= 0 (0 = no top-k filter)"
+TOP_P_RULE = "top_p must be in [0, 1] (0 = no nucleus)"
+
+
+def validate_sampling(temperature=DEFAULT_TEMPERATURE, top_k=None, top_p=None):
+    """Raises ValueError naming the bad sampling option (the engine's spelling). Tensor-valued options are
+    a request's (0 = off): :func:`request_checks` checks them, in graph."""
+    if not tf.is_tensor(temperature) and not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if not tf.is_tensor(top_k) and top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
+    if not tf.is_tensor(top_p) and top_p is not None and not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p}")
+
+
+def validate_options(strategy=DEFAULT_STRATEGY, temperature=DEFAULT_TEMPERATURE, top_k=None, top_p=None,
+                     beam_size=DEFAULT_BEAM_SIZE, alpha=DEFAULT_ALPHA, vocab_size=None):
+    """Raises ValueError naming the first bad decoding option (the engine's spelling)."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; expected one of {STRATEGIES}")
+    validate_sampling(temperature, top_k, top_p)
+    if strategy == "beam":
+        if not isinstance(beam_size, int) or beam_size < 1:
+            raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+        if vocab_size is not None and 2 * beam_size > vocab_size:
+            raise ValueError(f"beam_size={beam_size} needs target_vocab_size >= {2 * beam_size}")
+        if alpha < 0:
+            raise ValueError(f"alpha must be >= 0, got {alpha}")
+
+
+def resolve_request(temperature=0.0, top_k=None, top_p=None, num_beams=1):
+    """A request's options (Python values, 0 = off) -> ``(strategy, options)`` for the engine.
+
+    Raises ValueError naming the bad option, or a combination in which one would be ignored (top-k / top-p
+    without a temperature, sampling options with beam search).
+    """
+    def number(value, kind):
+        return isinstance(value, kind) and not isinstance(value, bool)
+
+    if not number(temperature, numbers.Real) or not temperature >= 0:
+        raise ValueError(f"{TEMPERATURE_RULE}, got {temperature!r}")
+    if top_k is not None and (not number(top_k, numbers.Integral) or top_k < 0):
+        raise ValueError(f"{TOP_K_RULE}, got {top_k!r}")
+    if top_p is not None and (not number(top_p, numbers.Real) or not 0.0 <= top_p <= 1.0):
+        raise ValueError(f"{TOP_P_RULE}, got {top_p!r}")
+    if not number(num_beams, numbers.Integral) or num_beams < 1:
+        raise ValueError(f"num_beams must be a positive integer (1 = no beam search), got {num_beams!r}")
+    temperature = float(temperature)
+    top_k = int(top_k) if top_k else None                    # 0: no filter
+    top_p = float(top_p) if top_p and top_p < 1.0 else None  # 0 or 1: no nucleus
+    num_beams = int(num_beams)
+    if num_beams > 1:
+        if temperature or top_k or top_p:
+            raise ValueError("beam search (num_beams > 1) takes no sampling option (temperature, top_k, top_p)")
+        return "beam", {"beam_size": num_beams}
+    if temperature > 0:
+        return "sample", {"temperature": temperature, "top_k": top_k, "top_p": top_p}
+    if top_k or top_p:
+        raise ValueError("top_k and top_p need sampling: give a temperature > 0")
+    return "greedy", {}
+
+
+def request_checks(temperature, top_k, top_p):
+    """A request's rules for scalar tensors (a signature's inputs): the assert ops, for
+    ``tf.control_dependencies`` (an InvalidArgumentError naming the option)."""
+    return [
+        tf.debugging.assert_greater_equal(temperature, tf.zeros_like(temperature), message=TEMPERATURE_RULE),
+        tf.debugging.assert_greater_equal(top_k, tf.zeros_like(top_k), message=TOP_K_RULE),
+        tf.debugging.assert_greater_equal(top_p, tf.zeros_like(top_p), message=TOP_P_RULE),
+        tf.debugging.assert_less_equal(top_p, tf.ones_like(top_p), message=TOP_P_RULE),
+    ]
