@@ -39,7 +39,7 @@ import tensorflow as tf
 from kerasplm.export.base import ExportModule, save_version
 from kerasplm.generation.engine import causal_lm_search
 from kerasplm.generation.options import request_checks
-from kerasplm.jobs.language_model import load_text_generator, perplexity, score_token_ids, trim_generated
+from kerasplm.models.gpt_generator import load_text_generator, perplexity, score_token_ids, trim_generated
 
 FAMILY = "gpt"
 DEFAULT_MAX_NEW_TOKENS = 32  # the export's serving_default length and generate's largest (its decoding buffer)
@@ -209,10 +209,11 @@ def load_and_generate(path, prompts, signature="serving_default", **options):
 
 
 def export_generator_run(run, to, version=None, overwrite=False, max_new_tokens=DEFAULT_MAX_NEW_TOKENS,
-                         max_prompt_tokens=None):
+                         max_prompt_tokens=None, jit_compile=False):
     """``kerasplm export generator``: export a GPT run (trained or converted); prints and returns the version
     directory."""
     path = export_generator(load_text_generator(run), to, version=version, overwrite=overwrite,
-                            max_new_tokens=max_new_tokens, max_prompt_tokens=max_prompt_tokens)
+                            max_new_tokens=max_new_tokens, max_prompt_tokens=max_prompt_tokens,
+                            jit_compile=jit_compile)
     print(path)
     return path

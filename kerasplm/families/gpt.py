@@ -105,6 +105,9 @@ class GeneratorExportOptions(ExportOptions):
                                  minimum=1)
     max_prompt_tokens: int = option(None, "prompts keep their last N tokens (default: the rest of the model's "
                                     "context)", kind=int, minimum=1)
+    jit_compile: bool = option(False, "XLA-compile the decoding loops: greedy decoding then takes the engine's "
+                               "screened argmax, as in process (TF Serving on CPU needs "
+                               "--xla_cpu_compilation_enabled)", const=True, choices=[True, False])
 
 
 COMMANDS = [

@@ -9,7 +9,8 @@ import pytest
 import tensorflow as tf
 
 from kerasplm import cli
-from kerasplm.jobs.language_model import (load_text_generator, make_lm_dataset, score_token_ids, train_gpt)
+from kerasplm.jobs.language_model import load_text_generator, make_lm_dataset, train_gpt
+from kerasplm.models.gpt_generator import score_token_ids
 from tests.harness import write_word_corpus
 
 WORDS = ["the", "king", "queen", "speaks", "walks", "to", "a", "castle", "garden", "and", "sleeps", "slowly"]
