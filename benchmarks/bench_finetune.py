@@ -7,7 +7,7 @@ rest padding) fitted repeatedly. Both sides: AdamW (lr 3e-5, weight decay 0.01, 
 global norm 1, dropout 0.1.
 
 - kerasplm: the Trainer step of ``kerasplm finetune bert-classifier`` (``BertClassifier.trainer_loss``, the job's
-  own optimizer: ``kerasplm.jobs.bert_finetune.make_optimizer``), with and without ``jit_compile``.
+  own optimizer: ``kerasplm.jobs.finetuning.make_optimizer``), with and without ``jit_compile``.
 - keras-hub (benchmark extra, ``pip install -e ".[test,bench]"``): ``BertTextClassifier`` on a ``BertBackbone``
   of the same sizes, ``compile(jit_compile=...)`` then ``train_on_batch``, with and without XLA.
 
@@ -47,7 +47,8 @@ def kerasplm_step(shape, batch, jit_compile):
 
     from kerasplm.models.bert import BertBackbone
     from kerasplm.models.bert_tasks import BertClassifier
-    from kerasplm.jobs.bert_finetune import BertClassifierOptions, fine_tuning_schedule, make_optimizer
+    from kerasplm.families.bert import BertClassifierOptions
+    from kerasplm.jobs.finetuning import fine_tuning_schedule, make_optimizer
     from kerasplm.training import Trainer
 
     inputs = {k: tf.constant(v) for k, v in batch.items() if k != "labels"}

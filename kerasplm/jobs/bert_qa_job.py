@@ -18,28 +18,20 @@ Run directory: family ``bert_qa``; ``model`` = the backbone's config; asset ``vo
 :func:`load_bert_qa` (a :class:`BertQA`).
 """
 import dataclasses
-import math
-import os
-import shutil
 import time
 
 import numpy as np
 import tensorflow as tf
 
 from kerasplm.data.squad import read_squad, split_by_article
+from kerasplm.families.bert import BertQAOptions
+from kerasplm.jobs.finetuning import BERT_ASSETS, FineTuningJob
+from kerasplm.jobs.squad_metrics import squad_scores
 from kerasplm.models.bert import BertBackbone, BertConfig
 from kerasplm.models.bert_qa import INPUT_KEYS, BertQuestionAnswerer, QuestionAnswerPreprocessor, answer_questions
-from kerasplm.jobs.bert_finetune import (bert_init_parts, fine_tuning_schedule, make_optimizer, plan_schedule)
-from kerasplm.families.bert import BertQAOptions
-from kerasplm.jobs.job import fit_scheduled, open_run, restores_global_policy, training_summary
-from kerasplm.options import RUN, resolve_options
-from kerasplm.runs import RunDir
-from kerasplm.jobs.squad_metrics import squad_scores
 from kerasplm.text.bert_tokenizer import BertTokenizer
-from kerasplm.training import Trainer
 
 FAMILY = "bert_qa"
-ASSETS = {"vocab": "vocab.txt"}
 PREDICTIONS = "predictions.json"
 LABEL_KEYS = ("start_positions", "end_positions")
 __all__ = ["BertQAOptions", "BertQA", "finetune_bert_qa", "load_bert_qa", "make_qa_features"]
@@ -117,71 +109,77 @@ def evaluate_qa(qa, examples, batch_size=32):
     return squad_scores(predictions, {e.id: [g.text for g in e.answers] for e in examples}), predictions
 
 
-@restores_global_policy
+class BertQAJob(FineTuningJob):
+    """``kerasplm finetune bert-qa``: start/end logits over SQuAD windows on a BERT run, scored with EM/F1."""
+
+    family, task, options_class, what, result_key = (FAMILY, "question_answering", BertQAOptions,
+                                                     "BERT question answering", "qa")
+
+    def check_config(self, run, config):
+        _check_config(run, config)
+
+    def read_examples(self, o):
+        if o.train is None:
+            raise ValueError("give the training file (train / --train)")
+        self.train, self.held_out = _examples(o)
+        return len(self.train)
+
+    def build_data(self):
+        super().build_data()   # the questions, the schedule
+        o, run = self.options, self.run_dir
+        if self.resumed:
+            self.backbone_config = BertConfig(**self.config["model"]["backbone"])   # the weights: the checkpoint
+            tokenizer = BertTokenizer(run.asset(self.config, "vocab"), lower_case=self.config["model"]["lower_case"])
+        else:
+            tokenizer, _ = self.start_from_bert(o.sequence_length, "sequence_length")
+            self.write_config("custom", {"backbone": dataclasses.asdict(self.backbone_config),
+                                         "lower_case": tokenizer.lower_case}, assets=BERT_ASSETS)
+        self.tokenizer = tokenizer
+        preprocessor = QuestionAnswerPreprocessor(tokenizer, o.sequence_length, o.doc_stride, o.max_query_length)
+        t0 = time.time()
+        features = make_qa_features(preprocessor, self.train)
+        self.windows = len(features["token_ids"])
+        self.log(f"data: {len(self.train)} training questions -> {self.windows} windows "
+                 f"({int((features['start_positions'] > 0).sum())} holding their answer) in {time.time() - t0:.0f}s; "
+                 f"{len(self.held_out)} held-out questions")
+        self.train_dataset = lambda: _dataset(features, o.batch_size, o.seed)
+        self.qa = None
+
+    def build_model(self):
+        return BertQuestionAnswerer(self.starting_backbone(BertBackbone))
+
+    def result(self, trainer):
+        """The trained :class:`BertQA` (made once: its answering function is traced when it scores)."""
+        if self.qa is None:
+            o = self.options
+            serving_preprocessor = QuestionAnswerPreprocessor(self.tokenizer, o.sequence_length, o.doc_stride,
+                                                              o.max_query_length, pad_to_length=False)
+            self.qa = BertQA(trainer.model, serving_preprocessor, o.max_answer_length, o.n_best)
+        return self.qa
+
+    def evaluate(self, trainer, summary):
+        summary.update(train_questions=len(self.train), train_windows=self.windows)
+        super().evaluate(trainer, summary)
+
+    def score(self, qa):
+        o = self.options
+        scored = self.held_out[:o.max_dev_examples] if o.max_dev_examples else self.held_out
+        if not scored:
+            return None
+        dev, predictions = evaluate_qa(qa, scored, o.eval_batch_size)
+        self.run_dir.write_json(PREDICTIONS, predictions)
+        return {"dev": dev}
+
+    def dev_report(self, summary):
+        dev = summary["dev"]
+        return (f"dev exact match {dev['exact_match']:.2f} F1 {dev['f1']:.2f} ({dev['questions']} questions, "
+                f"step {summary['step']})")
+
+
 def finetune_bert_qa(out, options=None, log=print, **overrides):
     """Fine-tunes (or resumes) a question answering run in ``out``; scores the held-out questions; returns the
     summary (also ``metrics.json``), with ``"qa"`` the trained :class:`BertQA`."""
-    run = RunDir(out)
-    stored = run.read_config(family=FAMILY, what="BERT question answering")["options"] if run.exists() else None
-    planned_options, _ = resolve_options(BertQAOptions, options, overrides, stored=stored, where=out)
-    if planned_options.train is None:
-        raise ValueError("give the training file (train / --train)")
-    train, held_out = _examples(planned_options)
-    planned = max(1, math.ceil(planned_options.epochs * len(train) / planned_options.batch_size))
-    overrides = dict(overrides)
-    if planned_options.steps is None and planned_options.time_budget is None:
-        overrides["steps"] = planned
-    run, o, config, previous_history = open_run(out, FAMILY, BertQAOptions, options, overrides,
-                                                what="BERT question answering", check_config=_check_config)
-    o = plan_schedule(o, resumed=config is not None, legacy_steps=max(planned, o.steps or 0))
-    if config is None:
-        backbone, tokenizer, init_options = bert_init_parts(o.init, o.sequence_length, "sequence_length")
-        os.makedirs(out, exist_ok=True)
-        init_run = RunDir(o.init)
-        shutil.copyfile(init_run.asset(init_run.read_config(), "vocab"), run.file(ASSETS["vocab"]))
-        model_config = {"backbone": dataclasses.asdict(backbone.config),
-                        "lower_case": bool(init_options.get("lower_case", True))}
-        config = run.write_config(FAMILY, "question_answering", "custom", model_config, o.stored(RUN), assets=ASSETS)
-    else:
-        log(f"resuming run in {out}")
-        backbone = BertBackbone.from_config_object(BertConfig(**config["model"]["backbone"]))  # checkpoint restores
-        tokenizer = BertTokenizer(run.asset(config, "vocab"), lower_case=config["model"]["lower_case"])
-    preprocessor = QuestionAnswerPreprocessor(tokenizer, o.sequence_length, o.doc_stride, o.max_query_length)
-    t0 = time.time()
-    features = make_qa_features(preprocessor, train)
-    windows = len(features["token_ids"])
-    log(f"data: {len(train)} training questions -> {windows} windows "
-        f"({int((features['start_positions'] > 0).sum())} holding their answer) in {time.time() - t0:.0f}s; "
-        f"{len(held_out)} held-out questions")
-    schedule = fine_tuning_schedule(o, o.schedule_steps)
-    trainer = Trainer(
-        model=lambda: BertQuestionAnswerer(backbone),
-        optimizer=lambda: make_optimizer(o, schedule, backbone.config.num_layers),
-        compute_loss=BertQuestionAnswerer.trainer_loss, jit_compile=o.jit_compile, clip_norm=1.0,
-        checkpoint_dir=run.checkpoint_dir, checkpoint_every=500, log_dir=run.log_dir, seed=o.seed, verbose=o.verbose)
-    history, train_seconds = fit_scheduled(run, trainer, previous_history,
-                                           lambda: _dataset(features, o.batch_size, o.seed), o, schedule,
-                                           log, most=planned, log_every=25)
-    total_steps = schedule.total_steps
-    log(f"trained to step {trainer.step} of {total_steps} planned ({trainer.stop_reason}) in {train_seconds:.0f}s")
-    serving_preprocessor = QuestionAnswerPreprocessor(tokenizer, o.sequence_length, o.doc_stride, o.max_query_length,
-                                                      pad_to_length=False)
-    qa = BertQA(trainer.model, serving_preprocessor, o.max_answer_length, o.n_best)
-    summary = training_summary(trainer, history, train_seconds)
-    summary.update(planned_steps=total_steps, train_questions=len(train), train_windows=windows)
-    if trainer.stop_reason != "sigterm" and held_out:
-        scored = held_out[:o.max_dev_examples] if o.max_dev_examples else held_out
-        t0 = time.time()
-        summary["dev"], predictions = evaluate_qa(qa, scored, o.eval_batch_size)
-        summary["dev_seconds"] = round(time.time() - t0, 1)
-        run.write_json(PREDICTIONS, predictions)
-        log(f"dev exact match {summary['dev']['exact_match']:.2f} F1 {summary['dev']['f1']:.2f} "
-            f"({len(scored)} questions, step {trainer.step})")
-    if trainer.stop_reason != "sigterm":
-        run.write_json(run.METRICS, summary)
-    trainer.close()
-    summary["qa"] = qa
-    return summary
+    return BertQAJob(out, options, log, **overrides).run()
 
 
 def load_bert_qa(run, config):

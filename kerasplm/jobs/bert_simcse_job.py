@@ -6,7 +6,7 @@
 Recipe (Gao et al. 2021, section 3 and appendix A): one sentence per line of a plain-text file, batches of
 64, sentences cut to 32 word pieces, learning rate 3e-5 decaying linearly to 0, no warmup, no weight decay,
 temperature 0.05, dropout 0.1 as the only noise (:class:`kerasplm.models.bert_simcse.BertSimCSE`). The
-optimizer is the BERT fine-tuning one (:func:`kerasplm.jobs.bert_finetune.make_optimizer`).
+optimizer is the BERT fine-tuning one (:func:`kerasplm.jobs.finetuning.make_optimizer`).
 
 Run directory: family ``bert_simcse``; ``model`` = the backbone's config, ``pooling``, ``mlp``,
 ``temperature``; asset ``vocab``; the options record ``sentence_embedding`` in the converter's
@@ -15,24 +15,18 @@ Run directory: family ``bert_simcse``; ``model`` = the backbone's config, ``pool
 held-out sentences' embeddings (Wang & Isola 2020). Resumable like every kerasplm job.
 """
 import dataclasses
-import os
-import shutil
 
 import numpy as np
 import tensorflow as tf
 
+from kerasplm.families.bert import SimCSEOptions
+from kerasplm.jobs.finetuning import BERT_ASSETS, FineTuningJob
 from kerasplm.models.bert import BertBackbone, BertConfig
 from kerasplm.models.bert_simcse import BertSimCSE, alignment_uniformity
-from kerasplm.jobs.bert_finetune import (bert_init_parts, fine_tuning_schedule, make_optimizer, plan_schedule)
-from kerasplm.families.bert import SimCSEOptions
-from kerasplm.jobs.job import fit_scheduled, open_run, restores_global_policy, training_summary
 from kerasplm.options import RUN
-from kerasplm.runs import RunDir
 from kerasplm.text.bert_tokenizer import BertPreprocessor, BertTokenizer
-from kerasplm.training import Trainer
 
 FAMILY = "bert_simcse"
-ASSETS = {"vocab": "vocab.txt"}
 # Our pooling names -> sentence-transformers' (what the embedder export reads from a run's options).
 _RECORDED_POOLING = {"cls": "cls_token", "mean": "mean_tokens"}
 __all__ = ["SimCSEOptions", "finetune_bert_simcse", "load_bert_simcse_run", "read_sentences"]
@@ -95,62 +89,60 @@ def dev_metrics(model, preprocessor, sentences):
     return {**alignment_uniformity(embeddings), "mean_cosine": float(cosines.mean()), "sentences": len(sentences)}
 
 
-@restores_global_policy
+class BertSimCSEJob(FineTuningJob):
+    """``kerasplm finetune bert-simcse``: unsupervised SimCSE (two dropout views, in-batch negatives) on a BERT run."""
+
+    family, task, options_class, what, result_key = (FAMILY, "sentence_embedding", SimCSEOptions, "BERT SimCSE",
+                                                     "model")
+
+    def check_config(self, run, config):
+        _model_parts(run, config)
+
+    def read_examples(self, o):
+        if o.train is None:
+            raise ValueError("give the training sentences (train / --train)")
+        self.sentences = read_sentences(o.train, o.max_examples)
+        if len(self.sentences) < o.batch_size:
+            raise ValueError(f"{o.train}: {len(self.sentences)} sentences, fewer than batch_size={o.batch_size}")
+        return len(self.sentences)
+
+    def build_data(self):
+        super().build_data()   # the training sentences, the schedule
+        o, run = self.options, self.run_dir
+        if self.resumed:
+            self.backbone_config, _, self.mlp, _ = _model_parts(run, self.config)
+            tokenizer = BertTokenizer(run.asset(self.config, "vocab"),
+                                      lower_case=bool(self.config["options"].get("lower_case")))
+        else:
+            tokenizer, _ = self.start_from_bert(o.max_length)
+            self.mlp = o.mlp and o.pooling == "cls"
+            recorded = {"pooling": [_RECORDED_POOLING[o.pooling]], "normalize": o.normalize}
+            model_config = {"backbone": dataclasses.asdict(self.backbone_config), "pooling": o.pooling,
+                            "mlp": self.mlp, "temperature": o.temperature}
+            self.write_config("custom", model_config, {**o.stored(RUN), "lower_case": tokenizer.lower_case,
+                                                       "sentence_embedding": recorded}, assets=BERT_ASSETS)
+        self.preprocessor = BertPreprocessor(tokenizer, o.max_length)
+        self.log(f"data: {len(self.sentences)} sentences, batches of {o.batch_size}, {o.pooling} pooling")
+        self.train_dataset = make_sentence_dataset(self.preprocessor, self.sentences, o.batch_size, o.seed)
+
+    def build_model(self):
+        o = self.options
+        model = BertSimCSE(BertBackbone.from_config_object(self.backbone_config), o.pooling, o.temperature, self.mlp,
+                           preprocessor=self.preprocessor)
+        return self.with_starting_weights(model)
+
+    def score(self, model):
+        if self.options.dev is None:
+            return None
+        return {"dev": dev_metrics(model, self.preprocessor, read_sentences(self.options.dev))}
+
+    def dev_report(self, summary):
+        dev = summary["dev"]
+        return (f"dev uniformity {dev['uniformity']:.3f}, mean cosine {dev['mean_cosine']:.3f} "
+                f"({dev['sentences']} sentences)")
+
+
 def finetune_bert_simcse(out, options=None, log=print, **overrides):
     """Train (or resume) unsupervised SimCSE in run directory ``out``; returns the summary (``metrics.json``),
     with the trained :class:`BertSimCSE` under ``"model"``."""
-    run, o, config, previous_history = open_run(out, FAMILY, SimCSEOptions, options, overrides,
-                                                what="BERT SimCSE", check_config=_model_parts)
-    o = plan_schedule(o, resumed=config is not None, legacy_steps=o.steps or 1000)
-    if o.train is None:
-        raise ValueError("give the training sentences (train / --train)")
-    sentences = read_sentences(o.train, o.max_examples)
-    if len(sentences) < o.batch_size:
-        raise ValueError(f"{o.train}: {len(sentences)} sentences, fewer than batch_size={o.batch_size}")
-    if config is None:
-        init_backbone, tokenizer, init_options = bert_init_parts(o.init, o.max_length)
-        backbone_config = init_backbone.config
-        mlp = o.mlp and o.pooling == "cls"
-        os.makedirs(out, exist_ok=True)
-        init_run = RunDir(o.init)
-        shutil.copyfile(init_run.asset(init_run.read_config(), "vocab"), run.file(ASSETS["vocab"]))
-        recorded = {"pooling": [_RECORDED_POOLING[o.pooling]], "normalize": o.normalize}
-        model_config = {"backbone": dataclasses.asdict(backbone_config), "pooling": o.pooling, "mlp": mlp,
-                        "temperature": o.temperature}
-        config = run.write_config(FAMILY, "sentence_embedding", "custom", model_config,
-                                  {**o.stored(RUN), "lower_case": tokenizer.lower_case,
-                                   "sentence_embedding": recorded}, assets=ASSETS)
-    else:
-        log(f"resuming run in {out}")
-        init_backbone = None
-        backbone_config, _, mlp, _ = _model_parts(run, config)
-        tokenizer = BertTokenizer(run.asset(config, "vocab"), lower_case=bool(config["options"].get("lower_case")))
-    preprocessor = BertPreprocessor(tokenizer, o.max_length)
-
-    def make_model():
-        model = BertSimCSE(BertBackbone.from_config_object(backbone_config), o.pooling, o.temperature, mlp,
-                           preprocessor=preprocessor)
-        if init_backbone is not None:                   # a new run starts from the pretrained weights
-            model.backbone.set_weights(init_backbone.get_weights())
-        return model
-
-    schedule = fine_tuning_schedule(o, o.schedule_steps)
-    trainer = Trainer(model=make_model, optimizer=lambda: make_optimizer(o, schedule, backbone_config.num_layers),
-                      compute_loss=BertSimCSE.trainer_loss, jit_compile=o.jit_compile, clip_norm=1.0,
-                      checkpoint_dir=run.checkpoint_dir, checkpoint_every=500, log_dir=run.log_dir, seed=o.seed,
-                      verbose=o.verbose)
-    log(f"data: {len(sentences)} sentences, batches of {o.batch_size}, {o.pooling} pooling")
-    train_ds = make_sentence_dataset(preprocessor, sentences, o.batch_size, o.seed)
-    history, train_seconds = fit_scheduled(run, trainer, previous_history, train_ds, o, schedule,
-                                           log, log_every=25)
-    log(f"trained to step {trainer.step} ({trainer.stop_reason}) in {train_seconds:.0f}s")
-    summary = training_summary(trainer, history, train_seconds)
-    if trainer.stop_reason != "sigterm":
-        if o.dev is not None:
-            summary["dev"] = dev_metrics(trainer.model, preprocessor, read_sentences(o.dev))
-            log(f"dev uniformity {summary['dev']['uniformity']:.3f}, mean cosine {summary['dev']['mean_cosine']:.3f} "
-                f"({summary['dev']['sentences']} sentences)")
-        run.write_json(run.METRICS, summary)
-    trainer.close()
-    summary["model"] = trainer.model
-    return summary
+    return BertSimCSEJob(out, options, log, **overrides).run()

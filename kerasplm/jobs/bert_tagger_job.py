@@ -10,25 +10,19 @@ set is scored with entity-level F1 as conlleval computes it (:mod:`kerasplm.jobs
 and written to ``metrics.json``. Resumable: the same command continues from the last checkpoint.
 """
 import dataclasses
-import time
 
 import numpy as np
 import tensorflow as tf
 
 from kerasplm.data.conll import label_vocabulary, read_conll
+from kerasplm.families.bert import TaggerOptions
+from kerasplm.jobs.finetuning import BERT_ASSETS, FineTuningJob
+from kerasplm.jobs.ner_metrics import conlleval
 from kerasplm.models.bert import BertBackbone, BertConfig
 from kerasplm.models.bert_tagger import INPUT_KEYS, BertTaggerPreprocessor, BertTokenClassifier, piece_tags, tag_texts
-from kerasplm.jobs.bert_finetune import (fine_tuning_schedule, make_optimizer, plan_schedule)
-from kerasplm.families.bert import TaggerOptions
-from kerasplm.jobs.job import fit_scheduled, open_run, restores_global_policy, training_summary
-from kerasplm.jobs.ner_metrics import conlleval
-from kerasplm.options import RUN
-from kerasplm.runs import RunDir, load_run
 from kerasplm.text.wordpiece import WordPieceTokenizer
-from kerasplm.training import Trainer
 
 FAMILY = "bert_tagger"
-ASSETS = {"vocab": "vocab.txt"}
 __all__ = ["TaggerOptions", "finetune_bert_tagger", "load_bert_tagger", "BertTagger", "predict_tags"]
 
 
@@ -76,67 +70,66 @@ def _build(backbone_config, num_labels, dropout, crf=False):
     return BertTokenClassifier(BertBackbone.from_config_object(backbone_config), num_labels, dropout=dropout, crf=crf)
 
 
-@restores_global_policy
-def finetune_bert_tagger(out, options=None, **overrides):
+class BertTaggerJob(FineTuningJob):
+    """``kerasplm finetune bert-tagger``: a linear (or CRF) head on each word's first piece, scored with conlleval's
+    entity F1."""
+
+    family, task, options_class, what, result_key = (FAMILY, "token_classification", TaggerOptions, "BERT tagger",
+                                                     "tagger")
+    # This job's own recipe: no gradient clipping, a checkpoint every 1000 steps, the loss logged every 50.
+    clip_norm, checkpoint_every, log_every = None, 1000, 50
+    scoring_seconds_key = "eval_seconds"
+
+    def read_examples(self, o):
+        if o.train is None:
+            raise ValueError("finetune bert-tagger needs --train (and, for a new run, --init)")
+        self.train = read_conll(o.train, tag_scheme=o.tag_scheme)
+        self.dev = read_conll(o.dev, tag_scheme=o.tag_scheme) if o.dev else []
+        return len(self.train)
+
+    def build_data(self):
+        super().build_data()   # the CoNLL files, the schedule
+        o, run = self.options, self.run_dir
+        if not self.resumed:
+            tokenizer, init_config = self.start_from_bert(o.sequence_length, "sequence_length")
+            model_config = {"backbone": dataclasses.asdict(self.backbone_config),
+                            "labels": label_vocabulary(self.train), "lower_case": tokenizer.lower_case}
+            self.write_config(init_config.get("preset", "custom"), model_config, assets=BERT_ASSETS)
+        model = self.config["model"]
+        self.labels, self.backbone_config = model["labels"], BertConfig(**model["backbone"]).validate()
+        label_ids = {name: i for i, name in enumerate(self.labels)}
+        tokenizer = WordPieceTokenizer(run.asset(self.config, "vocab"), lower_case=model["lower_case"])
+        self.preprocessor = BertTaggerPreprocessor(tokenizer, o.sequence_length)
+        self.train_dataset = _dataset(self.preprocessor, self.train, label_ids, o.batch_size, seed=o.seed)
+        if self.dev:   # its loss is logged while training (eval_every); its entity F1 scored at the end
+            self.eval_dataset = _dataset(self.preprocessor, self.dev, label_ids, o.batch_size)
+
+    def build_model(self):
+        o = self.options
+        return self.with_starting_weights(_build(self.backbone_config, len(self.labels), o.dropout, o.crf))
+
+    def score(self, tagger):
+        if not self.dev:
+            return None
+        scores = conlleval([s.tags for s in self.dev], predict_tags(tagger.model, tagger.preprocessor, self.dev,
+                                                                    tagger.labels))
+        return {"dev_entity_f1": round(scores["f1"], 2), "dev_precision": round(scores["precision"], 2),
+                "dev_recall": round(scores["recall"], 2), "dev_token_accuracy": round(scores["accuracy"], 2),
+                "dev_per_type_f1": {t: round(s["f1"], 2) for t, s in scores["per_type"].items()},
+                "dev_sentences": len(self.dev)}
+
+    def dev_report(self, summary):
+        return (f"dev entity F1 {summary['dev_entity_f1']:.2f} (P {summary['dev_precision']:.2f}, "
+                f"R {summary['dev_recall']:.2f}) on {summary['dev_sentences']} sentences, step {summary['step']}")
+
+    def result(self, trainer):
+        return BertTagger(trainer.model, self.preprocessor, self.labels)
+
+
+def finetune_bert_tagger(out, options=None, log=print, **overrides):
     """Fine-tunes (or resumes) a tagger run in ``out``; returns the summary dict (also in metrics.json),
     whose "tagger" is the trained :class:`BertTagger`."""
-    run, o, config, previous_history = open_run(out, FAMILY, TaggerOptions, options, overrides)
-    o = plan_schedule(o, resumed=config is not None, legacy_steps=o.steps or 1000)
-    if o.train is None or (config is None and o.init is None):
-        raise ValueError("finetune bert-tagger needs --train and, for a new run, --init")
-    train = read_conll(o.train, tag_scheme=o.tag_scheme)
-    dev = read_conll(o.dev, tag_scheme=o.tag_scheme) if o.dev else []
-    if config is None:
-        init_run = RunDir(o.init)
-        init_config = init_run.read_config(family="bert", what="a BERT run")
-        labels = label_vocabulary(train)
-        with open(init_run.asset(init_config, "vocab"), encoding="utf-8") as f:
-            run.write_text(ASSETS["vocab"], f.read())
-        model_config = {"backbone": init_config["model"], "labels": labels,
-                        "lower_case": bool(init_config["options"].get("lower_case", True))}
-        config = run.write_config(FAMILY, "token_classification", init_config.get("preset", "custom"),
-                                  model_config, o.stored(RUN), assets=ASSETS)
-        init_backbone = load_run(o.init)
-    else:
-        labels, init_backbone = config["model"]["labels"], None
-    backbone_config = BertConfig(**config["model"]["backbone"]).validate()
-    label_ids = {name: i for i, name in enumerate(labels)}
-    tokenizer = WordPieceTokenizer(run.asset(config, "vocab"), lower_case=config["model"]["lower_case"])
-    preprocessor = BertTaggerPreprocessor(tokenizer, o.sequence_length)
-
-    def make_model():
-        model = _build(backbone_config, len(labels), o.dropout, o.crf)
-        if init_backbone is not None:              # a new run starts from the pretrained weights
-            model.backbone.set_weights(init_backbone.get_weights())
-        return model
-
-    schedule = fine_tuning_schedule(o, o.schedule_steps)
-    trainer = Trainer(model=make_model,
-                      optimizer=lambda: make_optimizer(o, schedule, backbone_config.num_layers),
-                      compute_loss=BertTokenClassifier.trainer_loss, jit_compile=o.jit_compile,
-                      checkpoint_dir=run.checkpoint_dir, checkpoint_every=1000, log_dir=run.log_dir, seed=o.seed,
-                      verbose=o.verbose)
-    train_ds = _dataset(preprocessor, train, label_ids, o.batch_size, seed=o.seed)
-    trainer.fit(train_ds, steps=0)                 # builds, and restores the latest checkpoint on resume
-    first_step, t0 = trainer.step, time.time()
-    dev_ds = _dataset(preprocessor, dev, label_ids, o.batch_size) if dev else None      # held-out loss
-    history, train_seconds = fit_scheduled(run, trainer, previous_history, train_ds, o, schedule,
-                                           print, eval_dataset=dev_ds)
-    summary = training_summary(trainer, history, train_seconds)
-    summary["steps_this_run"] = trainer.step - first_step
-    if dev:
-        predicted = predict_tags(trainer.model, preprocessor, dev, labels)
-        scores = conlleval([s.tags for s in dev], predicted)
-        summary.update({"dev_entity_f1": round(scores["f1"], 2), "dev_precision": round(scores["precision"], 2),
-                        "dev_recall": round(scores["recall"], 2), "dev_token_accuracy": round(scores["accuracy"], 2),
-                        "dev_per_type_f1": {t: round(s["f1"], 2) for t, s in scores["per_type"].items()},
-                        "dev_sentences": len(dev), "eval_seconds": round(time.time() - t0 - train_seconds, 1)})
-        print(f"dev entity F1 {scores['f1']:.2f} (P {scores['precision']:.2f}, R {scores['recall']:.2f}) "
-              f"on {len(dev)} sentences, step {trainer.step}")
-    run.write_json(run.METRICS, summary)
-    trainer.close()
-    summary["tagger"] = BertTagger(trainer.model, preprocessor, labels)
-    return summary
+    return BertTaggerJob(out, options, log, **overrides).run()
 
 
 def load_bert_tagger(run, config):

@@ -1,7 +1,7 @@
 """``kerasplm finetune elmo-classifier``: a BiLSTM sentence classifier with static word embeddings, with or
 without ELMo features from a trained biLM (:mod:`kerasplm.models.elmo_classifier`; Peters et al. 2018, §3.3).
 
-Data: tab-separated files read by :func:`kerasplm.jobs.bert_finetune.read_classification_tsv` (``--text-col``,
+Data: tab-separated files read by :func:`kerasplm.jobs.finetuning.read_classification_tsv` (``--text-col``,
 ``--label-col`` by header name or 0-based index); sentences are split on whitespace (GLUE's SST-2 is already
 tokenized and lower-cased). The word vocabulary is ``<PAD> <UNK>`` + the training words seen at least
 ``min_count`` times (most frequent first, at most ``max_vocab``); ELMo reads the characters, so it has no
@@ -22,12 +22,11 @@ import collections
 import dataclasses
 import os
 
+from kerasplm.families.elmo import ElmoClassifierOptions
+from kerasplm.jobs.elmo import load_elmo
+from kerasplm.jobs.finetuning import ClassificationJob
 from kerasplm.models.elmo import ElmoBiLM, ElmoConfig, ElmoEmbedder
 from kerasplm.models.elmo_classifier import PAD, UNK, ClassifierPreprocessor, ElmoClassifier
-from kerasplm.jobs.bert_finetune import _evaluate, _label_ids, make_classification_dataset, read_classification_tsv
-from kerasplm.families.elmo import ElmoClassifierOptions
-from kerasplm.jobs.job import fit_recorded, open_run, restores_global_policy, training_summary
-from kerasplm.options import RUN
 from kerasplm.runs import RunDir
 from kerasplm.training.optimizers import FusedAdam
 
@@ -90,7 +89,64 @@ def load_elmo_classifier(run_dir):
     return load_elmo_classifier_run(run, run.read_config(family=FAMILY, what="ELMo classifier"))
 
 
-@restores_global_policy
+class ElmoClassifierJob(ClassificationJob):
+    """``kerasplm finetune elmo-classifier``: the BiLSTM classifier, ``[x; ELMo]`` from a frozen biLM or static
+    embeddings only; Adam at a constant learning rate, gradients clipped to norm 5."""
+
+    family, task, options_class, what = FAMILY, "sequence_classification", ElmoClassifierOptions, "ELMo classifier"
+    clip_norm = 5.0
+
+    def plan(self, options, overrides):
+        if overrides.get("elmo"):  # stored absolute, so a resume from another directory finds it
+            overrides = {**overrides, "elmo": os.path.abspath(overrides["elmo"])}
+        return super().plan(options, overrides)
+
+    def check_config(self, run, config):
+        _model_parts(run, config)
+
+    def build_data(self):
+        super().build_data()   # the training file
+        o, run = self.options, self.run_dir
+        self.num_mixes = 2 if o.elmo_at_output else 1
+        if self.resumed:
+            self.labels, self.sizes, bilm_config, _ = _model_parts(run, self.config)
+            vocab = _read_vocab(run.asset(self.config, "vocab"))
+            self.bilm = ElmoBiLM.from_config_object(bilm_config) if bilm_config else None  # weights: the checkpoint
+        else:
+            self.labels = self.new_labels()
+            self.bilm, elmo_entry = None, None
+            if o.use_elmo:
+                if o.elmo is None:
+                    raise ValueError("give the ELMo run (elmo / --elmo RUN_DIR), or --no-elmo for static embeddings "
+                                     "only")
+                self.bilm = load_elmo(o.elmo).bilm
+                elmo_entry = {"bilm": dataclasses.asdict(self.bilm.config), "num_mixes": self.num_mixes,
+                              "layer_norm": o.mix_layer_norm}
+            vocab = build_word_vocab(self.texts, o.max_vocab, o.min_count)
+            run.write_text(ASSETS["vocab"], "".join(w + "\n" for w in vocab))
+            self.sizes = {"vocab_size": len(vocab), "embedding_dim": o.embedding_dim, "lstm_units": o.lstm_units,
+                          "dropout": o.dropout}
+            self.write_config("custom", {**self.sizes, "labels": self.labels, "elmo": elmo_entry}, assets=ASSETS)
+        max_chars = (self.bilm.config if self.bilm is not None else ElmoConfig()).max_characters_per_token
+        self.classification_data(ClassifierPreprocessor(vocab, o.max_length, max_chars),
+                                 f"{len(vocab)} words, " + (f"ELMo from {o.elmo}" if self.bilm is not None
+                                                            else "static embeddings only"))
+
+    def build_model(self):
+        o = self.options
+        return build_classifier(self.sizes, len(self.labels), self.bilm, self.num_mixes, o.mix_layer_norm,
+                                self.preprocessor)
+
+    def build_optimizer(self):
+        return FusedAdam(self.options.learning_rate)
+
+    def evaluate(self, trainer, summary):
+        if trainer.model.backbone is not None:   # the learned s_j and γ of each mix
+            summary["mix_weights"] = [{"s": [float(s) for s in mix.layer_weights.numpy()],
+                                       "gamma": float(mix.gamma.numpy())} for mix in trainer.model.backbone.mixes]
+        super().evaluate(trainer, summary)
+
+
 def finetune_elmo_classifier(out, options=None, log=print, **overrides):
     """Train (or resume) the classifier in run directory ``out``; score ``dev``; return the summary.
 
@@ -98,72 +154,4 @@ def finetune_elmo_classifier(out, options=None, log=print, **overrides):
     or ``time_budget``. The summary (also ``metrics.json``) has the training figures, ``dev`` (accuracy, F1, MCC)
     and, with ELMo, ``mix_weights`` (s_j and γ of each mix); ``"classifier"`` is the trained model.
     """
-    if overrides.get("elmo"):  # stored absolute, so a resume from another directory finds it
-        overrides["elmo"] = os.path.abspath(overrides["elmo"])
-    run, o, config, previous_history = open_run(out, FAMILY, ElmoClassifierOptions, options, overrides,
-                                                what="ELMo classifier", check_config=_model_parts)
-    if o.train is None:
-        raise ValueError("give the training file (train / --train)")
-    texts, _, raw_labels = read_classification_tsv(o.train, o.text_col, o.label_col, None, o.header, o.max_examples)
-    num_mixes = 2 if o.elmo_at_output else 1
-    if config is None:
-        labels = sorted(set(raw_labels))
-        if len(labels) < 2:
-            raise ValueError(f"{o.train}: one label only ({labels[0]!r}); a classifier needs at least two")
-        bilm, elmo_entry = None, None
-        if o.use_elmo:
-            if o.elmo is None:
-                raise ValueError("give the ELMo run (elmo / --elmo RUN_DIR), or --no-elmo for static embeddings only")
-            from kerasplm.jobs.elmo import load_elmo  # noqa: PLC0415
-
-            bilm = load_elmo(o.elmo).bilm
-            elmo_entry = {"bilm": dataclasses.asdict(bilm.config), "num_mixes": num_mixes, "layer_norm": o.mix_layer_norm}
-        vocab = build_word_vocab(texts, o.max_vocab, o.min_count)
-        os.makedirs(out, exist_ok=True)
-        run.write_text(ASSETS["vocab"], "".join(w + "\n" for w in vocab))
-        sizes = {"vocab_size": len(vocab), "embedding_dim": o.embedding_dim, "lstm_units": o.lstm_units,
-                 "dropout": o.dropout}
-        config = run.write_config(FAMILY, "sequence_classification", "custom",
-                                  {**sizes, "labels": labels, "elmo": elmo_entry}, o.stored(RUN), assets=ASSETS)
-    else:
-        log(f"resuming run in {out}")
-        labels, sizes, bilm_config, _ = _model_parts(run, config)
-        vocab = _read_vocab(run.asset(config, "vocab"))
-        bilm = ElmoBiLM.from_config_object(bilm_config) if bilm_config else None  # weights: the run's checkpoint
-    max_chars = bilm.config.max_characters_per_token if bilm is not None else ElmoConfig().max_characters_per_token
-    preprocessor = ClassifierPreprocessor(vocab, o.max_length, max_chars)
-    train_labels = _label_ids(o.train, raw_labels, labels, False)
-    log(f"data: {len(texts)} training examples, {len(labels)} labels ({', '.join(labels)}), {len(vocab)} words; "
-        + (f"ELMo from {o.elmo}" if bilm is not None else "static embeddings only"))
-
-    def train_ds():
-        return make_classification_dataset(preprocessor, texts, None, train_labels, o.batch_size, shuffle=True,
-                                           seed=o.seed, repeat=True)
-
-    from kerasplm.training import Trainer  # noqa: PLC0415
-
-    trainer = Trainer(
-        model=lambda: build_classifier(sizes, len(labels), bilm, num_mixes, o.mix_layer_norm, preprocessor),
-        optimizer=lambda: FusedAdam(o.learning_rate), compute_loss=ElmoClassifier.trainer_loss,
-        jit_compile=o.jit_compile, clip_norm=5.0, checkpoint_dir=run.checkpoint_dir, checkpoint_every=500,
-        log_dir=run.log_dir, seed=o.seed, verbose=o.verbose)
-    history, train_seconds = fit_recorded(run, trainer, previous_history, train_ds, o, log_every=25)
-    model = trainer.model
-    model.labels = labels
-    summary = training_summary(trainer, history, train_seconds)
-    summary["labels"] = labels
-    if model.backbone is not None:
-        summary["mix_weights"] = [{"s": [float(s) for s in mix.layer_weights.numpy()], "gamma": float(mix.gamma.numpy())}
-                                  for mix in model.backbone.mixes]
-    if trainer.stop_reason != "sigterm":
-        if o.dev is not None:
-            dev_texts, _, dev_raw = read_classification_tsv(o.dev, o.text_col, o.label_col, None, o.header)
-            dev_ds = make_classification_dataset(preprocessor, dev_texts, None, _label_ids(o.dev, dev_raw, labels, False),
-                                                 o.eval_batch_size)
-            summary["dev"] = _evaluate(model, dev_ds, False, len(labels))
-            log(f"step {trainer.step}: dev accuracy {summary['dev']['accuracy']:.4f} f1 {summary['dev']['f1']:.4f} "
-                f"mcc {summary['dev']['mcc']:.4f} ({summary['dev']['examples']} examples)")
-        run.write_json(run.METRICS, summary)
-    trainer.close()
-    summary["classifier"] = model
-    return summary
+    return ElmoClassifierJob(out, options, log, **overrides).run()

@@ -5,19 +5,19 @@ GPT's token embedding grows by three rows for ``start``/``delim``/``extract`` (:
 :func:`kerasplm.models.gpt_tasks.grow_token_embedding`); a linear layer on the extract token's hidden state with
 dropout 0.1; loss = task cross-entropy + 0.5 · LM loss (eq. 5); learning rate 6.25e-5, batch 32, 3 epochs, linear
 warmup over 0.2 % of training then linear decay to 0; weight decay 0.01 on all but biases and LayerNorm gains
-(the BERT job's optimizer, :func:`kerasplm.jobs.bert_finetune.make_optimizer`, whose Adam ε is 1e-6 where GPT-1's
+(the fine-tuning optimizer, :func:`kerasplm.jobs.finetuning.make_optimizer`, whose Adam ε is 1e-6 where GPT-1's
 code used 1e-8).
 
 ``--init`` is a GPT run directory: one trained by ``kerasplm train gpt`` (SentencePiece) or converted by
 ``kerasplm convert gpt2`` (GPT-2's BPE); its tokenizer files are copied into the new run. ``--random-init`` keeps
 its architecture and tokenizer but draws fresh weights: the baseline without pretraining.
 
-Data, options and outputs are the BERT classifier job's (:mod:`kerasplm.jobs.bert_finetune`: the same TSV reader,
-dev accuracy/F1/MCC in ``metrics.json``, resumable) with ``--task`` choosing GPT-1's input transformation:
-``classification`` (``start text extract``), ``entailment`` (``start premise delim hypothesis extract``, needs
-``--pair-col``) or ``similarity`` (both orders, the two extract states added; needs ``--pair-col``). Multiple choice
-(:class:`kerasplm.models.gpt_tasks.GPTClassifier` with ``task_type="multiple_choice"``) needs a variable number of
-answers per example and is not a TSV job.
+Data, options and outputs are the BERT classifier job's (:class:`kerasplm.jobs.finetuning.ClassificationJob`: the
+same TSV reader, dev accuracy/F1/MCC in ``metrics.json``, resumable) with ``--task`` choosing GPT-1's input
+transformation: ``classification`` (``start text extract``), ``entailment`` (``start premise delim hypothesis
+extract``, needs ``--pair-col``) or ``similarity`` (both orders, the two extract states added; needs
+``--pair-col``). Multiple choice (:class:`kerasplm.models.gpt_tasks.GPTClassifier` with
+``task_type="multiple_choice"``) needs a variable number of answers per example and is not a TSV job.
 
 Run directory: family ``gpt_classifier``; ``model`` = the grown backbone's config, ``num_labels``, ``labels``,
 ``dropout``, ``task_type``, ``lm_weight``, ``special_ids``; the tokenizer assets of the init run.
@@ -26,22 +26,16 @@ Run directory: family ``gpt_classifier``; ``model`` = the grown backbone's confi
 >>> summary["dev"]["accuracy"]
 """
 import dataclasses
-import os
-import shutil
 
 import keras
 
+from kerasplm.families.gpt import GPTClassifierOptions
+from kerasplm.jobs.finetuning import ClassificationJob
+from kerasplm.jobs.language_model import load_run_tokenizer
 from kerasplm.models.gpt import GPTBackbone, GPTConfig, load_gpt_from_run
 from kerasplm.models.gpt_tasks import GPTClassifier, grow_token_embedding
-from kerasplm.jobs.bert_finetune import (classification_datasets, fine_tuning_schedule, fit_and_score,
-                                          make_optimizer, plan_epochs, plan_schedule)
-from kerasplm.families.gpt import GPTClassifierOptions
-from kerasplm.jobs.job import open_run, restores_global_policy
-from kerasplm.jobs.language_model import load_run_tokenizer
-from kerasplm.options import RUN
 from kerasplm.runs import RunDir
 from kerasplm.text.gpt_inputs import GPTClassifierPreprocessor, special_token_ids
-from kerasplm.training import Trainer
 
 FAMILY = "gpt_classifier"
 WHAT = "GPT classifier"
@@ -61,41 +55,66 @@ def _model_parts(run, config):
     return backbone_config, list(model["labels"]), model
 
 
-def _start_run(run, o, raw_labels, log):
-    """A fresh run: the init run's tokenizer files, the grown backbone (pretrained or fresh weights), config.json.
-    Returns ``(options with max_length set, config, backbone, tokenizer)``."""
-    if o.init is None:
-        raise ValueError("give the GPT run to start from (init / --init; with random_init / --random-init only its "
-                         "architecture and tokenizer are used)")
-    init_run = RunDir(o.init)
-    init_config = init_run.read_config(family="gpt", what="GPT")
-    tokenizer = load_run_tokenizer(init_run, init_config)   # a clear error for a run without one
-    keras.utils.set_random_seed(o.seed)
-    pretrained = load_gpt_from_run(init_run, init_config).backbone
-    positions = pretrained.config.max_positions
-    o = o.replace(max_length=o.max_length or min(128, positions))
-    if o.max_length > positions:
-        raise ValueError(f"max_length={o.max_length} exceeds the model's {positions} positions")
-    special_ids = special_token_ids(pretrained.config.vocab_size)
-    backbone = grow_token_embedding(pretrained)
-    if o.random_init:
-        backbone = GPTBackbone.from_config_object(backbone.config, name=backbone.name)
-    labels = sorted(set(raw_labels))
-    if len(labels) < 2:
-        raise ValueError(f"{o.train}: one label only ({labels[0]!r}); a classifier needs at least two")
-    os.makedirs(run.path, exist_ok=True)
-    assets = dict(init_config["assets"])
-    for key in assets:
-        shutil.copyfile(init_run.asset(init_config, key), run.file(assets[key]))
-    model = {"backbone": dataclasses.asdict(backbone.config), "num_labels": len(labels), "labels": labels,
-             "dropout": o.dropout, "task_type": o.task, "lm_weight": o.lm_weight, "special_ids": special_ids}
-    config = run.write_config(FAMILY, o.task, init_config.get("preset", "custom"), model, o.stored(RUN), assets=assets)
-    log(f"started from {o.init} ({'fresh weights' if o.random_init else 'pretrained'}; {tokenizer.vocab_size} "
-        f"tokens + start/delim/extract at ids {special_ids['start']}..{special_ids['extract']})")
-    return o, config, backbone, tokenizer
+class GPTClassifierJob(ClassificationJob):
+    """``kerasplm finetune gpt-classifier``: GPT-1's fine-tuning (the task's input transformation, a linear layer
+    on the extract token's state, task loss + λ·LM loss) on a GPT run."""
+
+    family, options_class, what = FAMILY, GPTClassifierOptions, WHAT
+    task = "classification"   # config.json's task: the run's --task (GPT-1's input transformation)
+
+    def check_config(self, run, config):
+        _model_parts(run, config)
+
+    def build_data(self):
+        super().build_data()   # the training file, the schedule
+        run = self.run_dir
+        if self.resumed:
+            self.backbone_config = _model_parts(run, self.config)[0]   # the weights come from the run's checkpoint
+            tokenizer = load_run_tokenizer(run, self.config)
+        else:
+            tokenizer = self._start_run()
+        _, self.labels, model = _model_parts(run, self.config)
+        o = self.options
+        self.classification_data(GPTClassifierPreprocessor(tokenizer, model["special_ids"], o.max_length, o.task))
+
+    def _start_run(self):
+        """A new run: the init run's tokenizer files, the grown backbone (pretrained or fresh weights), config.json
+        (``max_length`` settled). Returns the tokenizer."""
+        o = self.options
+        if o.init is None:
+            raise ValueError("give the GPT run to start from (init / --init; with random_init / --random-init only "
+                             "its architecture and tokenizer are used)")
+        init_run = RunDir(o.init)
+        init_config = init_run.read_config(family="gpt", what="GPT")
+        tokenizer = load_run_tokenizer(init_run, init_config)   # a clear error for a run without one
+        keras.utils.set_random_seed(o.seed)
+        pretrained = load_gpt_from_run(init_run, init_config).backbone
+        positions = pretrained.config.max_positions
+        o = self.options = o.replace(max_length=o.max_length or min(128, positions))
+        if o.max_length > positions:
+            raise ValueError(f"max_length={o.max_length} exceeds the model's {positions} positions")
+        special_ids = special_token_ids(pretrained.config.vocab_size)
+        backbone = grow_token_embedding(pretrained)
+        if o.random_init:
+            backbone = GPTBackbone.from_config_object(backbone.config, name=backbone.name)
+        self.init_backbone, self.backbone_config = backbone, backbone.config
+        self.labels = self.new_labels()
+        assets, _ = self.copy_init_assets()
+        model = {"backbone": dataclasses.asdict(backbone.config), "num_labels": len(self.labels),
+                 "labels": self.labels, "dropout": o.dropout, "task_type": o.task, "lm_weight": o.lm_weight,
+                 "special_ids": special_ids}
+        self.task = o.task
+        self.write_config(init_config.get("preset", "custom"), model, assets=assets)
+        self.log(f"started from {o.init} ({'fresh weights' if o.random_init else 'pretrained'}; {tokenizer.vocab_size} "
+                 f"tokens + start/delim/extract at ids {special_ids['start']}..{special_ids['extract']})")
+        return tokenizer
+
+    def build_model(self):
+        o = self.options
+        return GPTClassifier(self.starting_backbone(GPTBackbone), len(self.labels), task_type=o.task, dropout=o.dropout,
+                             lm_weight=o.lm_weight, preprocessor=self.preprocessor)
 
 
-@restores_global_policy
 def finetune_gpt_classifier(out, options=None, log=print, **overrides):
     """Fine-tune (or resume) a GPT-1-style classifier in run directory ``out``; score ``dev``; returns the summary.
 
@@ -104,28 +123,7 @@ def finetune_gpt_classifier(out, options=None, log=print, **overrides):
     (the "loss" is L_3 = task + λ·LM, "loss_task"/"loss_lm" its terms) and ``dev`` (accuracy, F1, MCC);
     "classifier" is the trained :class:`GPTClassifier`.
     """
-    examples, planned, overrides = plan_epochs(out, FAMILY, GPTClassifierOptions, options, overrides, WHAT)
-    run, o, config, previous_history = open_run(out, FAMILY, GPTClassifierOptions, options, overrides, what=WHAT,
-                                                check_config=_model_parts)
-    o = plan_schedule(o, resumed=config is not None, legacy_steps=max(planned, o.steps or 0))
-    if config is None:
-        o, config, backbone, tokenizer = _start_run(run, o, examples[2], log)
-    else:
-        log(f"resuming run in {out}")
-        backbone = GPTBackbone.from_config_object(_model_parts(run, config)[0])   # weights: the run's checkpoint
-        tokenizer = load_run_tokenizer(run, config)
-    _, labels, model = _model_parts(run, config)
-    preprocessor = GPTClassifierPreprocessor(tokenizer, model["special_ids"], o.max_length, o.task)
-    train_ds, dev_ds = classification_datasets(o, preprocessor, examples, labels, False, log)
-    schedule = fine_tuning_schedule(o, o.schedule_steps)
-    trainer = Trainer(
-        model=lambda: GPTClassifier(backbone, len(labels), task_type=o.task, dropout=o.dropout,
-                                    lm_weight=o.lm_weight, preprocessor=preprocessor),
-        optimizer=lambda: make_optimizer(o, schedule, backbone.config.num_layers),
-        compute_loss=GPTClassifier.trainer_loss, jit_compile=o.jit_compile, clip_norm=1.0,
-        checkpoint_dir=run.checkpoint_dir, checkpoint_every=500, log_dir=run.log_dir, seed=o.seed, verbose=o.verbose)
-    return fit_and_score(run, trainer, previous_history, train_ds, o, schedule, planned, labels,
-                         o.pair_col is not None, dev_ds, False, len(labels), log)
+    return GPTClassifierJob(out, options, log, **overrides).run()
 
 
 def load_gpt_classifier_run(run, config):

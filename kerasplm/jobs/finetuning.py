@@ -1,0 +1,428 @@
+"""The fine-tuning rail every family's ``kerasplm finetune ...`` job stands on.
+
+:class:`FineTuningJob` is the :class:`kerasplm.jobs.job.Job` of a job that starts from a pretrained run (``--init``)
+and scores held-out data once trained; :class:`ClassificationJob` adds tab-separated (text[, pair], label) files.
+What they hold, so that a family's job module holds only its family's specifics:
+
+* **epochs → steps** (:meth:`FineTuningJob.plan`): a job whose options have ``epochs`` reads its training data
+  before the run opens (:meth:`FineTuningJob.read_examples`) and counts the steps of ``epochs`` epochs: the run's
+  length when neither ``steps`` nor ``time_budget`` is given, and the longest schedule a time budget alone may be
+  fitted to (``most_steps``);
+* **the schedule** (options with ``schedule_steps``): BERT's linear warmup over ``warmup_fraction`` of the steps and
+  linear decay to 0 (:func:`fine_tuning_schedule`) over ``schedule_steps``, which is ``steps`` for a new run, the
+  recorded length on a resume (:meth:`FineTuningJob.plan_schedule`), or, for a new run given ``time_budget``
+  alone, fitted to the budget by :func:`kerasplm.jobs.job.fit_scheduled` and recorded then;
+* **the optimizer** (:func:`make_optimizer`): AdamW, ε 1e-6, weight decay not on biases and LayerNorm, optional
+  layer-wise learning-rate decay (:class:`LayerwiseAdamW`, ELECTRA's depths: :func:`layer_decay_multiplier`);
+  clip 1, a checkpoint every 500 steps, the loss logged every 25;
+* **the pretrained backbone**: :func:`bert_init_parts` (the BERT run a job starts from), :meth:`copy_init_assets`
+  (its tokenizer files into the new run; both at once for a BERT run: :meth:`start_from_bert`),
+  :meth:`starting_backbone` / :meth:`with_starting_weights` (the model on the pretrained backbone for a new run;
+  a resume restores its checkpoint);
+* **scoring**: :meth:`FineTuningJob.score` (the family's held-out figures) and :meth:`dev_report` (their log
+  line), timed and added to the summary, ``planned_steps`` (the schedule's length), the closing report
+  ("trained to step S of T planned ...", then the dev line).
+
+A fine-tuning job's hooks, beyond :class:`Job`'s: ``read_examples(options)`` (the training data; returns the
+number of examples an epoch holds), ``build_data`` (call ``super().build_data()`` first: it reads the data and
+makes the schedule; then the family's init run or resumed config, ``self.backbone_config`` and, for a new run,
+``self.init_backbone``), ``build_model`` (through :meth:`starting_backbone` or :meth:`with_starting_weights`),
+``score``, ``dev_report``.
+
+The classification-data helpers (:func:`read_classification_tsv`, :func:`label_ids`,
+:func:`make_classification_dataset`, :func:`classification_scores`) serve :class:`ClassificationJob` and any other
+user of such files.
+"""
+import math
+import os
+import shutil
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from kerasplm.export.embedder import bert_run_parts
+from kerasplm.jobs.job import Job, provisional_total_steps
+from kerasplm.models.bert_tasks import classification_metrics
+from kerasplm.options import resolve_options
+from kerasplm.runs import RunDir
+from kerasplm.training import BudgetSchedule
+from kerasplm.training.optimizers import FusedAdamW
+
+__all__ = ["FineTuningJob", "ClassificationJob", "LayerwiseAdamW", "bert_init_parts", "classification_scores",
+           "fine_tuning_schedule", "label_ids", "layer_decay_multiplier", "make_classification_dataset",
+           "make_optimizer", "read_classification_tsv"]
+
+# The schedule length of a resumed run recorded before ``schedule_steps`` existed, when it gives no steps either.
+LEGACY_SCHEDULE_STEPS = 1000
+# The assets of a run fine-tuned from a BERT run: its vocabulary.
+BERT_ASSETS = {"vocab": "vocab.txt"}
+
+
+# ------------------------------------------------------------------------------------------------ classification data
+def _column(path, spec, header):
+    """0-based index of column ``spec`` (a header name or an index)."""
+    if spec.isdigit():
+        return int(spec)
+    if header is None:
+        raise ValueError(f"{path}: column {spec!r} is a name but the file has no header (--no-header): give an index")
+    if spec not in header:
+        raise ValueError(f"{path}: no column {spec!r} in the header ({', '.join(header)})")
+    return header.index(spec)
+
+
+def read_classification_tsv(path, text_col="sentence", label_col="label", pair_col=None, header=True,
+                            max_examples=None):
+    """``(texts, pairs or None, labels)`` (lists of str) of a tab-separated file; errors name file and line."""
+    with open(path, encoding="utf-8", newline="") as f:
+        lines = f.read().split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    names = lines[0].rstrip("\r").split("\t") if header and lines else None
+    first = 2 if header else 1
+    columns = [_column(path, str(spec), names) for spec in (text_col, label_col, pair_col) if spec is not None]
+    rows = ([], [], [])
+    for lineno, line in enumerate(lines[first - 1:], start=first):
+        if max_examples is not None and len(rows[0]) >= max_examples:
+            break
+        fields = line.rstrip("\r").split("\t")
+        if len(fields) <= max(columns):
+            raise ValueError(f"{path}:{lineno}: {len(fields)} column(s), column {max(columns)} needed")
+        for values, index in zip(rows, columns):
+            values.append(fields[index])
+    if not rows[0]:
+        raise ValueError(f"{path}: no examples")
+    texts, labels, pairs = rows
+    return texts, (pairs if pair_col is not None else None), labels
+
+
+def label_ids(path, labels, names, regression):
+    """The labels of file ``path`` as model targets: indices into the class ``names`` (int64), or numbers
+    (float32) for regression; one-line errors name the file."""
+    if regression:
+        try:
+            return np.asarray([float(x) for x in labels], np.float32)
+        except ValueError as e:
+            raise ValueError(f"{path}: a regression label is not a number ({e})") from None
+    index = {name: i for i, name in enumerate(names)}
+    unknown = sorted(set(labels) - set(index))
+    if unknown:
+        raise ValueError(f"{path}: label(s) {', '.join(map(repr, unknown[:5]))} not among the training labels "
+                         f"({', '.join(names)})")
+    return np.asarray([index[x] for x in labels], np.int64)
+
+
+def make_classification_dataset(preprocessor, texts, pairs, labels, batch_size, shuffle=False, seed=0, repeat=False):
+    """``((inputs dict, labels), ...)`` batches: strings packed by ``preprocessor`` in the tf.data graph.
+
+    Training batches (``shuffle``/``repeat``) all have ``batch_size`` rows (one traced step); a seeded shuffle
+    replays the same order in every process, as the Trainer's exact resume needs.
+    """
+    columns = (tf.constant(texts, tf.string), tf.constant(pairs if pairs is not None else texts, tf.string),
+               tf.constant(labels))
+    ds = tf.data.Dataset.from_tensor_slices(columns)
+    if shuffle:
+        ds = ds.shuffle(len(texts), seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        ds = ds.repeat()
+    ds = ds.batch(batch_size, drop_remainder=repeat)
+
+    @tf.autograph.experimental.do_not_convert
+    def encode(text, pair, label):
+        return preprocessor(text, pair if pairs is not None else None), label
+
+    return ds.map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).prefetch(2)
+
+
+def classification_scores(model, dataset, regression, num_labels):
+    """A classifier's figures over a whole labelled ``dataset`` (exact, not averaged over batches): accuracy, F1
+    and MCC (:func:`kerasplm.models.bert_tasks.classification_metrics`), or for regression MSE and Pearson's r."""
+    predictions, targets = [], []
+    for inputs, labels in dataset:
+        logits = model(inputs, training=False).numpy()
+        predictions.append(logits[:, 0] if regression else logits.argmax(-1))
+        targets.append(labels.numpy())
+    predictions, targets = np.concatenate(predictions), np.concatenate(targets)
+    if not regression:
+        return classification_metrics(targets, predictions, num_labels)
+    pearson = float(np.corrcoef(predictions, targets)[0, 1]) if len(targets) > 1 else 0.0
+    return {"mse": float(np.mean((predictions - targets) ** 2)), "pearson": pearson, "examples": int(len(targets))}
+
+
+# ------------------------------------------------------------------------------------------------ optimization
+class LayerwiseAdamW(FusedAdamW):
+    """AdamW with a learning-rate multiplier per variable: ``multiplier(variable) -> float`` (read once, at build)."""
+
+    def __init__(self, multiplier, **kwargs):
+        super().__init__(**kwargs)
+        self._multiplier = multiplier
+        self._lr_multipliers = []
+
+    def build(self, variables):
+        super().build(variables)
+        self._lr_multipliers = [float(self._multiplier(v)) for v in variables]
+
+    def update_step(self, gradient, variable, learning_rate):
+        factor = self._lr_multipliers[self._get_variable_index(variable)]
+        return super().update_step(gradient, variable, learning_rate * factor)
+
+
+def layer_decay_multiplier(num_layers, decay):
+    """ELECTRA's depths: embeddings 0, block ``i`` (1-based) ``i``, pooler and head ``L + 1``; a variable at depth
+    ``d`` learns at ``decay^(L + 1 - d)`` (by its path ``<backbone>/<embeddings|blockN|pooler>/...``)."""
+    def multiplier(variable):
+        parts = variable.path.split("/")
+        part = parts[1] if len(parts) > 2 else ""
+        depth = num_layers + 1
+        if part == "embeddings":
+            depth = 0
+        elif part.startswith("block"):
+            depth = int(part[len("block"):] or num_layers)   # ALBERT's shared "block": the top
+        return decay ** (num_layers + 1 - depth)
+    return multiplier
+
+
+def fine_tuning_schedule(o, total_steps):
+    """BERT's fine-tuning schedule: linear warmup over ``o.warmup_fraction`` of ``total_steps`` to
+    ``o.learning_rate``, then linear decay to 0 at ``total_steps`` (a :class:`BudgetSchedule`, so that a run with
+    a time budget only can refit its length once its first steps are timed; None: that provisional length)."""
+    return BudgetSchedule(o.learning_rate, total_steps or provisional_total_steps(o.warmup_fraction),
+                          warmup_fraction=o.warmup_fraction)
+
+
+def make_optimizer(o, schedule, num_layers):
+    """The fine-tuning optimizer (every BERT task, GPT-1's): AdamW, ε 1e-6, weight decay ``o.weight_decay`` not on
+    biases and LayerNorm, learning rate ``schedule`` (:func:`fine_tuning_schedule`), optional layer-wise decay
+    ``o.layer_decay`` over ``num_layers`` blocks."""
+    kwargs = dict(learning_rate=schedule, weight_decay=o.weight_decay, epsilon=1e-6)
+    if o.layer_decay is None or o.layer_decay == 1.0:
+        optimizer = FusedAdamW(**kwargs)
+    else:
+        optimizer = LayerwiseAdamW(layer_decay_multiplier(num_layers, o.layer_decay), **kwargs)
+    optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
+    return optimizer
+
+
+# ------------------------------------------------------------------------------------------------ the init run
+def bert_init_parts(init, length, length_option="max_length"):
+    """``(backbone, tokenizer, options)`` of the BERT run ``init`` that a fine-tuning job starts from (converted,
+    pretrained or fine-tuned: :func:`kerasplm.export.embedder.bert_run_parts`); one-line errors for a missing
+    --init and for a sequence length beyond the model's positions."""
+    if init is None:
+        raise ValueError("give the BERT run to start from (init / --init)")
+    backbone, tokenizer, options = bert_run_parts(init)
+    if length > backbone.config.max_positions:
+        raise ValueError(f"{length_option}={length} exceeds the model's {backbone.config.max_positions} positions")
+    return backbone, tokenizer, options
+
+
+# ------------------------------------------------------------------------------------------------ the jobs
+class FineTuningJob(Job):
+    """A :class:`Job` that fine-tunes a pretrained run and scores held-out data (see the module docstring)."""
+
+    checkpoint_every = 500
+    clip_norm = 1.0
+    log_every = 25
+    scoring_seconds_key = "dev_seconds"   # metrics.json's name for the time the held-out scoring took
+
+    def __init__(self, out, options=None, log=print, **overrides):
+        super().__init__(out, options, log, **overrides)
+        self.planned_steps = None     # the steps of options.epochs epochs (jobs with an epochs option)
+        self.init_backbone = None     # the backbone a new run starts from (pretrained, or fresh: --random-init)
+        self.backbone_config = None   # the backbone's config (its depth: layer-wise learning-rate decay)
+        self.dev_scores = None        # what score() added to the summary
+        self._examples_read = False
+
+    # ------------------------------------------------------------------ hooks of a fine-tuning job
+    def read_examples(self, options):
+        """Read the training data (keep what :meth:`build_data` needs); return the examples an epoch holds."""
+        raise NotImplementedError
+
+    def score(self, trained):
+        """The held-out figures of ``trained`` (:meth:`result`) to add to the summary; None: nothing scored."""
+        return None
+
+    def dev_report(self, summary):
+        """The log line of the figures :meth:`score` added to ``summary``."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ the rail
+    def plan(self, options, overrides):
+        """Options with ``epochs``: read the training data before the run opens and count the steps of ``epochs``
+        epochs (``self.planned_steps``); without ``steps`` and ``time_budget`` the run trains that many."""
+        if not hasattr(self.options_class, "epochs"):
+            return overrides
+        run = RunDir(self.out)
+        stored = run.read_config(family=self.family, what=self.what)["options"] if run.exists() else None
+        planned, _ = resolve_options(self.options_class, options, overrides, stored=stored, where=self.out)
+        count = self.read_examples(planned)
+        self._examples_read = True
+        self.planned_steps = max(1, math.ceil(planned.epochs * count / planned.batch_size))
+        if planned.steps is None and planned.time_budget is None:
+            overrides = {**overrides, "steps": self.planned_steps}
+        return overrides
+
+    def plan_schedule(self, o):
+        """``o`` with ``schedule_steps``, the steps the learning-rate schedule spans: ``o.steps`` for a new run (None
+        for a new run given a time budget only: :func:`kerasplm.jobs.job.fit_scheduled` fits it to the budget),
+        the recorded length on a resume; a run recorded before the option existed keeps the length it was trained
+        with (its epochs' steps, or its steps)."""
+        if o.schedule_steps is not None:
+            return o
+        if not self.resumed:
+            return o.replace(schedule_steps=o.steps)
+        return o.replace(schedule_steps=max(self.planned_steps or 0, o.steps or 0) or LEGACY_SCHEDULE_STEPS)
+
+    def build_data(self):
+        """The training data (unless :meth:`plan` read it) and, for options with ``schedule_steps``, the
+        warmup/linear-decay schedule. A family's ``build_data`` calls this first."""
+        if not self._examples_read:
+            self.read_examples(self.options)
+            self._examples_read = True
+        if hasattr(self.options, "schedule_steps"):
+            self.options = self.plan_schedule(self.options)
+            self.schedule = fine_tuning_schedule(self.options, self.options.schedule_steps)
+            self.most_steps = self.planned_steps
+
+    def copy_init_assets(self, assets=None):
+        """Copy the ``--init`` run's assets into the new run: ``assets`` = ``{key: file name in the new run}``
+        (default: every asset, under its own name). Returns ``(assets, the init run's config)``."""
+        init_run = RunDir(self.options.init)
+        init_config = init_run.read_config()
+        assets = dict(init_config["assets"] if assets is None else assets)
+        if self.run_dir.writer:
+            os.makedirs(self.out, exist_ok=True)
+            for key, name in assets.items():
+                shutil.copyfile(init_run.asset(init_config, key), self.run_dir.file(name))
+        return assets, init_config
+
+    def start_from_bert(self, length, length_option="max_length"):
+        """A new run from the ``--init`` BERT run (:func:`bert_init_parts`): ``init_backbone`` and
+        ``backbone_config`` set, its vocabulary copied into the run (asset ``vocab``, :data:`BERT_ASSETS`).
+        Returns ``(its tokenizer, its config)``."""
+        backbone, tokenizer, _ = bert_init_parts(self.options.init, length, length_option)
+        self.init_backbone, self.backbone_config = backbone, backbone.config
+        _, init_config = self.copy_init_assets(BERT_ASSETS)
+        return tokenizer, init_config
+
+    def starting_backbone(self, backbone_class):
+        """The backbone to build the model on: a new run's ``init_backbone`` itself, or on a resume a fresh
+        ``backbone_class`` of the stored config (its weights come from the run's checkpoint)."""
+        if self.init_backbone is not None:
+            return self.init_backbone
+        return backbone_class.from_config_object(self.backbone_config)
+
+    def with_starting_weights(self, model):
+        """``model``, built whole by :meth:`build_model` (under the strategy's scope), with ``init_backbone``'s
+        weights copied into its backbone when the run is new; a resumed run's weights come from its checkpoint.
+
+        (The other way, :meth:`starting_backbone`, builds the model on the starting backbone object itself; the
+        classifier, QA and GPT jobs use it, the tagger and SimCSE jobs this one: each keeps the random draws
+        of its head and dropout, hence the results, of the runs it made before.)"""
+        if self.init_backbone is not None:
+            model.backbone.set_weights(self.init_backbone.get_weights())
+        return model
+
+    def build_optimizer(self):
+        return make_optimizer(self.options, self.schedule, self.backbone_config.num_layers)
+
+    def evaluate(self, trainer, summary):
+        if self.schedule is not None:
+            summary["planned_steps"] = self.schedule.total_steps
+        started = time.time()
+        self.dev_scores = self.score(self.result(trainer))
+        if self.dev_scores:
+            summary.update(self.dev_scores)
+            summary[self.scoring_seconds_key] = round(time.time() - started, 1)
+
+    def describe(self, summary):
+        planned = f" of {summary['planned_steps']} planned" if "planned_steps" in summary else ""
+        self.log(f"trained to step {summary['step']}{planned} ({summary['stop_reason']}) in "
+                 f"{summary['train_seconds']:.0f}s")
+        if self.dev_scores:
+            self.log(self.dev_report(summary))
+
+
+class ClassificationJob(FineTuningJob):
+    """A fine-tuning job on tab-separated files: ``--text-col`` [``--pair-col``] ``--label-col`` by header name or
+    0-based index, class names from the training file (sorted), ``--dev`` scored with accuracy/F1/MCC (MSE and
+    Pearson's r for ``--task regression``); the summary's ``labels`` and ``dev``, and "classifier" the trained
+    model with ``labels`` and ``pair_input`` set.
+
+    A family's ``build_data`` sets ``self.labels`` (:meth:`new_labels` for a new run) and ends with
+    :meth:`classification_data` (its preprocessor).
+    """
+
+    result_key = "classifier"
+
+    def __init__(self, out, options=None, log=print, **overrides):
+        super().__init__(out, options, log, **overrides)
+        self.texts = self.pairs = self.raw_labels = None   # the training file's columns (read_examples)
+        self.labels = self.preprocessor = self.dev_dataset = None
+
+    @property
+    def regression(self):
+        return getattr(self.options, "task", None) == "regression"
+
+    def read_tsv(self, o, path, max_examples=None):
+        return read_classification_tsv(path, o.text_col, o.label_col, getattr(o, "pair_col", None), o.header,
+                                       max_examples)
+
+    def read_examples(self, o):
+        if o.train is None:
+            raise ValueError("give the training file (train / --train)")
+        self.texts, self.pairs, self.raw_labels = self.read_tsv(o, o.train, o.max_examples)
+        return len(self.texts)
+
+    def new_labels(self):
+        """A new run's class names: the training file's labels, sorted (none for regression)."""
+        if self.regression:
+            return []
+        labels = sorted(set(self.raw_labels))
+        if len(labels) < 2:
+            raise ValueError(f"{self.options.train}: one label only ({labels[0]!r}); a classifier needs at least two")
+        return labels
+
+    @property
+    def num_labels(self):
+        return 1 if self.regression else len(self.labels)
+
+    def classification_data(self, preprocessor, details=None):
+        """The training batches (seeded shuffle, repeated) and the ``--dev`` ones of ``preprocessor``'s inputs."""
+        o = self.options
+        self.preprocessor = preprocessor
+        train_labels = label_ids(o.train, self.raw_labels, self.labels, self.regression)
+        kind = "pairs" if self.pairs is not None else "single texts"
+        classes = "regression" if self.regression else f"{len(self.labels)} labels: " + ", ".join(self.labels)
+        self.log(f"data: {len(self.texts)} training examples ({kind}), {classes}" + (f"; {details}" if details else ""))
+        texts, pairs = self.texts, self.pairs
+
+        def train_dataset():
+            return make_classification_dataset(preprocessor, texts, pairs, train_labels, o.batch_size, shuffle=True,
+                                               seed=o.seed, repeat=True)
+
+        self.train_dataset = train_dataset
+        if o.dev is not None:
+            dev_texts, dev_pairs, dev_raw = self.read_tsv(o, o.dev)
+            self.dev_dataset = make_classification_dataset(
+                preprocessor, dev_texts, dev_pairs, label_ids(o.dev, dev_raw, self.labels, self.regression),
+                o.eval_batch_size)
+
+    def evaluate(self, trainer, summary):
+        summary["labels"] = self.labels
+        super().evaluate(trainer, summary)
+
+    def score(self, model):
+        if self.dev_dataset is None:
+            return None
+        return {"dev": classification_scores(model, self.dev_dataset, self.regression, self.num_labels)}
+
+    def dev_report(self, summary):
+        dev = summary["dev"]
+        shown = ("mse", "pearson") if self.regression else ("accuracy", "f1", "mcc")
+        return "dev " + " ".join(f"{k} {dev[k]:.4f}" for k in shown) + f" ({dev['examples']} examples)"
+
+    def result(self, trainer):
+        model = trainer.model
+        model.labels, model.pair_input = self.labels, self.pairs is not None
+        return model
