@@ -31,7 +31,7 @@ import keras
 
 from kerasplm.families.gpt import GPTClassifierOptions
 from kerasplm.jobs.finetuning import ClassificationJob
-from kerasplm.jobs.language_model import load_run_tokenizer
+from kerasplm.models.gpt_generator import load_run_tokenizer
 from kerasplm.models.gpt import GPTBackbone, GPTConfig, load_gpt_from_run
 from kerasplm.models.gpt_tasks import GPTClassifier, grow_token_embedding
 from kerasplm.runs import RunDir

@@ -41,7 +41,7 @@ import tensorflow as tf
 from kerasplm.models.gpt import GPT, PRESETS, GPTBackbone, GPTConfig
 from kerasplm.models.presets import get_preset
 # Using a trained model lives with the models (kerasplm.models.gpt_generator); these names stay importable here.
-from kerasplm.models.gpt_generator import TextGenerator, load_run_tokenizer, load_text_generator  # noqa: F401
+from kerasplm.models.gpt_generator import TextGenerator, load_text_generator  # noqa: F401
 from kerasplm.families.gpt import GPTOptions
 from kerasplm.jobs.job import Job
 from kerasplm.text.sentencepiece import (SentencePieceTokenizer, load_sentencepiece_tokenizer, train_sentencepiece)
