@@ -51,6 +51,9 @@ Usage::
 
 Data contract for exact resume: `dataset` yields GLOBAL batches, and yields the same sequence every
 time it is iterated (seeded shuffles, no unseeded randomness); it may be finite or `.repeat()`ed.
+Under MultiWorkerMirroredStrategy every worker builds the same global batches and takes its share of
+each (tf.data's DATA auto-sharding, which the Trainer asks for: the default AUTO would shard a pipeline
+that reads files by file, and the workers' global batches would then not be those of one process).
 The tf.data iterator is not checkpointed; on resume, `fit` skips the `step` batches already consumed.
 Caveat: `shuffle(seed=s, reshuffle_each_iteration=True)` replays its sequence only in a fresh
 process -- re-iterating the SAME Dataset object continues its seed generator. So for resuming (or
@@ -100,6 +103,22 @@ def _trace_for(step_fn, distributed_dataset):
     with ``jit_compile`` XLA still compiles once per concrete shape inside it.
     """
     step_fn.get_concrete_function(distributed_dataset.element_spec)
+
+
+def _shard_by_data(dataset):
+    """``dataset`` with tf.data's DATA auto-shard policy, unless it names another policy itself.
+
+    The Trainer's datasets yield GLOBAL batches: each worker of a multi-worker strategy must iterate the same
+    sequence and take its part of every batch, which is DATA sharding (the strategy splits each batch between the
+    replicas, and a worker keeps its replicas' parts). The default policy, AUTO, shards by FILE whenever the
+    pipeline reads files (TFRecord, text lines): each worker would then read other files and make other batches than
+    a single process, breaking the equality with one device and exact resume. One worker ignores the policy.
+    """
+    if dataset.options().experimental_distribute.auto_shard_policy != tf.data.experimental.AutoShardPolicy.AUTO:
+        return dataset
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return dataset.with_options(options)
 
 
 def _write_scalar(name, value, step):
@@ -446,7 +465,7 @@ class Trainer:
         dataset = _as_dataset(dataset)
         self._ensure_ready(dataset)
         totals = None
-        distributed = self.strategy.experimental_distribute_dataset(dataset)
+        distributed = self.strategy.experimental_distribute_dataset(_shard_by_data(dataset))
         _trace_for(self._eval_fn, distributed)
         for batch in distributed:
             sums = self._eval_fn(batch)
@@ -474,7 +493,7 @@ class Trainer:
             self.stop_reason = "steps"
             return self.history
         # Deterministic, re-iterable dataset: skip what the interrupted run already consumed.
-        data = self.strategy.experimental_distribute_dataset(dataset.skip(start) if start else dataset)
+        data = self.strategy.experimental_distribute_dataset(_shard_by_data(dataset.skip(start) if start else dataset))
         _trace_for(self._train_fn, data)
         iterator = iter(data)
         progbar = None

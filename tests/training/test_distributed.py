@@ -112,3 +112,32 @@ def test_multiworker_two_processes_agree(tmp_path):
     # Only the chief wrote into the shared checkpoint directory.
     assert (tmp_path / "ckpt" / "checkpoint").exists()
     assert "ckpt-6.index" in os.listdir(tmp_path / "ckpt")
+
+
+def test_datasets_are_sharded_by_data(monkeypatch):
+    """The Trainer hands the strategy its datasets with tf.data's DATA auto-shard policy: with the default, AUTO, two
+    workers reading a pipeline of two files would each read one file (worker 0 the batches [0, 1], [2, 3], ...
+    of file 0, worker 1 those of file 1) instead of splitting the global batches a single process makes (measured
+    with two MultiWorkerMirroredStrategy workers). A policy the dataset names itself is kept."""
+    import keras
+    import tensorflow as tf
+
+    from kerasplm.training import Trainer
+    from tests.training import toy
+
+    policy = tf.data.experimental.AutoShardPolicy
+    strategy, seen = tf.distribute.get_strategy(), []
+    distribute = strategy.experimental_distribute_dataset
+
+    def recording(dataset, options=None):
+        seen.append(dataset.options().experimental_distribute.auto_shard_policy)
+        return distribute(dataset, options)
+
+    monkeypatch.setattr(strategy, "experimental_distribute_dataset", recording)
+    trainer = Trainer(toy.make_model, lambda: keras.optimizers.SGD(0.1), toy.compute_loss, strategy=strategy,
+                      verbose=0)
+    trainer.fit(toy.make_dataset(), steps=1, log_every=0)
+    off = tf.data.Options()
+    off.experimental_distribute.auto_shard_policy = policy.OFF
+    trainer.evaluate(toy.make_dataset(repeat=False).with_options(off))
+    assert seen == [policy.DATA, policy.OFF]
