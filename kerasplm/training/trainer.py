@@ -410,11 +410,19 @@ class Trainer:
         seeds = [lam * loss_scale / tf.maximum(count, 1.0)
                  for (_, lam, _), count in zip(spec.terms, counts)]
         grads = tape.gradient(local_sums, variables, output_gradients=seeds)
+        # Dense gradients: Keras 3's optimizers apply an IndexedSlices slice by slice (Adam squares each
+        # slice into its second moment, Adagrad into its accumulator), so a row given in k slices gets
+        # the sum of k squares, not the square of the sum; and the optimizer's all-reduce concatenates the
+        # replicas' slices. A row every replica sums over its share of the batch (BERT's position
+        # embeddings) then had one slice on one device and N on N replicas: another update (measured:
+        # up to ~lr apart after one Adam step). Summed, a gradient means the same on any number of replicas
+        # (Keras 2's optimizers summed repeated rows too). Clipping needs them dense as well: an IndexedSlices
+        # with repeated indices has a larger norm than its sum.
+        grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
         if self.clip_norm:
             # The norm is that of the SUMMED gradient: reduce here, clip, then hand each replica's
             # 1/N share to the optimizer (which sums across replicas again).
-            # Dense first: an IndexedSlices with repeated indices has a larger norm than its sum.
-            present = [tf.convert_to_tensor(g) for g in grads if g is not None]
+            present = [g for g in grads if g is not None]
             present = ctx.all_reduce(tf.distribute.ReduceOp.SUM, present)
             present = [g / loss_scale for g in present]
             present, _ = tf.clip_by_global_norm(present, self.clip_norm)

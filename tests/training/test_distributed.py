@@ -53,6 +53,9 @@ def test_mirrored_matches_single_device_and_trains():
     assert report["update_0.05"] < report["update_None"]
     # FusedAdamW (TensorFlow's fused Adam kernel) updates the same on 1 and 2 replicas.
     assert report["fused_update"] > 1e-3 and report["fused_weight_diff"] < 1e-6
+    # So does Keras' Adam on learned positions, whose rows each replica sums over its examples: the Trainer hands the
+    # optimizer dense gradients (as IndexedSlices, one row per replica, Adam's second moment differed by ~lr).
+    assert report["position_update"] > 1e-2 and report["position_weight_diff"] < 1e-6
     losses = report["losses"]
     assert losses[-1] < 0.3 * losses[0]
     assert report["trace_count"] == 1
