@@ -29,6 +29,8 @@ import os
 import numpy as np
 
 from kerasplm.models.elmo import ElmoBiLM, ElmoConfig
+from kerasplm.models.elmo_runs import read_vocab_file, save_bilm_run
+from kerasplm.runs import RunDir
 
 __all__ = ["config_from_options", "load_bilm_tf", "convert_elmo_to_run", "weight_map"]
 
@@ -151,10 +153,7 @@ def load_bilm_tf(options_path, weights_path):
 
 def convert_elmo_to_run(options_path, weights_path, vocab_path, out):
     """Write run directory ``out`` (family ``elmo``, no softmax) holding bilm-tf's biLM and vocabulary;
-    ``kerasplm.runs.load_run(out)`` returns a :class:`kerasplm.jobs.elmo.Elmo`. Returns the RunDir."""
-    from kerasplm.jobs.elmo import read_vocab_file, save_bilm_run  # noqa: PLC0415
-    from kerasplm.runs import RunDir  # noqa: PLC0415
-
+    ``kerasplm.runs.load_run(out)`` returns a :class:`kerasplm.models.elmo_runs.Elmo`. Returns the RunDir."""
     if RunDir(out).exists():
         raise FileExistsError(f"{out} already holds a run; convert into a new directory")
     vocab = read_vocab_file(vocab_path)

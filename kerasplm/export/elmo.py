@@ -55,7 +55,7 @@ class ElmoModule(ExportModule):
 
 
 def export_elmo(elmo, model_base_path, version=None, overwrite=False, embedder=None):
-    """Writes ``model_base_path/<version>/`` for ``elmo`` (a :class:`kerasplm.jobs.elmo.Elmo`); returns its path.
+    """Writes ``model_base_path/<version>/`` for ``elmo`` (a :class:`kerasplm.models.elmo_runs.Elmo`); returns its path.
 
     ``embedder``: an :class:`ElmoEmbedder` over ``elmo.bilm`` whose first mix is exported (default: equal weights).
     """

@@ -33,6 +33,8 @@ class BertPretrainingOptions(TrainingOptions):
                         file=True, metavar="VOCAB")
     vocab_size: int = option(8000, "size of the learned WordPiece vocabulary", kind=int, minimum=10)
     preset: str = option(DEFAULT_PRESET, "model preset", choices="kerasplm.models.bert:PRESETS")
+    dropout: float = option(None, "override the preset's dropout (hidden and attention)", kind=float, minimum=0,
+                            maximum=1, exclusive_maximum=True)
     # instances and masking
     max_seq_length: int = option(128, "tokens per instance, [CLS]/[SEP] included", kind=int, minimum=8)
     max_predictions_per_seq: int = option(20, "masked pieces per instance at most", kind=int, minimum=1)

@@ -22,6 +22,8 @@ class ElmoOptions(TrainingOptions):
                                      minimum=0, maximum=1, exclusive_minimum=True, exclusive_maximum=True)
     max_sentences: int = option(None, "read at most this many sentences of each split", kind=int, minimum=1)
     preset: str = option("elmo_small", "model preset", choices="kerasplm.models.elmo:PRESETS")
+    dropout: float = option(None, "override the preset's dropout (each LSTM layer's input and the softmax's)",
+                            kind=float, minimum=0, maximum=1, exclusive_maximum=True)
     vocab_size: int = option(10000, "most frequent training words in the vocabulary (plus <S> </S> <UNK>)",
                              kind=int, minimum=1)
     window: int = option(20, "tokens per training window (bilm-tf's unroll_steps)", kind=int, minimum=2)
@@ -104,5 +106,5 @@ COMMANDS = [
             description="Convert bilm-tf's options.json + weights.hdf5 + vocabulary into a run directory."),
 ]
 
-RUN_LOADERS = {"elmo": "kerasplm.jobs.elmo:load_elmo_from_run",
+RUN_LOADERS = {"elmo": "kerasplm.models.elmo_runs:load_elmo_from_run",
                "elmo_classifier": "kerasplm.jobs.elmo_classifier:load_elmo_classifier_run"}

@@ -1,4 +1,4 @@
-"""Pretrain BERT from raw text: the ``kerasplm train bert`` job.
+"""Pretrain BERT from raw text: the ``kerasplm train bert`` job (:class:`BertPretrainingJob`).
 
 Corpus -> documents (:func:`kerasplm.data.pretraining.read_documents`) -> held-out documents split off
 (or ``dev_corpus``) -> WordPiece vocabulary (``vocab`` file, or learned with tensorflow-text:
@@ -19,21 +19,21 @@ accuracy, NSP/SOP accuracy and MLM perplexity = exp(mean held-out MLM loss).
 """
 import dataclasses
 import math
-import os
 import time
 
-from kerasplm.data.pretraining import (BERT_SPECIAL_TOKENS, create_instances, make_pretraining_dataset, masker_for_tokenizer,
-                                       read_documents, tokenize_documents)
+from kerasplm.data.pretraining import (BERT_SPECIAL_TOKENS, create_instances, make_pretraining_dataset,
+                                       masker_for_tokenizer, read_documents, tokenize_documents)
+from kerasplm.families.bert import BertPretrainingOptions
+from kerasplm.jobs.job import Job
 from kerasplm.models.bert import BertBackbone
 from kerasplm.models.bert_pretraining import BertPretrainer
-from kerasplm.models.bert_runs import (PRETRAINING_TASK, RUN_FAMILY, bert_model_config, bert_vocab_file)
+from kerasplm.models.bert_runs import PRETRAINING_TASK, RUN_FAMILY, bert_model_config, bert_vocab_file
 from kerasplm.models.presets import get_preset
-from kerasplm.families.bert import BertPretrainingOptions
-from kerasplm.jobs.job import fit_recorded, open_run, restores_global_policy, training_summary
-from kerasplm.options import RUN
-from kerasplm.text import WordPieceTokenizer, build_wordpiece_vocab, read_vocab, write_vocab
-from kerasplm.training import Trainer, WarmupLinearDecay
+from kerasplm.text import WordPieceTokenizer, build_wordpiece_vocab, read_vocab
+from kerasplm.training import WarmupLinearDecay
 from kerasplm.training.optimizers import FusedAdamW
+
+__all__ = ["BertPretrainingJob", "BertPretrainingOptions", "train_bert"]
 
 TASK = PRETRAINING_TASK
 ASSETS = {"vocab": "vocab.txt"}
@@ -58,13 +58,100 @@ def _documents(o, log):
 def _optimizer(o, schedule_steps):
     warmup = o.warmup_steps if o.warmup_steps is not None else schedule_steps // 10
     schedule = WarmupLinearDecay(o.learning_rate, min(warmup, schedule_steps), schedule_steps)
-    optimizer = FusedAdamW(schedule, weight_decay=o.weight_decay, beta_1=0.9, beta_2=0.999,
-                                       epsilon=1e-6)
+    optimizer = FusedAdamW(schedule, weight_decay=o.weight_decay, beta_1=0.9, beta_2=0.999, epsilon=1e-6)
     optimizer.exclude_from_weight_decay(var_names=NO_DECAY)
     return optimizer
 
 
-@restores_global_policy
+class BertPretrainingJob(Job):
+    """``kerasplm train bert``: MLM + NSP/SOP on a plain-text corpus; held-out MLM accuracy and perplexity."""
+
+    family, task, options_class, what, result_key = (RUN_FAMILY, TASK, BertPretrainingOptions, "BERT pretraining",
+                                                     "pretrainer")
+    checkpoint_every = 1000
+
+    def check_config(self, run, config):
+        bert_model_config(run, config)
+        if config.get("task") != TASK:
+            raise run.error(run.CONFIG, f"task {config.get('task')!r}: {self.out} is not a pretraining run")
+
+    def build_data(self):
+        o, run, t0 = self.options, self.run_dir, time.time()
+        if o.corpus is None:
+            raise ValueError("option corpus: give the text to pretrain on (--corpus PATH)")
+        train_docs, dev_docs = _documents(o, self.log)
+        if self.resumed:
+            self.model_config = bert_model_config(run, self.config)
+            self.tokenizer = WordPieceTokenizer(bert_vocab_file(run, self.config, self.model_config))
+        else:
+            if o.vocab:
+                vocab = read_vocab(o.vocab)
+            else:
+                sentences = [s.replace(o.span_separator, " ") if o.span_separator else s
+                             for d in train_docs for s in d]
+                vocab = build_wordpiece_vocab(sentences, vocab_size=o.vocab_size, reserved_tokens=BERT_SPECIAL_TOKENS)
+            # The run's vocabulary file; a multi-worker job's other workers write nothing (a temporary copy).
+            run.write_text(ASSETS["vocab"], "".join(token + "\n" for token in vocab))
+            self.tokenizer = WordPieceTokenizer(run.file(ASSETS["vocab"]) if run.writer else vocab)
+            overrides = {} if o.dropout is None else {"dropout": o.dropout, "attention_dropout": o.dropout}
+            self.model_config = get_preset(o.preset, vocab_size=self.tokenizer.vocab_size, **overrides)
+            if self.model_config.max_positions < o.max_seq_length:
+                raise ValueError(f"max_seq_length={o.max_seq_length} exceeds preset {o.preset}'s "
+                                 f"{self.model_config.max_positions} positions")
+            if o.schedule_steps is None:
+                if o.steps is None:
+                    raise ValueError("give schedule_steps (--schedule-steps) when training by time budget only: "
+                                     "the learning rate decays linearly over it")
+                self.options = o = o.replace(schedule_steps=o.steps)
+        masker = masker_for_tokenizer(self.tokenizer, max_seq_length=o.max_seq_length,
+                                      max_predictions_per_seq=o.max_predictions_per_seq, mask_rate=o.mask_rate,
+                                      masking=o.masking, max_ngram=o.max_ngram)
+        instances = {name: create_instances(tokenize_documents(docs, self.tokenizer, span_separator=o.span_separator),
+                                            o.max_seq_length, o.sentence_task, o.short_seq_prob, seed=o.seed + i)
+                     for i, (name, docs) in enumerate((("train", train_docs), ("dev", dev_docs)))}
+        self.log(f"data: {len(instances['train'])} training and {len(instances['dev'])} held-out instances, "
+                 f"vocabulary {self.tokenizer.vocab_size}; {time.time() - t0:.1f}s")
+        self.train_dataset = make_pretraining_dataset(instances["train"], masker, o.batch_size, seed=o.seed,
+                                                      dynamic_masking=not o.static_masking)
+        self.eval_dataset = make_pretraining_dataset(instances["dev"], masker, o.batch_size, seed=o.seed + 1,
+                                                     shuffle=False, repeat=False, dynamic_masking=False)
+        if not self.resumed:  # the run is valid: from now on this directory holds a run to resume
+            self.write_config(o.preset, dataclasses.asdict(self.model_config), assets=ASSETS)
+
+    def build_model(self):
+        return BertPretrainer(BertBackbone.from_config_object(self.model_config),
+                              sentence_task=self.options.sentence_task, name=self.config["preset"])
+
+    def build_optimizer(self):
+        return _optimizer(self.options, self.options.schedule_steps)
+
+    def evaluate(self, trainer, summary):
+        o, history = self.options, trainer.history
+        if history.get("eval_step") and history["eval_step"][-1] == trainer.step:   # fit evaluated at its end
+            metrics = {key[len("eval_"):]: values[-1] for key, values in history.items() if key.startswith("eval_")}
+        else:   # this session trained no step: evaluate the run as it stands
+            metrics = trainer.evaluate(self.eval_dataset)
+        for key in ("mlm_loss", "mlm_accuracy", f"{o.sentence_task}_loss", f"{o.sentence_task}_accuracy"):
+            if key in metrics:
+                summary[f"eval_{key}"] = metrics[key]
+        summary["eval_mlm_perplexity"] = math.exp(min(summary["eval_mlm_loss"], 700.0))
+        summary["train_tokens_per_second"] = round(summary["steps_this_run"] * o.batch_size * o.max_seq_length
+                                                   / max(summary["train_seconds"], 1e-9))
+
+    def describe(self, summary):
+        o = self.options
+        super().describe(summary)
+        self.log(f"held-out MLM accuracy {summary['eval_mlm_accuracy']:.4f}, perplexity "
+                 f"{summary['eval_mlm_perplexity']:.2f}" + (f", {o.sentence_task.upper()} accuracy "
+                                                           f"{summary[f'eval_{o.sentence_task}_accuracy']:.4f}"
+                                                           if o.sentence_task != "none" else ""))
+
+    def run(self):
+        summary = super().run()
+        summary["tokenizer"] = self.tokenizer
+        return summary
+
+
 def train_bert(out, options=None, log=print, **overrides):
     """Pretrain (or resume) a BERT in run directory ``out``; returns a summary dict (also metrics.json, without
     the objects) whose ``"pretrainer"`` and ``"tokenizer"`` are the trained model and its tokenizer.
@@ -73,73 +160,4 @@ def train_bert(out, options=None, log=print, **overrides):
     ``steps`` (absolute), after ``time_budget`` seconds or on SIGTERM; a resumed run continues with its stored
     RUN options (a different one raises :class:`kerasplm.options.OptionsConflict`).
     """
-    run, o, config, previous_history = open_run(out, RUN_FAMILY, BertPretrainingOptions, options, overrides,
-                                                what="BERT pretraining", check_config=bert_model_config)
-    if o.corpus is None:
-        raise ValueError("option corpus: give the text to pretrain on (--corpus PATH)")
-    if config is not None and config.get("task") != TASK:
-        raise run.error(run.CONFIG, f"task {config.get('task')!r}: {out} is not a pretraining run")
-    t0 = time.time()
-    train_docs, dev_docs = _documents(o, log)
-    vocab_path = run.file(ASSETS["vocab"])
-    if config is not None:
-        log(f"resuming run in {out} (preset {config['preset']})")
-        model_config = bert_model_config(run, config)
-        vocab_path = bert_vocab_file(run, config, model_config)
-    else:
-        os.makedirs(out, exist_ok=True)
-        if o.vocab:
-            write_vocab(read_vocab(o.vocab), vocab_path)
-        else:
-            sentences = [s.replace(o.span_separator, " ") if o.span_separator else s for d in train_docs for s in d]
-            write_vocab(build_wordpiece_vocab(sentences, vocab_size=o.vocab_size,
-                                              reserved_tokens=BERT_SPECIAL_TOKENS), vocab_path)
-    tokenizer = WordPieceTokenizer(vocab_path)
-    if config is None:
-        model_config = get_preset(o.preset, vocab_size=tokenizer.vocab_size)
-        if model_config.max_positions < o.max_seq_length:
-            raise ValueError(f"max_seq_length={o.max_seq_length} exceeds preset {o.preset}'s "
-                             f"{model_config.max_positions} positions")
-        if o.schedule_steps is None:
-            if o.steps is None:
-                raise ValueError("give schedule_steps (--schedule-steps) when training by time budget only: "
-                                 "the learning rate decays linearly over it")
-            o = dataclasses.replace(o, schedule_steps=o.steps)
-    masker = masker_for_tokenizer(tokenizer, max_seq_length=o.max_seq_length,
-                                  max_predictions_per_seq=o.max_predictions_per_seq, mask_rate=o.mask_rate,
-                                  masking=o.masking, max_ngram=o.max_ngram)
-    instances = {name: create_instances(tokenize_documents(docs, tokenizer, span_separator=o.span_separator),
-                                        o.max_seq_length, o.sentence_task, o.short_seq_prob, seed=o.seed + i)
-                 for i, (name, docs) in enumerate((("train", train_docs), ("dev", dev_docs)))}
-    log(f"data: {len(instances['train'])} training and {len(instances['dev'])} held-out instances, "
-        f"vocabulary {tokenizer.vocab_size}; {time.time() - t0:.1f}s")
-    train_ds = make_pretraining_dataset(instances["train"], masker, o.batch_size, seed=o.seed,
-                                        dynamic_masking=not o.static_masking)
-    dev_ds = make_pretraining_dataset(instances["dev"], masker, o.batch_size, seed=o.seed + 1, shuffle=False,
-                                      repeat=False, dynamic_masking=False)
-    if config is None:  # the run is valid: from now on this directory holds a run to resume
-        config = run.write_config(RUN_FAMILY, TASK, o.preset, dataclasses.asdict(model_config), o.stored(RUN),
-                                  assets=ASSETS)
-    trainer = Trainer(
-        model=lambda: BertPretrainer(BertBackbone.from_config_object(model_config),
-                                     sentence_task=o.sentence_task, name=config["preset"]),
-        optimizer=lambda: _optimizer(o, o.schedule_steps), compute_loss=BertPretrainer.trainer_loss,
-        jit_compile=o.jit_compile, checkpoint_dir=run.checkpoint_dir, checkpoint_every=1000,
-        log_dir=run.log_dir, seed=o.seed, verbose=o.verbose)
-    history, train_seconds = fit_recorded(run, trainer, previous_history, train_ds, o, eval_dataset=dev_ds)
-    log(f"trained to step {trainer.step} ({trainer.stop_reason}) in {train_seconds:.0f}s")
-    summary = training_summary(trainer, history, train_seconds)
-    if trainer.stop_reason != "sigterm" and history.get("eval_step"):
-        for key in ("mlm_loss", "mlm_accuracy", f"{o.sentence_task}_loss", f"{o.sentence_task}_accuracy"):
-            if history.get(f"eval_{key}"):
-                summary[f"eval_{key}"] = history[f"eval_{key}"][-1]
-        summary["eval_mlm_perplexity"] = math.exp(min(summary["eval_mlm_loss"], 700.0))
-        summary["train_tokens_per_second"] = round(
-            (trainer.step - trainer.start_step) * o.batch_size * o.max_seq_length / max(train_seconds, 1e-9))
-        run.write_json(run.METRICS, summary)
-        log(f"held-out MLM accuracy {summary['eval_mlm_accuracy']:.4f}, perplexity "
-            f"{summary['eval_mlm_perplexity']:.2f}" + (f", {o.sentence_task.upper()} accuracy "
-                                                      f"{summary[f'eval_{o.sentence_task}_accuracy']:.4f}"
-                                                      if o.sentence_task != "none" else ""))
-    trainer.close()
-    return {**summary, "pretrainer": trainer.model, "tokenizer": tokenizer}
+    return BertPretrainingJob(out, options, log, **overrides).run()

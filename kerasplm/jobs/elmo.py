@@ -1,4 +1,4 @@
-"""Train, reload and use an ELMo biLM; the ``kerasplm train elmo`` job.
+"""Train an ELMo biLM: the ``kerasplm train elmo`` job (:class:`ElmoJob`).
 
 Data (bilm-tf's format, simplified): the corpus is whitespace-tokenized text; every line is cut into
 sentences after ``.``, ``!`` and ``?`` tokens; each sentence becomes ``<S> words </S>``; the sentences are
@@ -15,8 +15,8 @@ clipped to 10. Sampled-softmax steps are not XLA-compiled (its accidental-hit re
 The held-out evaluation reports each direction's perplexity, exp(forward_loss) and
 exp(backward_loss), exactly (sums over tokens, full softmax).
 
-Run directory: family ``elmo``, task ``language_model``, ``config["model"] = {"bilm": ElmoConfig fields,
-"vocab_size": V or None, "num_sampled": n}``; ``vocab_size`` None is a converted biLM without its softmax.
+The run directory (family ``elmo``, task ``language_model``), its loader and the :class:`Elmo` it loads as
+live with the models, in :mod:`kerasplm.models.elmo_runs` (``load_elmo`` is re-exported here).
 
 >>> summary = train_elmo("runs/elmo", corpus="../shared/data/wikitext2", preset="elmo_tiny", steps=200)
 >>> elmo = load_elmo("runs/elmo")
@@ -32,18 +32,17 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from kerasplm.models.elmo import ElmoBiLM, ElmoConfig, ElmoEmbedder, ElmoLanguageModel
-from kerasplm.models.presets import get_preset
 from kerasplm.families.elmo import WIKITEXT_FILES, ElmoOptions
-from kerasplm.jobs.job import fit_recorded, open_run, restores_global_policy, training_summary
-from kerasplm.options import RUN
-from kerasplm.runs import RunDir
-from kerasplm.text.characters import BOS_CHAR, EOS_CHAR, boundary_row, sentence_char_ids, word_char_ids
+from kerasplm.jobs.job import Job
+from kerasplm.models.elmo import ElmoLanguageModel
+from kerasplm.models.elmo_runs import (ASSETS, BOS, EOS, FAMILY, SPECIALS, TASK, UNK, Elmo, build_elmo_model,
+                                       elmo_model_config, elmo_vocab, load_elmo, read_vocab_file, vocab_text)
+from kerasplm.models.presets import get_preset
+from kerasplm.text.characters import BOS_CHAR, EOS_CHAR, boundary_row, word_char_ids
 
-FAMILY = "elmo"
-ASSETS = {"vocab": "vocab.txt"}
-BOS, EOS, UNK = "<S>", "</S>", "<UNK>"
-SPECIALS = (BOS, EOS, UNK)
+__all__ = ["ElmoJob", "ElmoOptions", "WindowedCorpus", "build_vocab", "corpus_splits", "load_elmo", "read_sentences",
+           "train_elmo"]
+
 SENTENCE_END = {".", "!", "?"}
 
 
@@ -89,23 +88,6 @@ def build_vocab(sentences, vocab_size):
     return list(SPECIALS) + [w for w, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:vocab_size]]
 
 
-def write_vocab_file(vocab, path):
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("".join(w + "\n" for w in vocab))
-
-
-def read_vocab_file(path):
-    """bilm-tf's vocabulary file: one token per line; must hold ``<S>``, ``</S>`` and ``<UNK>``."""
-    with open(path, encoding="utf-8") as f:
-        vocab = [line.rstrip("\n") for line in f]
-    missing = [s for s in SPECIALS if s not in vocab]
-    if missing:
-        raise ValueError(f"{path}: vocabulary lacks {', '.join(missing)}")
-    if len(set(vocab)) != len(vocab):
-        raise ValueError(f"{path}: duplicate tokens")
-    return vocab
-
-
 def char_ids_of_types(types, max_characters):
     """Character rows of token strings (``<S>``/``</S>`` as their boundary rows): int32 numpy (n, C)."""
     table = word_char_ids(tf.constant(types, tf.string), max_characters).numpy()
@@ -146,143 +128,83 @@ class WindowedCorpus:
         return ds.map(lambda t: {"char_ids": tf.gather(chars, t), "token_ids": tf.gather(ids, t)}).prefetch(2)
 
 
-# ------------------------------------------------------------------------------------------------ trained model
-class Elmo:
-    """A trained or converted biLM with its vocabulary: ``embed`` sentences, or make an :class:`ElmoEmbedder`.
-
-    ``model`` is the :class:`ElmoLanguageModel` (None for a converted biLM without softmax), ``bilm`` the
-    :class:`ElmoBiLM`, ``vocab`` the word list.
-    """
-
-    def __init__(self, bilm, vocab, model=None, config=None, step=None):
-        self.bilm, self.vocab, self.model = bilm, vocab, model
-        self.config, self.step = config or {}, step
-
-    def char_ids(self, sentences):
-        """Whitespace-tokenized ``sentences`` -> ``(char_ids (batch, n + 2, C) with <S>/</S>, tokens list)``."""
-        tokens = tf.strings.split(tf.constant(list(sentences), tf.string))
-        return sentence_char_ids(tokens, self.bilm.config.max_characters_per_token), tokens
-
-    def embed(self, sentences):
-        """``{"elmo_layers": (batch, L+1, n, 2P), "mask": (batch, n), "tokens": list of lists}`` (numpy;
-        ``<S>``/``</S>`` dropped, 0 past each sentence's end)."""
-        ids, tokens = self.char_ids(sentences)
-        out = self.bilm(ids, training=False)
-        n = ids.shape[1] - 2
-        mask = tf.sequence_mask(tokens.row_lengths(), n)
-        layers = out["layers"][:, :, 1:n + 1] * tf.cast(mask, out["layers"].dtype)[:, None, :, None]
-        return {"elmo_layers": layers.numpy(), "mask": mask.numpy(),
-                "tokens": [[t.decode("utf-8", "replace") for t in row] for row in tokens.to_list()]}
-
-    def embedder(self, num_mixes=1, layer_norm=False):
-        """A fresh :class:`ElmoEmbedder` (trainable mixes) over this frozen biLM."""
-        return ElmoEmbedder(self.bilm, num_mixes=num_mixes, layer_norm=layer_norm)
-
-    def nearest_contexts(self, word, query, sentences, layer=-1, k=5, center=False):
-        """The paper's "play" example (table 4): the ``k`` sentences whose use of ``word`` is closest (cosine of
-        ``layer``'s representation, default the top biLSTM layer) to its use in ``query``.
-
-        ``center``: subtract the mean of the word's vectors (query and sentences) first. A small biLM's vectors of
-        one word share a large common direction (raw cosines all near 1); centring compares what the contexts add.
-        Returns ``[(similarity, sentence)]``, best first, over the sentences of ``sentences`` containing ``word``
-        (its first occurrence in each).
-        """
-        def vectors(texts):
-            out = self.embed(texts)
-            rows = []
-            for i, tokens in enumerate(out["tokens"]):
-                rows.append(out["elmo_layers"][i, layer, tokens.index(word)] if word in tokens else None)
-            return rows
-
-        (q,) = vectors([query])
-        if q is None:
-            raise ValueError(f"{word!r} is not a token of the query {query!r}")
-        hits = [(s, v) for s, v in zip(sentences, vectors(sentences)) if v is not None]
-        if center:
-            mean = np.mean([q] + [v for _, v in hits], axis=0)
-            q, hits = q - mean, [(s, v - mean) for s, v in hits]
-        scored = [(float(v @ q / (np.linalg.norm(v) * np.linalg.norm(q) + 1e-12)), s) for s, v in hits]
-        return sorted(scored, key=lambda pair: -pair[0])[:k]
-
-
-def plot_mix_weights(mix, ax=None, title=None):
-    """Bar chart of a :class:`kerasplm.models.elmo.ScalarMix`'s softmax-normalised layer weights s_j (γ in the
-    title); layer 0 is the character-CNN token layer. Returns the matplotlib Axes."""
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(4, 3))
-    weights = mix.layer_weights.numpy()
-    labels = ["token"] + [f"biLSTM {j}" for j in range(1, len(weights))]
-    ax.bar(labels, weights)
-    ax.set_ylabel("s_j")
-    ax.set_ylim(0, max(1.0, float(weights.max())))
-    ax.set_title(title or f"ELMo layer weights (γ = {float(mix.gamma.numpy()):.2f})")
-    return ax
-
-
-def _model_config(run, config):
-    model = config["model"]
-    try:
-        bilm = ElmoConfig(**model["bilm"]).validate()
-        vocab_size = model.get("vocab_size")
-        if vocab_size is not None and (not isinstance(vocab_size, int) or vocab_size <= 0):
-            raise ValueError(f"vocab_size {vocab_size!r}")
-        return bilm, vocab_size, int(model.get("num_sampled", 0))
-    except (KeyError, TypeError, ValueError) as e:
-        raise run.error(run.CONFIG, f"bad ELMo model config ({e})") from None
-
-
-def _vocab(run, config, expected=None):
-    path = run.asset(config, "vocab")
-    try:
-        vocab = read_vocab_file(path)
-    except (UnicodeDecodeError, ValueError) as e:
-        raise run.error(config["assets"]["vocab"], f"bad vocabulary ({e})") from None
-    if expected is not None and len(vocab) != expected:
-        raise run.error(config["assets"]["vocab"], f"{len(vocab)} tokens, but the model has {expected}")
-    return vocab
-
-
-def build_model(bilm_config, vocab_size, num_sampled, name):
-    bilm = ElmoBiLM.from_config_object(bilm_config, name=name)
-    return ElmoLanguageModel(bilm, vocab_size, num_sampled) if vocab_size else bilm
-
-
-def load_elmo_from_run(run, config):
-    """The loader of family ``elmo`` runs (``kerasplm.runs.load_run``): an :class:`Elmo`."""
-    bilm_config, vocab_size, num_sampled = _model_config(run, config)
-    vocab = _vocab(run, config, vocab_size)
-    model = build_model(bilm_config, vocab_size, num_sampled, config["preset"])
-    step = tf.Variable(0, dtype=tf.int64)
-    if vocab_size:
-        run.restore(model=model, step=step)
-        return Elmo(model.backbone, vocab, model, config, int(step.numpy()))
-    run.restore(model=tf.train.Checkpoint(backbone=model), step=step)  # same paths as an LM's backbone
-    return Elmo(model, vocab, None, config, int(step.numpy()))
-
-
-def save_bilm_run(bilm, vocab, out, options=None, preset="custom"):
-    """Write run directory ``out`` (family ``elmo``, no softmax) holding ``bilm``'s weights and the word list
-    ``vocab`` (what ``kerasplm convert elmo`` writes; ``load_elmo(out)`` reads it back). Returns the RunDir."""
-    run = RunDir(out)
-    os.makedirs(out, exist_ok=True)
-    write_vocab_file(vocab, run.file(ASSETS["vocab"]))
-    checkpoint = tf.train.Checkpoint(model=tf.train.Checkpoint(backbone=bilm), step=tf.Variable(0, dtype=tf.int64))
-    tf.train.CheckpointManager(checkpoint, run.checkpoint_dir, max_to_keep=1).save()
-    run.write_config(FAMILY, "language_model", preset,
-                     {"bilm": dataclasses.asdict(bilm.config), "vocab_size": None, "num_sampled": 0},
-                     dict(options or {}), assets=ASSETS)
-    return run
-
-
-def load_elmo(run_dir):
-    run = RunDir(run_dir)
-    return load_elmo_from_run(run, run.read_config(family=FAMILY, what="ELMo"))
-
-
 # ------------------------------------------------------------------------------------------------ the job
-@restores_global_policy
+class ElmoJob(Job):
+    """``kerasplm train elmo``: a biLM on a text corpus, scored by held-out forward and backward perplexity."""
+
+    family, task, options_class, what, result_key = FAMILY, TASK, ElmoOptions, "ELMo", "elmo"
+    checkpoint_every = 1000
+    clip_norm = 10.0
+
+    def plan(self, options, overrides):
+        # The corpus is stored absolute, so that a resume from another directory finds it.
+        if overrides.get("corpus"):
+            overrides["corpus"] = os.path.abspath(overrides["corpus"])
+        if options is not None and options.corpus:
+            self.given_options = options.replace(corpus=os.path.abspath(options.corpus))
+        return overrides
+
+    def check_config(self, run, config):
+        elmo_model_config(run, config)
+
+    def build_data(self):
+        o, run, t0 = self.options, self.run_dir, time.time()
+        train_sentences, heldout_sentences = corpus_splits(o)
+        if self.resumed:
+            self.bilm_config, _, _ = elmo_model_config(run, self.config)
+            self.vocab = elmo_vocab(run, self.config, self.config["model"]["vocab_size"])
+        else:
+            vocab = build_vocab(train_sentences, o.vocab_size)
+            if run.writer:   # the vocabulary file, read back (a multi-worker job's other workers keep it in memory)
+                run.write_text(ASSETS["vocab"], vocab_text(vocab))
+                vocab = read_vocab_file(run.file(ASSETS["vocab"]))
+            self.vocab = vocab
+            self.bilm_config = get_preset(o.preset, **({} if o.dropout is None else {"dropout": o.dropout}))
+        chars = self.bilm_config.max_characters_per_token
+        self.train = WindowedCorpus(train_sentences, self.vocab, o.window, chars)
+        self.heldout = WindowedCorpus(heldout_sentences, self.vocab, o.window, chars)
+        self.log(f"data: {self.train.num_tokens} training tokens ({len(self.train.types)} windows of {o.window}), "
+                 f"{self.heldout.num_tokens} held-out tokens; vocabulary {len(self.vocab)} words; "
+                 f"{time.time() - t0:.1f}s")
+        if not self.resumed:  # the run is valid
+            self.write_config(o.preset, {"bilm": dataclasses.asdict(self.bilm_config), "vocab_size": len(self.vocab),
+                                         "num_sampled": o.num_sampled}, assets=ASSETS)
+        self.sampled = 0 < o.num_sampled < len(self.vocab)
+        if self.sampled:   # the sampled softmax's accidental-hit removal has no XLA kernel
+            self.options = o.replace(jit_compile=False)
+        self.train_dataset = lambda: self.train.dataset(o.batch_size, shuffle=True, seed=o.seed, repeat=True)
+        self.eval_dataset = lambda: self.heldout.dataset(o.batch_size, limit=o.eval_windows)
+
+    def build_model(self):
+        return build_elmo_model(self.bilm_config, len(self.vocab), self.options.num_sampled, self.config["preset"])
+
+    def build_optimizer(self):
+        return keras.optimizers.Adagrad(self.options.learning_rate, initial_accumulator_value=1.0)
+
+    def compute_loss(self, model, batch, training):
+        return ElmoLanguageModel.trainer_loss(model, batch, training)
+
+    def evaluate(self, trainer, summary):
+        history = trainer.history
+        if history.get("eval_step") and history["eval_step"][-1] == trainer.step:   # fit evaluated at its end
+            metrics = {k: history[f"eval_{k}"][-1] for k in ("forward_loss", "backward_loss")}
+        else:
+            metrics = trainer.evaluate(self.eval_dataset)
+        summary.update({"heldout_forward_loss": metrics["forward_loss"],
+                        "heldout_backward_loss": metrics["backward_loss"],
+                        "forward_perplexity": math.exp(metrics["forward_loss"]),
+                        "backward_perplexity": math.exp(metrics["backward_loss"]),
+                        "training_tokens": self.train.num_tokens, "vocab_size": len(self.vocab),
+                        "sampled_softmax": self.sampled})
+
+    def describe(self, summary):
+        self.log(f"step {summary['step']}: held-out perplexity forward {summary['forward_perplexity']:.1f}, "
+                 f"backward {summary['backward_perplexity']:.1f}")
+
+    def result(self, trainer):
+        return Elmo(trainer.model.backbone, self.vocab, trainer.model, self.config, trainer.step)
+
+
 def train_elmo(out, options=None, log=print, **overrides):
     """Train (or resume) a biLM in run directory ``out``; report held-out forward/backward perplexity.
 
@@ -291,64 +213,4 @@ def train_elmo(out, options=None, log=print, **overrides):
     ``time_budget`` seconds or on SIGTERM; an existing run in ``out`` is resumed with its stored options.
     Returns the summary (also metrics.json) with ``"elmo"``: the trained :class:`Elmo`.
     """
-    if overrides.get("corpus"):  # stored absolute, so a resume from another directory finds it
-        overrides["corpus"] = os.path.abspath(overrides["corpus"])
-    if options is not None and options.corpus:
-        options = options.replace(corpus=os.path.abspath(options.corpus))
-    run, o, config, previous_history = open_run(out, FAMILY, ElmoOptions, options, overrides, what="ELMo",
-                                                check_config=_model_config)
-    t0 = time.time()
-    train_sentences, heldout_sentences = corpus_splits(o)
-    vocab_path = run.file(ASSETS["vocab"])
-    if config is None:
-        os.makedirs(out, exist_ok=True)
-        write_vocab_file(build_vocab(train_sentences, o.vocab_size), vocab_path)
-        vocab = read_vocab_file(vocab_path)
-        bilm_config = get_preset(o.preset)
-        model_entry = {"bilm": dataclasses.asdict(bilm_config), "vocab_size": len(vocab), "num_sampled": o.num_sampled}
-    else:
-        log(f"resuming run in {out} (preset {config['preset']})")
-        bilm_config, _, _ = _model_config(run, config)
-        vocab = _vocab(run, config, config["model"]["vocab_size"])
-        model_entry = config["model"]
-    chars = bilm_config.max_characters_per_token
-    train = WindowedCorpus(train_sentences, vocab, o.window, chars)
-    heldout = WindowedCorpus(heldout_sentences, vocab, o.window, chars)
-    log(f"data: {train.num_tokens} training tokens ({len(train.types)} windows of {o.window}), {heldout.num_tokens} "
-        f"held-out tokens; vocabulary {len(vocab)} words; {time.time() - t0:.1f}s")
-    if config is None:  # the run is valid
-        config = run.write_config(FAMILY, "language_model", o.preset, model_entry, o.stored(RUN), assets=ASSETS)
-    sampled = 0 < o.num_sampled < len(vocab)
-    trainer = _trainer(run, o, bilm_config, len(vocab), config["preset"], jit=False if sampled else o.jit_compile)
-    history, train_seconds = fit_recorded(
-        run, trainer, previous_history,
-        lambda: train.dataset(o.batch_size, shuffle=True, seed=o.seed, repeat=True), o,
-        eval_dataset=lambda: heldout.dataset(o.batch_size, limit=o.eval_windows))
-    summary = training_summary(trainer, history, train_seconds)
-    elmo = Elmo(trainer.model.backbone, vocab, trainer.model, config, trainer.step)
-    if trainer.stop_reason != "sigterm":
-        if history.get("eval_step") and history["eval_step"][-1] == trainer.step:   # fit evaluated at its end
-            metrics = {k: history[f"eval_{k}"][-1] for k in ("forward_loss", "backward_loss")}
-        else:
-            metrics = trainer.evaluate(lambda: heldout.dataset(o.batch_size, limit=o.eval_windows))
-        summary.update({"heldout_forward_loss": metrics["forward_loss"],
-                        "heldout_backward_loss": metrics["backward_loss"],
-                        "forward_perplexity": math.exp(metrics["forward_loss"]),
-                        "backward_perplexity": math.exp(metrics["backward_loss"]),
-                        "training_tokens": train.num_tokens, "vocab_size": len(vocab), "sampled_softmax": sampled})
-        run.write_json(run.METRICS, summary)
-        log(f"step {trainer.step}: held-out perplexity forward {summary['forward_perplexity']:.1f}, "
-            f"backward {summary['backward_perplexity']:.1f}")
-    trainer.close()
-    summary["elmo"] = elmo
-    return summary
-
-
-def _trainer(run, o, bilm_config, vocab_size, name, jit):
-    from kerasplm.training import Trainer  # noqa: PLC0415
-
-    return Trainer(model=lambda: build_model(bilm_config, vocab_size, o.num_sampled, name),
-                   optimizer=lambda: keras.optimizers.Adagrad(o.learning_rate, initial_accumulator_value=1.0),
-                   compute_loss=ElmoLanguageModel.trainer_loss, jit_compile=jit, clip_norm=10.0,
-                   checkpoint_dir=run.checkpoint_dir, checkpoint_every=1000, log_dir=run.log_dir, seed=o.seed,
-                   verbose=o.verbose)
+    return ElmoJob(out, options, log, **overrides).run()

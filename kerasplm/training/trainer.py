@@ -51,6 +51,9 @@ Usage::
 
 Data contract for exact resume: `dataset` yields GLOBAL batches, and yields the same sequence every
 time it is iterated (seeded shuffles, no unseeded randomness); it may be finite or `.repeat()`ed.
+Under MultiWorkerMirroredStrategy every worker builds the same global batches and takes its share of
+each (tf.data's DATA auto-sharding, which the Trainer asks for: the default AUTO would shard a pipeline
+that reads files by file, and the workers' global batches would then not be those of one process).
 The tf.data iterator is not checkpointed; on resume, `fit` skips the `step` batches already consumed.
 Caveat: `shuffle(seed=s, reshuffle_each_iteration=True)` replays its sequence only in a fresh
 process -- re-iterating the SAME Dataset object continues its seed generator. So for resuming (or
@@ -100,6 +103,22 @@ def _trace_for(step_fn, distributed_dataset):
     with ``jit_compile`` XLA still compiles once per concrete shape inside it.
     """
     step_fn.get_concrete_function(distributed_dataset.element_spec)
+
+
+def _shard_by_data(dataset):
+    """``dataset`` with tf.data's DATA auto-shard policy, unless it names another policy itself.
+
+    The Trainer's datasets yield GLOBAL batches: each worker of a multi-worker strategy must iterate the same
+    sequence and take its part of every batch, which is DATA sharding (the strategy splits each batch between the
+    replicas, and a worker keeps its replicas' parts). The default policy, AUTO, shards by FILE whenever the
+    pipeline reads files (TFRecord, text lines): each worker would then read other files and make other batches than
+    a single process, breaking the equality with one device and exact resume. One worker ignores the policy.
+    """
+    if dataset.options().experimental_distribute.auto_shard_policy != tf.data.experimental.AutoShardPolicy.AUTO:
+        return dataset
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return dataset.with_options(options)
 
 
 def _write_scalar(name, value, step):
@@ -391,11 +410,19 @@ class Trainer:
         seeds = [lam * loss_scale / tf.maximum(count, 1.0)
                  for (_, lam, _), count in zip(spec.terms, counts)]
         grads = tape.gradient(local_sums, variables, output_gradients=seeds)
+        # Dense gradients: Keras 3's optimizers apply an IndexedSlices slice by slice (Adam squares each
+        # slice into its second moment, Adagrad into its accumulator), so a row given in k slices gets
+        # the sum of k squares, not the square of the sum; and the optimizer's all-reduce concatenates the
+        # replicas' slices. A row every replica sums over its share of the batch (BERT's position
+        # embeddings) then had one slice on one device and N on N replicas: another update (measured:
+        # up to ~lr apart after one Adam step). Summed, a gradient means the same on any number of replicas
+        # (Keras 2's optimizers summed repeated rows too). Clipping needs them dense as well: an IndexedSlices
+        # with repeated indices has a larger norm than its sum.
+        grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
         if self.clip_norm:
             # The norm is that of the SUMMED gradient: reduce here, clip, then hand each replica's
             # 1/N share to the optimizer (which sums across replicas again).
-            # Dense first: an IndexedSlices with repeated indices has a larger norm than its sum.
-            present = [tf.convert_to_tensor(g) for g in grads if g is not None]
+            present = [g for g in grads if g is not None]
             present = ctx.all_reduce(tf.distribute.ReduceOp.SUM, present)
             present = [g / loss_scale for g in present]
             present, _ = tf.clip_by_global_norm(present, self.clip_norm)
@@ -446,7 +473,7 @@ class Trainer:
         dataset = _as_dataset(dataset)
         self._ensure_ready(dataset)
         totals = None
-        distributed = self.strategy.experimental_distribute_dataset(dataset)
+        distributed = self.strategy.experimental_distribute_dataset(_shard_by_data(dataset))
         _trace_for(self._eval_fn, distributed)
         for batch in distributed:
             sums = self._eval_fn(batch)
@@ -474,7 +501,7 @@ class Trainer:
             self.stop_reason = "steps"
             return self.history
         # Deterministic, re-iterable dataset: skip what the interrupted run already consumed.
-        data = self.strategy.experimental_distribute_dataset(dataset.skip(start) if start else dataset)
+        data = self.strategy.experimental_distribute_dataset(_shard_by_data(dataset.skip(start) if start else dataset))
         _trace_for(self._train_fn, data)
         iterator = iter(data)
         progbar = None

@@ -9,7 +9,7 @@ from kerasplm.convert.elmo import convert_elmo_to_run
 from kerasplm.export import read_metadata
 from kerasplm.export.elmo import export_elmo
 from kerasplm.models.elmo import ElmoBiLM, ElmoEmbedder
-from kerasplm.jobs.elmo import Elmo
+from kerasplm.models.elmo_runs import Elmo
 from tests.export.contract import check_bad_inputs, run_isolated
 
 SENTENCES = ["the play was good", "a dog", "naïve"]

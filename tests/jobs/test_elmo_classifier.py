@@ -14,7 +14,7 @@ import tensorflow as tf
 from kerasplm.cli import main
 from kerasplm.models.elmo import ElmoBiLM, ElmoEmbedder
 from kerasplm.models.elmo_classifier import ClassifierPreprocessor, ElmoClassifier
-from kerasplm.jobs.elmo import save_bilm_run
+from kerasplm.models.elmo_runs import save_bilm_run
 from kerasplm.jobs.elmo_classifier import build_word_vocab, finetune_elmo_classifier
 from kerasplm.runs import load_run
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from kerasplm.cli import main
-from kerasplm.jobs.elmo import Elmo, WindowedCorpus, build_vocab, read_sentences
+from kerasplm.jobs.elmo import WindowedCorpus, build_vocab, read_sentences, train_elmo
+from kerasplm.models.elmo_runs import Elmo
 from kerasplm.options import OptionsConflict
 from kerasplm.runs import load_run
-from kerasplm.jobs.elmo import train_elmo
 from tests.harness import write_word_corpus
 
 WORDS = "the a cat dog sat ran on under mat log big small red old".split()

@@ -204,7 +204,7 @@ def test_plot_helpers_and_nearest_contexts(tiny_bilm):
     import matplotlib
 
     matplotlib.use("Agg")
-    from kerasplm.jobs.elmo import Elmo, plot_mix_weights
+    from kerasplm.models.elmo_runs import Elmo, plot_mix_weights
 
     mix = ScalarMix(3, initial_weights=[0.0, 1.0, 2.0])
     mix.build()

@@ -53,6 +53,9 @@ def test_mirrored_matches_single_device_and_trains():
     assert report["update_0.05"] < report["update_None"]
     # FusedAdamW (TensorFlow's fused Adam kernel) updates the same on 1 and 2 replicas.
     assert report["fused_update"] > 1e-3 and report["fused_weight_diff"] < 1e-6
+    # So does Keras' Adam on learned positions, whose rows each replica sums over its examples: the Trainer hands the
+    # optimizer dense gradients (as IndexedSlices, one row per replica, Adam's second moment differed by ~lr).
+    assert report["position_update"] > 1e-2 and report["position_weight_diff"] < 1e-6
     losses = report["losses"]
     assert losses[-1] < 0.3 * losses[0]
     assert report["trace_count"] == 1
@@ -112,3 +115,32 @@ def test_multiworker_two_processes_agree(tmp_path):
     # Only the chief wrote into the shared checkpoint directory.
     assert (tmp_path / "ckpt" / "checkpoint").exists()
     assert "ckpt-6.index" in os.listdir(tmp_path / "ckpt")
+
+
+def test_datasets_are_sharded_by_data(monkeypatch):
+    """The Trainer hands the strategy its datasets with tf.data's DATA auto-shard policy: with the default, AUTO, two
+    workers reading a pipeline of two files would each read one file (worker 0 the batches [0, 1], [2, 3], ...
+    of file 0, worker 1 those of file 1) instead of splitting the global batches a single process makes (measured
+    with two MultiWorkerMirroredStrategy workers). A policy the dataset names itself is kept."""
+    import keras
+    import tensorflow as tf
+
+    from kerasplm.training import Trainer
+    from tests.training import toy
+
+    policy = tf.data.experimental.AutoShardPolicy
+    strategy, seen = tf.distribute.get_strategy(), []
+    distribute = strategy.experimental_distribute_dataset
+
+    def recording(dataset, options=None):
+        seen.append(dataset.options().experimental_distribute.auto_shard_policy)
+        return distribute(dataset, options)
+
+    monkeypatch.setattr(strategy, "experimental_distribute_dataset", recording)
+    trainer = Trainer(toy.make_model, lambda: keras.optimizers.SGD(0.1), toy.compute_loss, strategy=strategy,
+                      verbose=0)
+    trainer.fit(toy.make_dataset(), steps=1, log_every=0)
+    off = tf.data.Options()
+    off.experimental_distribute.auto_shard_policy = policy.OFF
+    trainer.evaluate(toy.make_dataset(repeat=False).with_options(off))
+    assert seen == [policy.DATA, policy.OFF]

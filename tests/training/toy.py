@@ -80,3 +80,29 @@ def two_term_reference(model, x, y, lam=0.5):
     means = {"loss": float(objective), "token_loss": float(token_sum / token_count),
              "even_loss": float(even_sum / even_count), "accuracy": float(correct / token_count)}
     return objective, grads, means
+
+
+class LearnedPositions(keras.layers.Layer):
+    """x + a learned row per position, looked up ONCE per batch (``table[:T]``, broadcast over the batch, as BERT's
+    and GPT's position embeddings): each replica's gradient for a row is already summed over its examples."""
+
+    def __init__(self, max_length=32, **kwargs):
+        super().__init__(**kwargs)
+        self.max_length = max_length
+
+    def build(self, input_shape):
+        self.table = self.add_weight(shape=(self.max_length, input_shape[-1]), initializer="random_normal",
+                                     name="table")
+
+    def call(self, x):
+        return x + tf.gather(self.table, tf.range(tf.shape(x)[1]))[tf.newaxis]
+
+
+def make_position_model(width=16):
+    """The token-to-token toy with learned positions (its embedding gradients reach the optimizer as IndexedSlices)."""
+    return keras.Sequential([
+        keras.Input((None,), dtype="int32"),
+        keras.layers.Embedding(VOCAB, width),
+        LearnedPositions(),
+        keras.layers.Dense(VOCAB),
+    ])

@@ -77,7 +77,26 @@ def run_mirrored(args):
                                                                                       log_every=0)
         results[name + "_fused"] = [np.array(v) for v in model.variables]
 
+        # Adam on learned positions: each replica's gradient for a position row is summed over its examples (one
+        # IndexedSlices row per replica), which Keras' Adam, fed slices, would square one by one.
+        keras.utils.set_random_seed(1)
+        with strategy.scope():
+            model = toy.make_position_model()
+            model.build((None, None))
+        if name == "default":
+            position_init = model.get_weights()
+        with strategy.scope():
+            model.set_weights(position_init)
+            optimizer = keras.optimizers.Adam(0.05)
+        Trainer(model, optimizer, toy.compute_loss, strategy=strategy, verbose=0).fit(batch_ds.repeat(), steps=2,
+                                                                                      log_every=0)
+        results[name + "_positions"] = [np.array(v) for v in model.variables]
+
     report = {"replicas": results["mirrored_replicas"]}
+    report["position_weight_diff"] = max(float(np.abs(a - b).max())
+                                         for a, b in zip(results["default_positions"], results["mirrored_positions"]))
+    report["position_update"] = max(float(np.abs(a - b).max())
+                                    for a, b in zip(results["default_positions"], position_init))
     for clip in (None, 0.05):
         loss_d, w_d = results[("default", clip)]
         loss_m, w_m = results[("mirrored", clip)]
