@@ -176,21 +176,25 @@ def build_gpt(model_config, name):
 
 # ---------------------------------------------------------------------------------------------- job
 def _tokenizer_for(run, config, o, train_text, log):
-    """The run's SentencePiece model: stored (resume), copied from --tokenizer, or trained."""
-    path = run.file(ASSETS["spm_model"])
+    """The run's SentencePiece model: stored (resume), copied from --tokenizer, or trained. Only the run's writer
+    (a multi-worker job's chief) stores it; the other workers train theirs (the same bytes, from the same seed)
+    and keep it in memory."""
     if config is not None:
         return load_sentencepiece_tokenizer(run, config)
-    os.makedirs(run.path, exist_ok=True)
     if o.tokenizer:
         with open(o.tokenizer, "rb") as f:
             data = f.read()
         SentencePieceTokenizer(data)  # a clear error before anything is written
-        with open(path, "wb") as f:
-            f.write(data)
     else:
         t0 = time.time()
-        train_sentencepiece([train_text], vocab_size=o.vocab_size, model_prefix=path[:-len(".model")], seed=o.seed)
+        data = train_sentencepiece([train_text], vocab_size=o.vocab_size, seed=o.seed)
         log(f"trained a {o.vocab_size}-piece SentencePiece BPE model in {time.time() - t0:.1f}s")
+    if not run.writer:
+        return SentencePieceTokenizer(data)
+    path = run.file(ASSETS["spm_model"])
+    os.makedirs(run.path, exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
     return SentencePieceTokenizer(path)
 
 

@@ -239,13 +239,18 @@ class TranslatorJob(Job):
             src_vocab_path = _vocab_path(run, self.config, "source_vocab", self.model_config.input_vocab_size)
             tgt_vocab_path = _vocab_path(run, self.config, "target_vocab", self.model_config.target_vocab_size)
         else:
-            os.makedirs(self.out, exist_ok=True)
             cap = _vocab_max_sentences(o)
+            learned = []
             for texts, path in ((train_src, src_vocab_path), (self.train_tgt, tgt_vocab_path)):
                 if cap and len(texts) > cap:  # evenly spaced: Tatoeba is length-sorted
                     texts = texts[::-(-len(texts) // cap)]
-                write_vocab(build_wordpiece_vocab(texts, vocab_size=o.vocab_size,
-                                                  reserved_tokens=TranslatorPreprocessor.special_tokens), path)
+                learned.append(build_wordpiece_vocab(texts, vocab_size=o.vocab_size,
+                                                     reserved_tokens=TranslatorPreprocessor.special_tokens))
+                if run.writer:   # a multi-worker job's other workers keep the vocabularies in memory
+                    os.makedirs(self.out, exist_ok=True)
+                    write_vocab(learned[-1], path)
+            if not run.writer:
+                src_vocab_path, tgt_vocab_path = learned
         self.src_tok, self.tgt_tok = WordPieceTokenizer(src_vocab_path), WordPieceTokenizer(tgt_vocab_path)
         if not self.resumed:
             rate = {} if o.dropout is None else {"rate": o.dropout}

@@ -47,8 +47,6 @@ def test_translator_two_workers_match_one_process(translator):
     check_matches_single(translator, rtol=RTOL)
 
 
-@pytest.mark.xfail(strict=True, reason="TranslatorJob.build_data (kerasplm/jobs/translation.py) writes src_vocab.txt "
-                                       "and tgt_vocab.txt on every worker, not only where run_dir.writer")
 def test_translator_non_chief_writes_no_run_file(translator):
     check_non_chief_wrote_nothing(translator)
 
@@ -85,8 +83,6 @@ def test_bert_non_chief_writes_no_run_file(bert):
 
 # ------------------------------------------------------------------------------------------------ GPT
 GPT_WORDS = ["the", "king", "queen", "speaks", "walks", "to", "a", "castle", "garden", "and", "sleeps", "slowly"]
-GPT_NOT_ON_JOB = ("train_gpt (kerasplm/jobs/language_model.py) is not on the Job base yet: it builds its Trainer "
-                  "without the --distribute strategy, so each worker trains alone on whole batches and writes a run")
 
 
 @pytest.fixture(scope="module")
@@ -99,12 +95,10 @@ def gpt(tmp_path_factory):
         "--sample-tokens", "0", *QUICK])
 
 
-@pytest.mark.xfail(strict=True, reason=GPT_NOT_ON_JOB)
 def test_gpt_two_workers_match_one_process(gpt):
     check_matches_single(gpt, rtol=RTOL)
 
 
-@pytest.mark.xfail(strict=True, reason=GPT_NOT_ON_JOB)
 def test_gpt_non_chief_writes_no_run_file(gpt):
     check_non_chief_wrote_nothing(gpt)
 
