@@ -247,16 +247,18 @@ class WordPieceTokenizer(VocabularyLookup, tf.Module):
         return pieces.merge_dims(-2, -1)
 
     def _as_ragged(self, ids):
-        """Dense or ragged [batch, len] ids -> ragged ids, out-of-range ids mapped to the unknown token."""
+        """Dense or ragged [batch, len] integer ids (any int dtype) -> ragged int64 ids, out-of-range ids mapped to
+        the unknown token."""
         if not isinstance(ids, tf.RaggedTensor):
             ids = tf.RaggedTensor.from_tensor(ids)
         size = tf.constant(self.vocab_size, tf.int64)
         return tf.ragged.map_flat_values(
-            lambda v: tf.where((v < 0) | (v >= size), tf.constant(self.unk_id, tf.int64), v), ids)
+            lambda v: tf.where((v < 0) | (v >= size), tf.constant(self.unk_id, tf.int64), v),
+            tf.cast(ids, tf.int64))
 
     @tf.function
     def lookup(self, ids):
-        """int64 ids [batch, len] (dense or ragged) -> string tokens, ragged [batch, (len)]."""
+        """Integer ids [batch, len] (dense or ragged; int32 or int64) -> string tokens, ragged [batch, (len)]."""
         return tf.gather(self._vocab, self._as_ragged(ids))
 
     @tf.function

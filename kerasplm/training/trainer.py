@@ -69,6 +69,7 @@ import time
 import keras
 import numpy as np
 import tensorflow as tf
+from tensorflow.core.framework import summary_pb2
 
 from kerasplm.training.checkpoints import restore_checkpoint
 
@@ -123,8 +124,6 @@ def _shard_by_data(dataset):
 
 def _write_scalar(name, value, step):
     """`tf.summary.scalar` without needing the tensorboard package (scalars-plugin metadata)."""
-    from tensorflow.core.framework import summary_pb2
-
     metadata = summary_pb2.SummaryMetadata(
         plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")
     )

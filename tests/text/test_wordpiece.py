@@ -205,3 +205,14 @@ def test_real_bert_uncased_vocab_loads():
     assert tok.special_tokens == {"[PAD]": 0, "[UNK]": 100, "[CLS]": 101, "[SEP]": 102, "[MASK]": 103}
     tokens = tok.lookup(tok.tokenize(tf.constant(["Hello, World!"]))).to_list()[0]
     assert tokens == [b"hello", b",", b"world", b"!"]
+
+
+def test_lookup_and_detokenize_take_int32_ids_as_int64(tok):
+    """The decoders emit int32 ids (Translator.encode, translate_ids): the tokenizer reads them as int64 ones."""
+    ids = tok.tokenize(tf.constant(["the cat sat on the mat.", "hello"]))
+    for dense in (ids.to_tensor(), ids):
+        as_int32 = tf.cast(dense, tf.int32)
+        assert tok.lookup(as_int32).to_list() == tok.lookup(dense).to_list()
+        assert _text(tok.detokenize(as_int32)) == _text(tok.detokenize(dense))
+    out_of_range = tf.constant([[tok.vocab_size + 5, -1]], tf.int32)
+    assert tok.lookup(out_of_range).to_list() == [[tok.unk_token.encode()] * 2]
