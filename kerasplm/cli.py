@@ -244,7 +244,11 @@ def _quiet_tensorflow(verbose):
 
 
 def main(argv=None):
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except (ImportError, ValueError) as e:   # a family manifest that cannot be read (KERASPLM_FAMILIES ...)
+        print(f"kerasplm: error: {e}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     _quiet_tensorflow(getattr(args, _VERBOSE_DEST, False))
     try:

@@ -84,8 +84,8 @@ def _manifests():
         try:
             modules.append(importlib.import_module(name))
         except ImportError as e:
-            raise ImportError(f"family manifest {name!r} (from {_ENV} or {_FAMILIES_PACKAGE}) cannot be imported: "
-                              f"{e}") from e
+            raise ImportError(f"family manifest {name!r} (from {_ENV} or {_FAMILIES_PACKAGE}) cannot be imported "
+                              f"({e})") from e
     return modules
 
 

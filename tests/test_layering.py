@@ -73,3 +73,12 @@ def test_commands_print_no_tensorflow_log_lines_unless_verbose(tmp_path):
                        "--to", str(tmp_path / "x"), env={k: v for k, v in os.environ.items()
                                                          if k != "TF_CPP_MIN_LOG_LEVEL"})
     assert verbose.returncode == 2 and len(verbose.stderr.strip().splitlines()) > 2, verbose.stderr
+
+
+def test_an_unreadable_family_manifest_is_one_line():
+    result = subprocess.run([sys.executable, "-m", "kerasplm.cli", "--help"], capture_output=True, text=True,
+                            timeout=120, cwd=ROOT, env={**os.environ, "KERASPLM_FAMILIES": "no_such_family_module"})
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        "kerasplm: error: family manifest 'no_such_family_module' (from KERASPLM_FAMILIES or kerasplm.families) "
+        "cannot be imported (No module named 'no_such_family_module')"]
