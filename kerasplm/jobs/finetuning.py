@@ -220,6 +220,7 @@ def bert_init_parts(init, length, length_option="max_length"):
 class FineTuningJob(Job):
     """A :class:`Job` that fine-tunes a pretrained run and scores held-out data (see the module docstring)."""
 
+    builds_model_in_build_data = True   # the pretrained backbone is loaded in build_data
     checkpoint_every = 500
     clip_norm = 1.0
     log_every = 25

@@ -26,6 +26,7 @@ writes ``metrics.json``, logs the closing report, and puts the caller's dtype po
 The functions below (:func:`open_run`, :func:`fit_recorded`, :func:`fit_scheduled`, :func:`training_summary`)
 are the base's steps, usable on their own.
 """
+import contextlib
 import dataclasses
 import functools
 import time
@@ -194,6 +195,7 @@ class Job:
     checkpoint_every = None
     clip_norm = None
     log_every = 50
+    builds_model_in_build_data = False   # True: build_data runs under the strategy's scope (see run)
 
     def __init__(self, out, options=None, log=print, **overrides):
         self.out, self.log = out, log
@@ -272,7 +274,11 @@ class Job:
                      f"between them")
         if self.resumed:
             self.log(f"resuming run in {self.out}")
-        self.build_data()
+        # A job that builds its pretrained model in build_data (fine-tuning) builds it under the strategy's scope, so
+        # that its variables are the strategy's; the others build only data there (string tables, which
+        # MultiWorkerMirroredStrategy's scope would try to make collective).
+        with strategy.scope() if self.builds_model_in_build_data else contextlib.nullcontext():
+            self.build_data()
         o = self.options   # build_data may have settled options a new run records (a schedule's length ...)
         trainer = Trainer(model=self.build_model, optimizer=self.build_optimizer, compute_loss=self.compute_loss,
                           strategy=strategy, jit_compile=o.jit_compile, clip_norm=self.clip_norm,
