@@ -251,6 +251,12 @@ class FineTuningJob(Job):
     def plan(self, options, overrides):
         """Options with ``epochs``: read the training data before the run opens and count the steps of ``epochs``
         epochs (``self.planned_steps``); without ``steps`` and ``time_budget`` the run trains that many."""
+        distribute = overrides.get("distribute", getattr(options, "distribute", "default"))
+        if distribute == "multi-worker":
+            # The tokenizers loaded beside the pretrained backbone hold string tables, which
+            # MultiWorkerMirroredStrategy's scope tries to broadcast (no collective op takes strings).
+            raise ValueError("distribute multi-worker is not supported by the fine-tuning jobs yet (their "
+                             "tokenizers' string tables cannot be made collective); use default or mirrored")
         if not hasattr(self.options_class, "epochs"):
             return overrides
         run = RunDir(self.out)
