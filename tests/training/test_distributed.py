@@ -2,12 +2,13 @@
 subprocesses: logical devices and TF_CONFIG must be set before TensorFlow initializes."""
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+
+from tests.jobs.multiworker import free_ports, tf_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,18 +23,6 @@ def _result(stdout):
     lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, stdout[-3000:]
     return json.loads(lines[-1][len("RESULT "):])
-
-
-def _free_ports(n):
-    """Ports the OS hands out as free, all held open at once so that they differ."""
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def test_mirrored_matches_single_device_and_trains():
@@ -83,15 +72,13 @@ def test_two_loss_terms_are_exact_across_replicas():
 
 
 def test_multiworker_two_processes_agree(tmp_path):
-    ports = _free_ports(2)
-    cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
+    ports = free_ports(2)
     procs = []
     for index in range(2):
-        tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "tests.training.train_script", "multiworker", "--steps", "6",
              "--ckpt", str(tmp_path / "ckpt"), "--out", str(tmp_path / f"w{index}.npz")],
-            cwd=ROOT, env=_env(TF_CONFIG=tf_config), stdout=subprocess.PIPE,
+            cwd=ROOT, env=_env(TF_CONFIG=tf_config(ports, index)), stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True,
         ))
     outputs = []
