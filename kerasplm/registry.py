@@ -18,7 +18,8 @@ import importlib
 import os
 import pkgutil
 
-__all__ = ["VERBS", "Command", "commands", "run_loader", "known_run_families", "add_manifest", "resolve"]
+__all__ = ["VERBS", "Command", "commands", "manifest_modules", "run_loader", "known_run_families", "add_manifest",
+           "resolve"]
 
 # Subcommand groups: ``kerasplm <verb> <name>``; a command of verb "" is ``kerasplm <name>``.
 VERBS = {"train": "train a model from scratch (or resume a run)",
@@ -68,6 +69,11 @@ def add_manifest(module_name):
     """Register the manifest module ``module_name`` (its ``COMMANDS`` and ``RUN_LOADERS``) in this process."""
     if module_name not in _extra_manifests:
         _extra_manifests.append(module_name)
+
+
+def manifest_modules():
+    """The names of every family manifest module (kerasplm's, then ``KERASPLM_FAMILIES``'s, then added ones)."""
+    return _manifest_names()
 
 
 def _manifest_names():

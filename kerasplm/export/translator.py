@@ -23,6 +23,7 @@ an inner ``tf.function`` that is XLA-compiled only with ``jit_compile=True``. Se
 """
 import os
 
+import keras
 import tensorflow as tf
 
 from kerasplm.export.base import ExportModule, save_version
@@ -47,13 +48,15 @@ class TranslatorModule(ExportModule):
 
     def __init__(self, translator, max_source_length=None, max_decode_length=None, alpha=DEFAULT_ALPHA,
                  max_beam_size=MAX_BEAM_SIZE, jit_compile=False):
-        super().__init__(translator.model, family=(translator.config or {}).get("family", FAMILY), name="translator")
+        model, preprocessor, run_info = _translator_parts(translator)
+        super().__init__(model, family=run_info.config.get("family", FAMILY) if run_info else FAMILY,
+                         name="translator")
         limit = self.model.max_source_length
         self.max_source_length = int(max_source_length or limit)
         if not 3 <= self.max_source_length <= limit:
             raise ValueError(f"max_source_length must be in [3, {limit}] (the model's max_source_length), "
                              f"got {self.max_source_length}")
-        self.preprocessor = TranslatorPreprocessor(translator.src_tokenizer, translator.tgt_tokenizer,
+        self.preprocessor = TranslatorPreprocessor(preprocessor.src_tokenizer, preprocessor.tgt_tokenizer,
                                                    max_source_length=self.max_source_length)
         # Not tracked (like the model): a plain object holding the model; the signatures trace its functions.
         self.__dict__["decoder"] = Seq2SeqDecoder(self.model, self.preprocessor, max_decode_length=max_decode_length,
@@ -124,16 +127,27 @@ class TranslatorModule(ExportModule):
                 "translate_with_attention": self.translate_with_attention}
 
 
+def _translator_parts(translator):
+    """``(model, preprocessor, run_info or None)`` of a ``Translator`` (model + preprocessor) or of a translator
+    model with its preprocessor attached (what :func:`kerasplm.runs.load_run` returns)."""
+    model = translator if isinstance(translator, keras.Model) else translator.model
+    preprocessor = getattr(translator, "preprocessor", None) or getattr(model, "preprocessor", None)
+    if preprocessor is None:
+        raise ValueError("the translator model has no preprocessor (load it with kerasplm.runs.load_run)")
+    return model, preprocessor, getattr(model, "run_info", None)
+
+
 def _metadata(translator, module):
     """The translator's own metadata fields (save_version adds the common ones)."""
-    model_config = translator.model.config
-    config = translator.config or {}
+    model, preprocessor, run_info = _translator_parts(translator)
+    model_config = model.config
+    config = run_info.config if run_info else {}
     return {
-        "preset": config.get("preset", translator.model.name),
+        "preset": config.get("preset", model.name),
         "model": {k: getattr(model_config, k) for k in model_config.__dataclass_fields__},
-        "source_vocab_size": translator.src_tokenizer.vocab_size,
-        "target_vocab_size": translator.tgt_tokenizer.vocab_size,
-        "training_step": translator.step,
+        "source_vocab_size": preprocessor.src_tokenizer.vocab_size,
+        "target_vocab_size": preprocessor.tgt_tokenizer.vocab_size,
+        "training_step": run_info.step if run_info else None,
         "decoding": {
             "default": "greedy", "beam_sizes": [1, module.max_beam_size], "length_penalty_alpha": module.alpha,
             "max_length_ratio": module.ratio, "max_length_offset": module.offset,
@@ -148,7 +162,7 @@ def export_translator(translator, model_base_path, version=None, overwrite=False
     """Writes ``model_base_path/<version>/`` (SavedModel + ``assets.extra/kerasplm.json``) atomically.
 
     Args:
-      translator: a :class:`kerasplm.jobs.translation.Translator`.
+      translator: a :class:`kerasplm.jobs.translation.Translator`, or the model ``kerasplm.runs.load_run`` gives.
       model_base_path, version, overwrite: as :func:`kerasplm.export.base.save_version` (next free version by
         default; an existing one is refused unless ``overwrite=True``).
       jit_compile: XLA-compile the decoding loop (TF Serving then needs ``--xla_cpu_compilation_enabled``

@@ -200,6 +200,7 @@ class Job:
     def __init__(self, out, options=None, log=print, **overrides):
         self.out, self.log = out, log
         self.given_options, self.overrides = options, overrides
+        self._new_config = None
         self.train_dataset = self.eval_dataset = None
         self.schedule = None       # a schedule with set_total_steps (BudgetSchedule ...): fitted to a time budget
         self.most_steps = None     # the longest schedule a time budget may be fitted to
@@ -247,12 +248,25 @@ class Job:
     def resumed(self):
         return self.stored_config is not None
 
-    def write_config(self, preset, model, options=None, assets=None):
-        """Write the new run's config.json (once it is known to be valid): ``options`` default to the RUN options."""
-        self.config = self.run_dir.write_config(self.family, self.task, preset, model,
-                                                self.options.stored(RUN) if options is None else options,
-                                                assets=assets)
+    def write_config(self, preset, options=None, assets=None):
+        """Record what the new run's config.json will hold besides the model: ``options`` default to the RUN options.
+
+        The base writes config.json once the model is built (:meth:`run`): the task model's Keras config and its
+        preprocessor's (:meth:`run_preprocessor`) go in with these; from then on the directory holds a run to resume.
+        """
+        self._new_config = (preset, self.options.stored(RUN) if options is None else options, assets)
+        self.config = {"family": self.family, "task": self.task, "preset": preset, "options": self._new_config[1],
+                       "assets": dict(assets or {})}
         return self.config
+
+    def run_preprocessor(self, model):
+        """The preprocessor a run stores with ``model`` (default: ``model.preprocessor``, else ``self.preprocessor``)."""
+        return getattr(model, "preprocessor", None) or getattr(self, "preprocessor", None)
+
+    def stored_model(self):
+        """A resumed run's task model rebuilt from its config.json (no weights: the checkpoint restores them), with its
+        preprocessor as ``model.preprocessor``."""
+        return self.run_dir.build(self.stored_config)
 
     def run(self):
         previous_policy = keras.mixed_precision.global_policy()
@@ -285,6 +299,12 @@ class Job:
                           checkpoint_dir=self.run_dir.checkpoint_dir, checkpoint_every=self.checkpoint_every,
                           log_dir=self.run_dir.log_dir, seed=o.seed, verbose=o.verbose)
         self.trainer = trainer
+        if not self.resumed:
+            if getattr(self, "_new_config", None) is None:
+                raise TypeError(f"{type(self).__name__}.build_data did not call write_config for the new run")
+            preset, options, assets = self._new_config
+            self.config = self.run_dir.write_config(self.family, self.task, preset, trainer.model, options,
+                                                    assets=assets, preprocessor=self.run_preprocessor(trainer.model))
         t0 = time.time()
         trainer.fit(self.train_dataset, steps=0)  # builds the model and optimizer, restores the latest checkpoint
         self.first_step = trainer.step

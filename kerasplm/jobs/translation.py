@@ -10,7 +10,6 @@ Example:
 >>> translator = load_translator("runs/demo")
 >>> translator.translate(["¿Puedo tomar prestado este libro?"])
 """
-import dataclasses
 import os
 import sys
 import time
@@ -25,10 +24,10 @@ from kerasplm.generation.seq2seq import Seq2SeqDecoder
 from kerasplm.families.translator import (BUNDLED_TRAIN, BUNDLED_VOCAB_MAX_SENTENCES, DEFAULT_PEAK_LEARNING_RATE,
                                          TranslatorOptions)
 from kerasplm.jobs.job import Job, provisional_total_steps
-from kerasplm.models.transformer import Transformer, TransformerConfig, get_preset, translation_loss
-from kerasplm.runs import RunDir
-from kerasplm.text import (TranslatorPreprocessor, WordPieceTokenizer, build_wordpiece_vocab, read_vocab,
-                           write_vocab)
+from kerasplm.models.transformer import Transformer, get_preset, translation_loss
+from kerasplm.runs import attach_run_info, load_run
+from kerasplm.runs.serialization import attach_preprocessor
+from kerasplm.text import TranslatorPreprocessor, WordPieceTokenizer, build_wordpiece_vocab, write_vocab
 from kerasplm.training import BudgetSchedule, CustomSchedule
 from kerasplm.training.optimizers import FusedAdam
 
@@ -69,15 +68,23 @@ class Translator:
     # Sources are padded to a multiple of this many tokens, so decoding compiles once per bucket.
     length_bucket = 16
 
-    def __init__(self, model, src_tokenizer, tgt_tokenizer, config=None, step=None):
+    def __init__(self, model, preprocessor=None):
         self.model = model
-        self.src_tokenizer = src_tokenizer
-        self.tgt_tokenizer = tgt_tokenizer
-        self.preprocessor = TranslatorPreprocessor(src_tokenizer, tgt_tokenizer,
-                                                   max_source_length=model.max_source_length)
+        self.preprocessor = preprocessor or model.preprocessor
+        if self.preprocessor is None:
+            raise ValueError("a Translator needs a TranslatorPreprocessor (the model has none attached)")
         self.decoder = Seq2SeqDecoder(model, self.preprocessor, length_bucket=self.length_bucket)
-        self.config = config or {}
-        self.step = step
+        run_info = getattr(model, "run_info", None)   # set by load_run and by the job
+        self.config = run_info.config if run_info else {}
+        self.step = run_info.step if run_info else None
+
+    @property
+    def src_tokenizer(self):
+        return self.preprocessor.src_tokenizer
+
+    @property
+    def tgt_tokenizer(self):
+        return self.preprocessor.tgt_tokenizer
 
     def encode(self, texts):
         """Source ids ``(batch, S)`` int32, 0-padded: ``[START] pieces [END]`` cut to the model's position limit
@@ -96,46 +103,16 @@ class Translator:
                                       length_bucket=self.length_bucket, **options)
 
 
+def translator_preprocessor(src_tokenizer, tgt_tokenizer, model_config):
+    """The translator's preprocessor for a model of ``model_config`` (the source cut at its position limit)."""
+    return TranslatorPreprocessor(src_tokenizer, tgt_tokenizer, max_source_length=model_config.pe_input)
+
+
 def load_translator(run_dir):
-    """Rebuild the translator of a run directory from its config, vocabularies and latest checkpoint.
-
-    Raises :class:`kerasplm.runs.RunDirError` (a ValueError, one line naming the file) for a
-    missing or damaged run file.
-    """
-    run = RunDir(run_dir)
-    return load_translator_from_run(run, run.read_config(family=FAMILY, what="translator"))
-
-
-def _model_config(run, config):
-    try:
-        return TransformerConfig(**config["model"])
-    except (TypeError, ValueError) as e:
-        raise run.error(run.CONFIG, f"'model' is not a valid TransformerConfig ({e})") from None
-
-
-def _vocab_path(run, config, key, expected_size):
-    """Path of vocabulary asset ``key``, checked against the model's vocabulary size."""
-    path = run.asset(config, key)
-    name = os.path.relpath(path, run.path)
-    try:
-        size = len(read_vocab(path))
-    except UnicodeDecodeError as e:
-        raise run.error(name, f"not UTF-8 text ({e.reason} at byte {e.start}); the file is damaged") from None
-    if size != expected_size:
-        raise run.error(name, f"{size} tokens, but the model was trained with {expected_size}; the file is "
-                              f"damaged or from another run")
-    return path
-
-
-def load_translator_from_run(run, config):
-    """The loader registered for family ``transformer_translator`` (see ``run_dir.load_run``)."""
-    model_config = _model_config(run, config)
-    src = WordPieceTokenizer(_vocab_path(run, config, "source_vocab", model_config.input_vocab_size))
-    tgt = WordPieceTokenizer(_vocab_path(run, config, "target_vocab", model_config.target_vocab_size))
-    model = Transformer.from_config_object(model_config, name=config["preset"])
-    step = tf.Variable(0, dtype=tf.int64)
-    run.restore(model=model, step=step)
-    return Translator(model, src, tgt, config=config, step=int(step.numpy()))
+    """The :class:`Translator` of a run directory (:func:`kerasplm.runs.load_run`: the model, its preprocessor
+    and its latest checkpoint). Raises :class:`kerasplm.runs.RunDirError` (a ValueError, one line naming the
+    file) for a missing or damaged run file."""
+    return Translator(load_run(run_dir, family=FAMILY, what="a translator run (kerasplm train translator)"))
 
 
 def _prepare_data(options):
@@ -225,9 +202,6 @@ class TranslatorJob(Job):
     legacy_options = {"schedule": "seed", "bundled_data": "sample", "vocab_max_sentences": 0}
     checkpoint_every = 1000
 
-    def check_config(self, run, config):
-        _model_config(run, config)
-
     def build_data(self):
         o, run, t0 = self.options, self.run_dir, time.time()
         (train_src, self.train_tgt), (dev_src, dev_tgt), self.dev_set = _prepare_data(o)
@@ -235,9 +209,9 @@ class TranslatorJob(Job):
                  f"({f'bundled Tatoeba data: {o.bundled_data}' if o.data is None else o.data})")
         src_vocab_path, tgt_vocab_path = (run.file(n) for n in ASSETS.values())
         if self.resumed:
-            self.model_config = _model_config(run, self.config)
-            src_vocab_path = _vocab_path(run, self.config, "source_vocab", self.model_config.input_vocab_size)
-            tgt_vocab_path = _vocab_path(run, self.config, "target_vocab", self.model_config.target_vocab_size)
+            stored = self.stored_model()
+            self.model_config, self.preprocessor = stored.config, stored.preprocessor
+            self.src_tok, self.tgt_tok = self.preprocessor.src_tokenizer, self.preprocessor.tgt_tokenizer
         else:
             cap = _vocab_max_sentences(o)
             learned = []
@@ -251,11 +225,12 @@ class TranslatorJob(Job):
                     write_vocab(learned[-1], path)
             if not run.writer:
                 src_vocab_path, tgt_vocab_path = learned
-        self.src_tok, self.tgt_tok = WordPieceTokenizer(src_vocab_path), WordPieceTokenizer(tgt_vocab_path)
         if not self.resumed:
+            self.src_tok, self.tgt_tok = WordPieceTokenizer(src_vocab_path), WordPieceTokenizer(tgt_vocab_path)
             rate = {} if o.dropout is None else {"rate": o.dropout}
             self.model_config = get_preset(o.preset, input_vocab_size=self.src_tok.vocab_size,
                                            target_vocab_size=self.tgt_tok.vocab_size, **rate)
+            self.preprocessor = translator_preprocessor(self.src_tok, self.tgt_tok, self.model_config)
         self.log(f"vocabularies: source {self.src_tok.vocab_size}, target {self.tgt_tok.vocab_size} WordPiece "
                  f"tokens; {time.time() - t0:.1f}s")
         self.train_dataset = make_translation_dataset(train_src, self.train_tgt, self.src_tok, self.tgt_tok,
@@ -271,12 +246,15 @@ class TranslatorJob(Job):
             if o.schedule == "budget" and o.schedule_steps is None and o.steps is not None:
                 o = o.replace(schedule_steps=o.steps)
             self.options = o   # the run is valid: from now on this directory holds a run to resume
-            self.write_config(o.preset, dataclasses.asdict(self.model_config), assets=ASSETS)
+            self.write_config(o.preset, assets=ASSETS)
         self.lr_schedule = _make_schedule(o, self.model_config)
         self.schedule = self.lr_schedule if isinstance(self.lr_schedule, BudgetSchedule) else None
 
     def build_model(self):
-        return Transformer.from_config_object(self.model_config, name=self.config["preset"])
+        if self.resumed:
+            return self.stored_model()
+        model = Transformer.from_config_object(self.model_config, name=self.config["preset"])
+        return attach_preprocessor(model, self.preprocessor)
 
     def build_optimizer(self):
         return FusedAdam(self.lr_schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
@@ -286,7 +264,7 @@ class TranslatorJob(Job):
                                 label_smoothing=self.options.label_smoothing if training else 0.0)
 
     def result(self, trainer):
-        return Translator(trainer.model, self.src_tok, self.tgt_tok, config=self.config, step=trainer.step)
+        return Translator(attach_run_info(trainer.model, self.run_dir.path, self.config, trainer.step), self.preprocessor)
 
     def evaluate(self, trainer, summary):
         o, seconds = self.options, max(summary["train_seconds"], 1e-9)

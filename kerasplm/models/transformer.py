@@ -315,6 +315,15 @@ class Transformer(ConfigMixin, keras.Model):
         padding_mask = create_padding_mask(inp, pad_id)
         return self.encoder(inp, training=False, padding_mask=padding_mask), padding_mask
 
+    def check_preprocessor(self, preprocessor):
+        """ValueError naming the file when a vocabulary of ``preprocessor`` does not have the model's size."""
+        for side, tokenizer, size in (("source", preprocessor.src_tokenizer, self.config.input_vocab_size),
+                                      ("target", preprocessor.tgt_tokenizer, self.config.target_vocab_size)):
+            if tokenizer.vocab_size != size:
+                where = getattr(tokenizer, "vocabulary_file", None) or f"the {side} vocabulary"
+                raise ValueError(f"{where}: {tokenizer.vocab_size} tokens, but the model was trained with {size}; "
+                                 f"the file is damaged or from another run")
+
     @property
     def max_source_length(self):
         """Longest encodable source (the encoder's position limit, ``pe_input``)."""

@@ -2,6 +2,8 @@
 
 See :mod:`kerasplm.runs.run_dir` for the layout of a run directory.
 """
-from kerasplm.runs.run_dir import FORMAT_VERSION, RunDir, RunDirError, load_run
+from kerasplm.runs.run_dir import FORMAT_VERSION, RunDir, RunDirError, RunInfo, attach_run_info, load_run
+from kerasplm.runs.serialization import attach_preprocessor, serializable
 
-__all__ = ["FORMAT_VERSION", "RunDir", "RunDirError", "load_run"]
+__all__ = ["FORMAT_VERSION", "RunDir", "RunDirError", "RunInfo", "attach_preprocessor", "attach_run_info", "load_run",
+           "serializable"]

@@ -2,29 +2,31 @@
 
 A run directory holds everything needed to resume, evaluate, use and export a trained model::
 
-    RUN_DIR/config.json     {"format_version": 2, "family": "transformer_translator", "task": "translation",
-                             "preset": "transformer_seed", "model": {...the model config...},
+    RUN_DIR/config.json     {"format_version": 3, "family": "bert_classifier", "task": "sequence_classification",
+                             "preset": "bert_tiny",
+                             "model": {...the task model's Keras config: class, backbone, head, labels...},
+                             "preprocessor": {...the preprocessor's Keras config: tokenizer, lengths...} or null,
                              "options": {...the job's RUN options...},
-                             "assets": {"source_vocab": "src_vocab.txt", ...}, "kerasplm_version": "0.x"}
-    RUN_DIR/<assets>        tokenizer files named in config["assets"] (paths relative to RUN_DIR)
-    RUN_DIR/checkpoints/    tf.train.CheckpointManager: model, optimizer, step, RNG state
+                             "assets": {"vocab": "vocab.txt", ...}, "kerasplm_version": "0.x"}
+    RUN_DIR/<assets>        tokenizer files (named relative to RUN_DIR in the configs and in ``assets``)
+    RUN_DIR/checkpoints/    tf.train.CheckpointManager: ``model`` (the task model), optimizer, step, RNG state
     RUN_DIR/logs/           TensorBoard summaries
     RUN_DIR/history.json    the Trainer's history over every session of the run (dict of lists)
     RUN_DIR/metrics.json    the last session's evaluation summary
 
-``config.json`` is written once the run is known to be valid (options checked, data read,
-tokenizers built), so its presence means "a run exists here"; the next job in the same directory
-resumes it, keeping its stored options (see :func:`kerasplm.options.resolve_options`).
-JSON files are replaced atomically and created with the same permissions as any other file the
-user creates (mode 0666 minus the umask). Every problem with a run file is a :class:`RunDirError`
-(a ``ValueError``) whose one-line message names the file and what is wrong, which the CLI prints
-with exit status 2.
+``model`` and ``preprocessor`` are Keras object configs (:mod:`kerasplm.runs.serialization`), so :func:`load_run`
+rebuilds any family's run the same way: deserialize the preprocessor and the task model, attach the preprocessor
+(``model.preprocessor``), restore the checkpoint's ``model``. No family registers a loader.
 
-:func:`load_run` reads ``config.json`` and calls the loader that the family's manifest declares for its
-``family`` (``RUN_LOADERS`` in ``kerasplm/families/<family>.py``, found by :mod:`kerasplm.registry`):
-``load(run_dir: RunDir, config: dict)`` returns the trained object. Translator runs written before format 2 (keys
-family/preset/model/data/train/kerasplm_version) are read as format 2.
+``config.json`` is written once the run is known to be valid (options checked, data read, tokenizers and model
+built), so its presence means "a run exists here"; the next job in the same directory resumes it, keeping its
+stored options (see :func:`kerasplm.options.resolve_options`). JSON files are replaced atomically and created with
+the same permissions as any other file the user creates (mode 0666 minus the umask). Every problem with a run file
+is a :class:`RunDirError` (a ``ValueError``) whose one-line message names the file and what is wrong, which the CLI
+prints with exit status 2. Runs of an earlier format (1 and 2: a family-specific ``model`` section) are refused
+with one line naming the command that converts them (``kerasplm convert run``).
 """
+import dataclasses
 import json
 import os
 import secrets
@@ -32,13 +34,14 @@ import secrets
 import tensorflow as tf
 
 import kerasplm
-from kerasplm import registry
+from kerasplm.runs.serialization import attach_preprocessor, deserialize, serialize
 from kerasplm.training.checkpoints import restore_checkpoint
 
-__all__ = ["FORMAT_VERSION", "RunDir", "RunDirError", "load_run"]
+__all__ = ["FORMAT_VERSION", "RunDir", "RunDirError", "RunInfo", "attach_run_info", "load_run"]
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 _REQUIRED = {"family": str, "preset": str, "model": dict, "options": dict}
+CONVERT_COMMAND = "kerasplm convert run --from {path} --out NEW_RUN_DIR"
 
 
 class RunDirError(ValueError):
@@ -46,24 +49,41 @@ class RunDirError(ValueError):
 
 
 def load_run(path, family=None, what=None):
-    """The trained object of any run directory (a Translator for a translator run, ...).
+    """The trained task model of any run directory, its preprocessor attached (``model.preprocessor``).
 
     ``family`` (a run family or a tuple of them): refuse runs of any other family, naming ``what`` was
     expected (e.g. "a translator run, written by kerasplm train translator").
     """
     run = RunDir(path)
-    config = run.read_config()
     families = (family,) if isinstance(family, str) else family
+    if not run.exists():
+        expected = f"; expected {what or ' or '.join(families) + ' run'}" if families else ""
+        raise RunDirError(f"{run.path} is not a kerasplm run directory (no config.json){expected}")
+    config = run.read_config()
     if families and config["family"] not in families:
         raise run.error(run.CONFIG, f"a {config['family']} run, not {what or ' or '.join(families) + ' run'}")
-    loader = registry.run_loader(config["family"])
-    if loader is None:
-        raise RunDirError(f"{run.config_path}: unknown family {config['family']!r} "
-                          f"(known: {', '.join(registry.known_run_families())})")
-    return loader(run, config)
+    model = run.build(config)
+    step = tf.Variable(0, dtype=tf.int64)
+    run.restore(model=model, step=step)
+    return attach_run_info(model, run.path, config, int(step.numpy()))
 
 
-def _upgrade_v1(config):
+@dataclasses.dataclass(frozen=True)
+class RunInfo:
+    """Where a loaded model comes from: its run directory, config.json and training step (export metadata)."""
+
+    path: str
+    config: dict
+    step: int
+
+
+def attach_run_info(model, path, config, step):
+    """Set ``model.run_info`` (a :class:`RunInfo`, untracked: it is no part of the model's checkpoint)."""
+    object.__setattr__(model, "run_info", RunInfo(os.fspath(path), config, step))
+    return model
+
+
+def upgrade_v1(config):
     """The translator's first format (data/train sections) as format 2."""
     data, train = config.get("data"), config.get("train")
     if not isinstance(data, dict) or not isinstance(train, dict):
@@ -133,11 +153,15 @@ class RunDir:
     def write_json(self, name, payload):
         self.write_text(name, json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
 
-    def write_config(self, family, task, preset, model, options, assets=None):
-        """Write config.json in the current format (call it once the run is known to be valid)."""
+    def write_config(self, family, task, preset, model, options, assets=None, preprocessor=None):
+        """Write config.json in the current format (call it once the run is known to be valid).
+
+        ``model``: the task model (a Keras object; its config is stored) and ``preprocessor`` the object turning
+        strings into its inputs (or None); ``assets``: ``{key: file name in the run directory}``.
+        """
         config = {"format_version": FORMAT_VERSION, "family": family, "task": task, "preset": preset,
-                  "model": model, "options": options, "assets": dict(assets or {}),
-                  "kerasplm_version": kerasplm.__version__}
+                  "model": serialize(model, self.path), "preprocessor": serialize(preprocessor, self.path),
+                  "options": options, "assets": dict(assets or {}), "kerasplm_version": kerasplm.__version__}
         self.write_json(self.CONFIG, config)
         return config
 
@@ -166,17 +190,26 @@ class RunDir:
             raise self.error(name, f"expected a JSON {_json_type(expected)}, got {_json_type(type(payload))}")
         return payload
 
-    def read_config(self, family=None, what="kerasplm"):
-        """config.json in the current format, its shape checked; ``family`` (if given) must match."""
+    def read_config(self, family=None, what="kerasplm", legacy=False):
+        """config.json in the current format, its shape checked; ``family`` (if given) must match.
+
+        A run of an earlier format is refused with the command that converts it, unless ``legacy`` (the
+        converter's own reading: format 1 is then returned as format 2).
+        """
         if not os.path.isfile(self.config_path):
             raise RunDirError(f"{self.path} is not a {what} run directory (no config.json)")
         config = self.read_json(self.CONFIG)
         if "format_version" not in config:
-            config = _upgrade_v1(config)
+            config = upgrade_v1(config)
         version = config.get("format_version")
         if not isinstance(version, int) or isinstance(version, bool) or version > FORMAT_VERSION:
             raise self.error(self.CONFIG, f"format_version {version!r} is not one this kerasplm "
                                           f"({kerasplm.__version__}) reads (<= {FORMAT_VERSION}); upgrade kerasplm")
+        if version < FORMAT_VERSION and not legacy:
+            raise self.error(self.CONFIG, f"a run of format {version} (kerasplm "
+                                          f"{config.get('kerasplm_version', '< 0.2')}); this kerasplm reads format "
+                                          f"{FORMAT_VERSION}: convert it with "
+                                          f"`{CONVERT_COMMAND.format(path=self.path)}`")
         for key, kind in _REQUIRED.items():
             if key not in config:
                 raise self.error(self.CONFIG, f"missing key {key!r}")
@@ -188,6 +221,28 @@ class RunDir:
         if family is not None and config["family"] != family:
             raise self.error(self.CONFIG, f"a {config['family']} run, not a {family} run")
         return config
+
+    def build(self, config):
+        """The task model and preprocessor ``config`` stores (no weights yet), the preprocessor attached to the model
+        as ``model.preprocessor``; a one-line :class:`RunDirError` when either cannot be rebuilt, or when the model's
+        ``check_preprocessor(preprocessor)`` (if it has one) finds they do not fit (a damaged vocabulary file)."""
+        try:
+            preprocessor = deserialize(config.get("preprocessor"), self.path)
+        except (ValueError, OSError) as e:
+            raise self.error(self.CONFIG, f"'preprocessor' cannot be rebuilt ({e})") from None
+        try:
+            model = deserialize(config["model"], self.path)
+        except (ValueError, OSError) as e:
+            raise self.error(self.CONFIG, f"'model' cannot be rebuilt ({e})") from None
+        if preprocessor is not None:
+            check = getattr(model, "check_preprocessor", None)
+            if check is not None:
+                try:
+                    check(preprocessor)
+                except ValueError as e:   # a vocabulary of the wrong size: the message names the file
+                    raise RunDirError(str(e)) from None
+            attach_preprocessor(model, preprocessor)
+        return model
 
     def asset(self, config, key):
         """Absolute path of asset ``key`` of ``config`` (an existing file)."""

@@ -26,9 +26,11 @@ words in UTF-8 bytes rather than characters. ``tests/text/test_bert_tokenizer.py
 :class:`BertPreprocessor` packs ``[CLS] A [SEP]`` or ``[CLS] A [SEP] B [SEP]`` with segment ids, truncated
 like HuggingFace's ``truncation=True`` (``longest_first``) and padded, as the backbone's input dict.
 """
+import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from kerasplm.runs.serialization import serializable
 from kerasplm.text.preprocessing import Preprocessor, pack_segments
 from kerasplm.text.wordpiece import UNK, WordPieceTokenizer, sanitize_utf8
 
@@ -54,6 +56,7 @@ def _literal(token):
     return "".join("\\" + c if not c.isalnum() else c for c in token)
 
 
+@serializable
 class BertTokenizer(WordPieceTokenizer):
     """BERT's tokenizer over a ``vocab.txt`` (see the module docstring for every normalization step).
 
@@ -86,8 +89,14 @@ class BertTokenizer(WordPieceTokenizer):
         self.options.update(strip_accents=self.strip_accents, max_chars_per_word=max_chars_per_word,
                             keep_special_tokens=bool(keep_special_tokens),
                             tokenize_chinese_chars=self.tokenize_chinese_chars)
+        self._config = {"lower_case": self.lower_case, "strip_accents": self.strip_accents, "unk_token": unk_token,
+                        "max_chars_per_word": max_chars_per_word, "keep_special_tokens": bool(keep_special_tokens),
+                        "tokenize_chinese_chars": self.tokenize_chinese_chars}
         kept = [t for t in BERT_SPECIAL_TOKENS if t in self._ids] if keep_special_tokens else []
         self._special_pattern = "|".join(_literal(t) for t in kept) or None
+
+    def get_config(self):
+        return {"vocabulary": self._vocabulary_config(), **self._config, "name": self.name}
 
     def _make_tokenizer(self, vocab_path, options):
         """Only tensorflow-text's WordPiece step (the normalization and word splitting are this class's)."""
@@ -195,6 +204,7 @@ def _char_offsets(strings, byte_offsets):
     return tf.RaggedTensor.from_tensor(tf.cast(found, tf.int64), lengths=byte_offsets.row_lengths())
 
 
+@serializable
 class BertPreprocessor(Preprocessor):
     """Strings -> BERT's input dict: ``[CLS] A [SEP]`` or ``[CLS] A [SEP] B [SEP]``, truncated and padded.
 
@@ -224,6 +234,14 @@ class BertPreprocessor(Preprocessor):
     @property
     def special_token_ids(self):
         return {"pad": self.pad_id, "cls": self.cls_id, "sep": self.sep_id}
+
+    def get_config(self):
+        return {"tokenizer": keras.saving.serialize_keras_object(self.tokenizer),
+                "sequence_length": self.sequence_length, "pad_to_length": self.pad_to_length, "name": self.name}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**{**config, "tokenizer": keras.saving.deserialize_keras_object(config["tokenizer"])})
 
     def packed(self, text, text_pair=None):
         """Ragged ``(token_ids, segment_ids)`` [B, (len)], len <= sequence_length."""

@@ -14,9 +14,11 @@ eager code and inside an exported ``tf.Module``:
 All three are tensorflow-text ops (``RoundRobinTrimmer``, ``combine_segments``, ``pad_model_inputs``), so
 they export with the model and run in TF Serving.
 """
+import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from kerasplm.runs.serialization import serializable
 from kerasplm.text.wordpiece import DEFAULT_RESERVED_TOKENS, END, PAD, START
 
 
@@ -113,6 +115,7 @@ def _check_length(name, value):
     return value
 
 
+@serializable
 class TranslatorPreprocessor(Preprocessor):
     """The translator's special tokens: ``[START] pieces [END]`` on both sides, cut to a maximum length.
 
@@ -138,6 +141,17 @@ class TranslatorPreprocessor(Preprocessor):
     def special_token_ids(self):
         return {"pad": self.pad_id, "start": self.start_id, "end": self.end_id,
                 "source_start": self.src_start_id, "source_end": self.src_end_id}
+
+    def get_config(self):
+        return {"src_tokenizer": keras.saving.serialize_keras_object(self.src_tokenizer),
+                "tgt_tokenizer": keras.saving.serialize_keras_object(self.tgt_tokenizer),
+                "max_source_length": self.max_source_length, "max_target_length": self.max_target_length,
+                "name": self.name}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**{**config, **{key: keras.saving.deserialize_keras_object(config[key])
+                                   for key in ("src_tokenizer", "tgt_tokenizer")}})
 
     def __call__(self, strings):
         """The model's source input: ``source_ids``."""

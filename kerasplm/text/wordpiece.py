@@ -32,6 +32,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 from tensorflow_text.tools.wordpiece_vocab.bert_vocab_from_dataset import bert_vocab_from_dataset
 
+from kerasplm.runs.serialization import asset_name, asset_path, serializable
 from kerasplm.text.vocabulary import VocabularyLookup
 
 PAD, UNK, START, END = "[PAD]", "[UNK]", "[START]", "[END]"
@@ -165,6 +166,7 @@ _CLEANUP_RULES = (
 )
 
 
+@serializable
 class WordPieceTokenizer(VocabularyLookup, tf.Module):
     """WordPiece tokenizer over any ``vocab.txt``; every method is a graph function.
 
@@ -187,6 +189,9 @@ class WordPieceTokenizer(VocabularyLookup, tf.Module):
                  max_chars_per_token=None, normalization_form=None, preserve_unused_token=False,
                  split_unknown_characters=False, name=None):
         super().__init__(name=name)
+        # As given (a path or a list): what get_config stores, not a canonical temporary copy.
+        self._vocabulary_source = (os.fspath(vocab_path_or_list) if isinstance(vocab_path_or_list, (str, os.PathLike))
+                                   else [str(t) for t in vocab_path_or_list])
         vocab, vocab_path = _vocab_file(vocab_path_or_list)
         self._set_vocabulary(vocab)
         if unk_token not in self._ids:
@@ -211,6 +216,25 @@ class WordPieceTokenizer(VocabularyLookup, tf.Module):
         for fn in (self.detokenize, self.lookup):
             fn.get_concrete_function(tf.TensorSpec([None, None], tf.int64))
             fn.get_concrete_function(tf.RaggedTensorSpec([None, None], tf.int64))
+
+    @property
+    def vocabulary_file(self):
+        """The vocabulary file this tokenizer was made from (None when made from a list)."""
+        return self._vocabulary_source if isinstance(self._vocabulary_source, str) else None
+
+    def _vocabulary_config(self):
+        source = self._vocabulary_source
+        return asset_name(source) if isinstance(source, str) else list(source)
+
+    def get_config(self):
+        """The constructor's arguments (the vocabulary file named relative to the run being written)."""
+        return {"vocabulary": self._vocabulary_config(), **self.options, "name": self.name}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        vocabulary = config.pop("vocabulary")
+        return cls(asset_path(vocabulary) if isinstance(vocabulary, str) else vocabulary, **config)
 
     def _make_tokenizer(self, vocab_path, options):
         """The tensorflow-text tokenizer behind ``tokenize`` (subclasses replace it)."""

@@ -44,11 +44,11 @@ def test_short_training_run_loss_falls_and_writes_run_dir(tiny_run):
     # over seeds 0-3 the step-60 loss ranged 0.60-0.77 ln(V) (0.77: this test's seed), and 0.59-0.84 with the
     # dropout masks before stop 14's 16-bit draws.
     assert history["loss"][-1] < history["loss"][0]
-    assert history["loss"][-1] < 0.85 * math.log(config["model"]["target_vocab_size"])
+    assert history["loss"][-1] < 0.85 * math.log(config["model"]["config"]["target_vocab_size"])
     assert summary["step"] == 60 and summary["stop_reason"] == "steps"
     metrics = json.load(open(os.path.join(out, "metrics.json")))
     assert 0.0 <= metrics["bleu"] <= 100.0 and metrics["bleu_sentences"] >= 1
-    assert config["preset"] == "transformer_tiny" and config["model"]["d_model"] == 32
+    assert config["preset"] == "transformer_tiny" and config["model"]["config"]["d_model"] == 32
 
 
 def test_reload_translates_like_the_trained_model(tiny_run):
@@ -111,7 +111,7 @@ def test_cli_export_translator(tiny_run, tmp_path, capsys):
     # import): still one line, naming every preset.
     (["train", "translator", "--preset", "transformer_huge", "--out", "unused"],
      "option preset: expected one of transformer_tiny, transformer_seed, "),
-    (["translate", "--run", "no/such/run", "hola"], "no/such/run is not a translator run directory"),
+    (["translate", "--run", "no/such/run", "hola"], "no/such/run is not a kerasplm run directory (no config.json); expected a translator run"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
 ])
 def test_cli_errors_are_one_line(argv, message, capsys):

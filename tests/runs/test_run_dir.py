@@ -118,7 +118,7 @@ def test_damaged_history_stops_a_resume_before_training(run2, tsv, tmp_path, cap
 
 
 def test_not_a_run_directory(tmp_path):
-    with pytest.raises(RunDirError, match="is not a translator run directory"):
+    with pytest.raises(RunDirError, match="is not a kerasplm run directory .*expected a translator run"):
         load_translator(str(tmp_path))
     with pytest.raises(RunDirError, match="is not a kerasplm run directory"):
         load_run(str(tmp_path))

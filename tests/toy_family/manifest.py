@@ -24,5 +24,3 @@ COMMANDS = [
             out_default="runs/toy"),
     Command("export", "toy", "export a toy run", ToyExportOptions, "tests.toy_family.toy:export_toy_run"),
 ]
-
-RUN_LOADERS = {"toy": "tests.toy_family.toy:load_toy_run"}

@@ -1,4 +1,4 @@
-"""The toy family's model, run loader, job and exporter, on kerasplm's rails (runs, Trainer, jobs.job, export.base)."""
+"""The toy family's model, job and exporter, on kerasplm's rails (runs, Trainer, jobs.job, export.base)."""
 import keras
 import numpy as np
 import tensorflow as tf
@@ -39,7 +39,7 @@ class ToyJob(Job):
 
     def build_data(self):
         if not self.resumed:
-            self.write_config("toy", {"units": 1})
+            self.write_config("toy")
         self.train_dataset = dataset(self.options)
 
     def build_model(self):
@@ -57,12 +57,6 @@ class ToyJob(Job):
 
 def train_toy(out, options=None, log=print, **overrides):
     return ToyJob(out, options, log, **overrides).run()
-
-
-def load_toy_run(run, config):
-    model = make_model()
-    run.restore(model=model)
-    return model
 
 
 class ToyModule(ExportModule):
