@@ -38,8 +38,8 @@ import dataclasses
 import importlib
 import os
 
-__all__ = ["RUN", "SESSION", "JobOptions", "TrainingOptions", "ExportOptions", "OptionsConflict", "option", "add_options_to_parser",
-           "options_from_args", "resolve_options"]
+__all__ = ["RUN", "SESSION", "JobOptions", "TrainingOptions", "ExportOptions", "DecodingRequestOptions", "OptionsConflict",
+           "option", "add_options_to_parser", "options_from_args", "resolve_options"]
 
 RUN = "run"
 SESSION = "session"
@@ -166,6 +166,20 @@ class JobOptions:
             raise TypeError(f"unknown option(s) {', '.join(unknown)}; the options of {type(self).__name__} "
                             f"are {', '.join(self.specs())}")
         return dataclasses.replace(self, **changes)
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodingRequestOptions(JobOptions):
+    """A text-generation request's options, declared once: ``kerasplm generate``'s flags are these fields, and the
+    engine's request rules and defaults (:mod:`kerasplm.generation.options`, ``TextGenerator.generate``) read them.
+    0 means "off" for every sampling option: temperature 0 = greedy decoding."""
+    max_new_tokens: int = option(64, "tokens to generate", kind=int, minimum=1)
+    temperature: float = option(0.0, "sampling temperature; 0 = greedy", kind=float, minimum=0)
+    top_k: int = option(None, "sample from the k most probable tokens (0 = no top-k filter)", kind=int, minimum=0)
+    top_p: float = option(None, "nucleus sampling mass in [0, 1] (0 or 1 = no nucleus)", kind=float, minimum=0,
+                          maximum=1)
+    num_beams: int = option(1, "beam search with this many beams (1 = none)", kind=int, minimum=1)
+    seed: int = option(0, "sampling seed", kind=int)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,7 +6,7 @@
 import dataclasses
 
 from kerasplm.families.bert import BertClassifierOptions, WeightsDirectoryOptions
-from kerasplm.options import SESSION, ExportOptions, JobOptions, TrainingOptions, option
+from kerasplm.options import SESSION, DecodingRequestOptions, ExportOptions, JobOptions, TrainingOptions, option
 from kerasplm.registry import Command
 
 # GPT-1's input transformations (Radford et al. 2018, figure 1) that `finetune gpt-classifier` offers.
@@ -76,18 +76,11 @@ class GPTClassifierOptions(BertClassifierOptions):
 
 
 @dataclasses.dataclass(frozen=True)
-class GenerateOptions(JobOptions):
-    """``kerasplm generate``: decoding options (temperature 0 = greedy)."""
+class GenerateOptions(DecodingRequestOptions):
+    """``kerasplm generate``: the prompts, the run, and a request's decoding options (temperature 0 = greedy)."""
     prompts: tuple = option((), "prompts (default: one per line on stdin)", positional=True, nargs="*")
     run: str = option(None, "GPT run directory (kerasplm train gpt / convert gpt2)", metavar="RUN_DIR",
                       required=True)
-    max_new_tokens: int = option(64, "tokens to generate", kind=int, minimum=1)
-    temperature: float = option(0.0, "sampling temperature; 0 = greedy", kind=float, minimum=0)
-    top_k: int = option(None, "sample from the k most probable tokens", kind=int, minimum=1)
-    top_p: float = option(None, "nucleus sampling mass in (0, 1]", kind=float, minimum=0, exclusive_minimum=True,
-                          maximum=1)
-    num_beams: int = option(1, "beam search with this many beams", kind=int, minimum=1)
-    seed: int = option(0, "sampling seed", kind=int)
 
 
 @dataclasses.dataclass(frozen=True)

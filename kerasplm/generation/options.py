@@ -19,13 +19,17 @@ import numbers
 
 import tensorflow as tf
 
+from kerasplm.options import DecodingRequestOptions
+
 STRATEGIES = ("greedy", "sample", "beam")
 DEFAULT_STRATEGY = "greedy"
 DEFAULT_TEMPERATURE = 1.0        # the engine's sampling temperature (a request's default is 0: greedy)
 DEFAULT_BEAM_SIZE = 4
 DEFAULT_ALPHA = 0.6              # GNMT length penalty exponent (Wu et al., 2016)
-DEFAULT_SEED = 0
-DEFAULT_MAX_NEW_TOKENS = 64      # a request's (TextGenerator.generate; the CLI's --max-new-tokens says the same)
+# A request's defaults: the declaration of ``kerasplm generate``'s options (kerasplm.options.DecodingRequestOptions).
+REQUEST_DEFAULTS = DecodingRequestOptions.defaults()
+DEFAULT_SEED = REQUEST_DEFAULTS["seed"]
+DEFAULT_MAX_NEW_TOKENS = REQUEST_DEFAULTS["max_new_tokens"]
 
 # A request's rules, one message each (Python ValueErrors and the SavedModel's InvalidArgumentErrors).
 TEMPERATURE_RULE = "temperature must be >= 0 (0 = greedy)"

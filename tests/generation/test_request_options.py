@@ -1,0 +1,26 @@
+"""A generation request's options are declared once (kerasplm.options.DecodingRequestOptions): the CLI's flags, the
+engine's request defaults and TextGenerator.generate's defaults all come from that declaration."""
+import inspect
+
+from kerasplm.families.gpt import GenerateOptions
+from kerasplm.generation.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_SEED, REQUEST_DEFAULTS, resolve_request
+from kerasplm.models.gpt_generator import TextGenerator
+from kerasplm.options import DecodingRequestOptions
+
+
+def test_the_cli_flags_are_the_request_declaration():
+    assert issubclass(GenerateOptions, DecodingRequestOptions)
+    declared = DecodingRequestOptions.specs()
+    assert {name: GenerateOptions.specs()[name] for name in declared} == declared
+    assert set(REQUEST_DEFAULTS) == {"max_new_tokens", "temperature", "top_k", "top_p", "num_beams", "seed"}
+    assert (DEFAULT_MAX_NEW_TOKENS, DEFAULT_SEED) == (REQUEST_DEFAULTS["max_new_tokens"], REQUEST_DEFAULTS["seed"])
+
+
+def test_text_generator_defaults_equal_the_declaration():
+    parameters = inspect.signature(TextGenerator.generate).parameters
+    assert {name: parameters[name].default for name in REQUEST_DEFAULTS} == REQUEST_DEFAULTS
+
+
+def test_the_declared_defaults_are_greedy_decoding():
+    d = REQUEST_DEFAULTS
+    assert resolve_request(d["temperature"], d["top_k"], d["top_p"], d["num_beams"]) == ("greedy", {})
