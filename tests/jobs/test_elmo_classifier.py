@@ -5,6 +5,7 @@ trained one (what is tested does not depend on its weights)."""
 import json
 import os
 import random
+import shutil
 
 import keras
 import numpy as np
@@ -137,7 +138,6 @@ def test_loader_restores_the_whole_model(job):
 
 
 def test_a_damaged_word_vocabulary_is_one_line_naming_the_file(job, tmp_path):
-    import shutil
     run = str(tmp_path / "run")
     shutil.copytree(job["straight"], run)
     with open(os.path.join(run, "words.txt"), "a") as f:

@@ -3,6 +3,7 @@ the run loader, option conflicts and the CLI's one-line errors."""
 import json
 import math
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -91,7 +92,6 @@ def test_run_config_stores_the_model_and_the_vocabulary_file(runs):
 
 
 def test_a_damaged_vocabulary_is_one_line_naming_the_file(runs, tmp_path):
-    import shutil
     run = str(tmp_path / "run")
     shutil.copytree(runs["straight"], run)
     with open(os.path.join(run, "vocab.txt"), "a") as f:

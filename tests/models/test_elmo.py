@@ -8,7 +8,8 @@ import tensorflow as tf
 from kerasplm.models import presets
 from kerasplm.models.elmo import (ElmoBiLM, ElmoConfig, ElmoEmbedder, ElmoLanguageModel, ProjectedLSTMCell,
                                   ScalarMix, fused_lstm_weights, num_parameters)
-from kerasplm.text.characters import add_sentence_boundaries, sentence_char_ids, word_char_ids
+from kerasplm.runs.serialization import deserialize, serialize
+from kerasplm.text.characters import ElmoPreprocessor, add_sentence_boundaries, sentence_char_ids, word_char_ids
 from tests.harness import check_model
 
 SENTENCES = ["the cat sat", "a dog", "über naïve words here"]
@@ -224,9 +225,6 @@ def test_plot_helpers_and_nearest_contexts(tiny_bilm):
 
 def test_run_objects_round_trip_and_check_each_other(tmp_path, tiny_bilm):
     """What an ELMo run stores: the LM (with or without softmax) and its ElmoPreprocessor (the vocabulary file)."""
-    from kerasplm.runs.serialization import deserialize, serialize
-    from kerasplm.text.characters import ElmoPreprocessor
-
     (tmp_path / "vocab.txt").write_text("<S>\n</S>\n<UNK>\nthe\n")
     pre = ElmoPreprocessor(str(tmp_path / "vocab.txt"))
     spec = serialize(pre, str(tmp_path))
