@@ -153,7 +153,8 @@ def load_bilm_tf(options_path, weights_path):
 
 def convert_elmo_to_run(options_path, weights_path, vocab_path, out):
     """Write run directory ``out`` (family ``elmo``, no softmax) holding bilm-tf's biLM and vocabulary;
-    ``kerasplm.runs.load_run(out)`` returns a :class:`kerasplm.models.elmo_runs.Elmo`. Returns the RunDir."""
+    ``kerasplm.runs.load_run(out)`` returns its softmax-less :class:`kerasplm.models.elmo.ElmoLanguageModel`
+    (``load_elmo(out)``: a :class:`kerasplm.models.elmo_runs.Elmo`). Returns the RunDir."""
     if RunDir(out).exists():
         raise FileExistsError(f"{out} already holds a run; convert into a new directory")
     vocab = read_vocab_file(vocab_path)

@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from kerasplm.export.base import ExportModule, save_version
 from kerasplm.models.elmo import ElmoEmbedder
+from kerasplm.models.elmo_runs import Elmo
 from kerasplm.runs import load_run
 from kerasplm.text.characters import sentence_char_ids
 
@@ -55,10 +56,13 @@ class ElmoModule(ExportModule):
 
 
 def export_elmo(elmo, model_base_path, version=None, overwrite=False, embedder=None):
-    """Writes ``model_base_path/<version>/`` for ``elmo`` (a :class:`kerasplm.models.elmo_runs.Elmo`); returns its path.
+    """Writes ``model_base_path/<version>/`` for ``elmo`` (a :class:`kerasplm.models.elmo_runs.Elmo`, or the model
+    :func:`kerasplm.runs.load_run` returns for an ``elmo`` run); returns its path.
 
     ``embedder``: an :class:`ElmoEmbedder` over ``elmo.bilm`` whose first mix is exported (default: equal weights).
     """
+    if not isinstance(elmo, Elmo):
+        elmo = Elmo(elmo)
     if embedder is None:
         embedder = ElmoEmbedder(elmo.bilm)
         embedder.build()
@@ -66,7 +70,7 @@ def export_elmo(elmo, model_base_path, version=None, overwrite=False, embedder=N
         raise ValueError("the embedder runs another biLM than the one being exported")
     module = ElmoModule(embedder)
     mix = embedder.mixes[0]
-    metadata = {"preset": elmo.config.get("preset"), "step": elmo.step, "num_layers": module.num_layers,
+    metadata = {"preset": elmo.config.get("preset", elmo.bilm.name), "step": elmo.step, "num_layers": module.num_layers,
                 "dim": 2 * embedder.bilm.config.output_dim,
                 "mix_weights": [float(s) for s in mix.layer_weights.numpy()],
                 "mix_gamma": float(mix.gamma.numpy()), "vocab_size": len(elmo.vocab)}

@@ -105,6 +105,3 @@ COMMANDS = [
             "kerasplm.convert.elmo:convert_elmo_command",
             description="Convert bilm-tf's options.json + weights.hdf5 + vocabulary into a run directory."),
 ]
-
-RUN_LOADERS = {"elmo": "kerasplm.models.elmo_runs:load_elmo_from_run",
-               "elmo_classifier": "kerasplm.jobs.elmo_classifier:load_elmo_classifier_run"}

@@ -15,15 +15,16 @@ clipped to 10. Sampled-softmax steps are not XLA-compiled (its accidental-hit re
 The held-out evaluation reports each direction's perplexity, exp(forward_loss) and
 exp(backward_loss), exactly (sums over tokens, full softmax).
 
-The run directory (family ``elmo``, task ``language_model``), its loader and the :class:`Elmo` it loads as
-live with the models, in :mod:`kerasplm.models.elmo_runs` (``load_elmo`` is re-exported here).
+The run directory (family ``elmo``, task ``language_model``) stores the :class:`ElmoLanguageModel` and its
+:class:`kerasplm.text.characters.ElmoPreprocessor` (the vocabulary file); :func:`kerasplm.runs.load_run` reads it
+and ``load_elmo`` (:mod:`kerasplm.models.elmo_runs`, re-exported here) wraps it as an :class:`Elmo`. A resumed run
+is rebuilt from its config.json (:meth:`ElmoJob.build_model`).
 
 >>> summary = train_elmo("runs/elmo", corpus="../shared/data/wikitext2", preset="elmo_tiny", steps=200)
 >>> elmo = load_elmo("runs/elmo")
 >>> elmo.embed(["the play was good"])["elmo_layers"].shape      # (1, 3, 4, 2P)
 """
 import collections
-import dataclasses
 import math
 import os
 import time
@@ -34,11 +35,11 @@ import tensorflow as tf
 
 from kerasplm.families.elmo import WIKITEXT_FILES, ElmoOptions
 from kerasplm.jobs.job import Job
-from kerasplm.models.elmo import ElmoLanguageModel
-from kerasplm.models.elmo_runs import (ASSETS, BOS, EOS, FAMILY, SPECIALS, TASK, UNK, Elmo, build_elmo_model,
-                                       elmo_model_config, elmo_vocab, load_elmo, read_vocab_file, vocab_text)
+from kerasplm.models.elmo import ElmoBiLM, ElmoLanguageModel
+from kerasplm.models.elmo_runs import ASSETS, BOS, EOS, FAMILY, SPECIALS, TASK, UNK, Elmo, load_elmo, vocab_text
 from kerasplm.models.presets import get_preset
-from kerasplm.text.characters import BOS_CHAR, EOS_CHAR, boundary_row, word_char_ids
+from kerasplm.runs import attach_run_info
+from kerasplm.text.characters import BOS_CHAR, EOS_CHAR, ElmoPreprocessor, boundary_row, word_char_ids
 
 __all__ = ["ElmoJob", "ElmoOptions", "WindowedCorpus", "build_vocab", "corpus_splits", "load_elmo", "read_sentences",
            "train_elmo"]
@@ -144,31 +145,28 @@ class ElmoJob(Job):
             self.given_options = options.replace(corpus=os.path.abspath(options.corpus))
         return overrides
 
-    def check_config(self, run, config):
-        elmo_model_config(run, config)
-
     def build_data(self):
         o, run, t0 = self.options, self.run_dir, time.time()
         train_sentences, heldout_sentences = corpus_splits(o)
-        if self.resumed:
-            self.bilm_config, _, _ = elmo_model_config(run, self.config)
-            self.vocab = elmo_vocab(run, self.config, self.config["model"]["vocab_size"])
+        if self.resumed:   # the stored model's config and vocabulary (its weights: the checkpoint, in build_model)
+            stored = self.stored_model()
+            self.bilm_config, self.preprocessor = stored.backbone.config, stored.preprocessor
         else:
             vocab = build_vocab(train_sentences, o.vocab_size)
             if run.writer:   # the vocabulary file, read back (a multi-worker job's other workers keep it in memory)
                 run.write_text(ASSETS["vocab"], vocab_text(vocab))
-                vocab = read_vocab_file(run.file(ASSETS["vocab"]))
-            self.vocab = vocab
+                vocab = run.file(ASSETS["vocab"])
             self.bilm_config = get_preset(o.preset, **({} if o.dropout is None else {"dropout": o.dropout}))
+            self.preprocessor = ElmoPreprocessor(vocab, self.bilm_config.max_characters_per_token)
+        self.vocab = self.preprocessor.vocabulary
         chars = self.bilm_config.max_characters_per_token
         self.train = WindowedCorpus(train_sentences, self.vocab, o.window, chars)
         self.heldout = WindowedCorpus(heldout_sentences, self.vocab, o.window, chars)
         self.log(f"data: {self.train.num_tokens} training tokens ({len(self.train.types)} windows of {o.window}), "
                  f"{self.heldout.num_tokens} held-out tokens; vocabulary {len(self.vocab)} words; "
                  f"{time.time() - t0:.1f}s")
-        if not self.resumed:  # the run is valid
-            self.write_config(o.preset, {"bilm": dataclasses.asdict(self.bilm_config), "vocab_size": len(self.vocab),
-                                         "num_sampled": o.num_sampled}, assets=ASSETS)
+        if not self.resumed:  # the run is valid: config.json is written once build_model made the model
+            self.write_config(o.preset, assets=ASSETS)
         self.sampled = 0 < o.num_sampled < len(self.vocab)
         if self.sampled:   # the sampled softmax's accidental-hit removal has no XLA kernel
             self.options = o.replace(jit_compile=False)
@@ -176,7 +174,10 @@ class ElmoJob(Job):
         self.eval_dataset = lambda: self.heldout.dataset(o.batch_size, limit=o.eval_windows)
 
     def build_model(self):
-        return build_elmo_model(self.bilm_config, len(self.vocab), self.options.num_sampled, self.config["preset"])
+        if self.resumed:
+            return self.stored_model()
+        bilm = ElmoBiLM.from_config_object(self.bilm_config, name=self.config["preset"])
+        return ElmoLanguageModel(bilm, len(self.vocab), self.options.num_sampled, preprocessor=self.preprocessor)
 
     def build_optimizer(self):
         return keras.optimizers.Adagrad(self.options.learning_rate, initial_accumulator_value=1.0)
@@ -202,7 +203,7 @@ class ElmoJob(Job):
                  f"backward {summary['backward_perplexity']:.1f}")
 
     def result(self, trainer):
-        return Elmo(trainer.model.backbone, self.vocab, trainer.model, self.config, trainer.step)
+        return Elmo(attach_run_info(trainer.model, self.run_dir.path, self.config, trainer.step))
 
 
 def train_elmo(out, options=None, log=print, **overrides):

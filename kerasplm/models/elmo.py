@@ -385,24 +385,30 @@ class ElmoLanguageModel(Task):
     bilm-tf's is; drawn with replacement by :meth:`_sample_candidates`, where bilm-tf's default sampler draws
     unique ones); evaluation always uses the full softmax. ``tf.nn.sampled_softmax_loss`` removes accidental
     hits with ``ComputeAccidentalHits``, which has no XLA kernel: sampled-softmax steps run without XLA.
+
+    ``vocab_size=None``: no softmax (a biLM converted from bilm-tf, whose weight files have none): the model holds
+    the :class:`ElmoBiLM` alone (its checkpoint is ``backbone`` only) and is used through it.
     """
 
     backbone_class = ElmoBiLM
 
     def __init__(self, backbone, vocab_size, num_sampled=0, preprocessor=None, **kwargs):
         super().__init__(backbone, preprocessor, **kwargs)
-        if vocab_size <= 0:
-            raise ValueError(f"vocab_size must be positive, got {vocab_size}")
-        self.vocab_size, self.num_sampled = int(vocab_size), int(num_sampled)
-        self.output_dropout = Dropout(backbone.config.dropout, name="output_dropout")
-        self.sampler_seed = keras.random.SeedGenerator(0, name="softmax_sampler")
+        if vocab_size is not None and (isinstance(vocab_size, bool) or int(vocab_size) <= 0):
+            raise ValueError(f"vocab_size must be positive (or None: no softmax), got {vocab_size}")
+        self.vocab_size = None if vocab_size is None else int(vocab_size)
+        self.num_sampled = int(num_sampled)
+        if self.vocab_size is not None:
+            self.output_dropout = Dropout(backbone.config.dropout, name="output_dropout")
+            self.sampler_seed = keras.random.SeedGenerator(0, name="softmax_sampler")
         self.build()
 
     def build(self, input_shape=None):
-        p = self.backbone.config.output_dim
-        self.softmax_weights = self.add_weight(name="softmax_W", shape=(self.vocab_size, p),
-                                               initializer=keras.initializers.RandomNormal(stddev=1.0 / np.sqrt(p)))
-        self.softmax_bias = self.add_weight(name="softmax_b", shape=(self.vocab_size,), initializer="zeros")
+        if self.vocab_size is not None:   # without a softmax the model holds the biLM alone
+            p = self.backbone.config.output_dim
+            self.softmax_weights = self.add_weight(name="softmax_W", shape=(self.vocab_size, p),
+                                                   initializer=keras.initializers.RandomNormal(stddev=1.0 / np.sqrt(p)))
+            self.softmax_bias = self.add_weight(name="softmax_b", shape=(self.vocab_size,), initializer="zeros")
         self.built = True
 
     @classmethod
@@ -413,8 +419,26 @@ class ElmoLanguageModel(Task):
     def get_config(self):
         return {**super().get_config(), "vocab_size": self.vocab_size, "num_sampled": self.num_sampled}
 
+    def check_preprocessor(self, preprocessor):
+        """ValueError naming the vocabulary file when ``preprocessor`` (an
+        :class:`kerasplm.text.characters.ElmoPreprocessor`) does not fit: a vocabulary of another size than the
+        softmax's, or another number of characters per token than the biLM's."""
+        where = getattr(preprocessor, "vocabulary_file", None) or "the word vocabulary"
+        if self.vocab_size is not None and preprocessor.vocab_size != self.vocab_size:
+            raise ValueError(f"{where}: {preprocessor.vocab_size} tokens, but the model's softmax has "
+                             f"{self.vocab_size}; the file is damaged or from another run")
+        chars = self.backbone.config.max_characters_per_token
+        if preprocessor.max_characters != chars:
+            raise ValueError(f"the preprocessor of {where} makes {preprocessor.max_characters} characters per "
+                             f"token, the biLM reads {chars}")
+
+    def _check_softmax(self):
+        if self.vocab_size is None:
+            raise ValueError("this biLM has no word softmax (vocab_size None: a converted biLM); use its backbone")
+
     def logits(self, hidden):
         """``hidden (..., P)`` -> float32 ``(..., vocab)``."""
+        self._check_softmax()
         return table_logits(tf.cast(hidden, tf.float32), self.softmax_weights) + self.softmax_bias
 
     def call(self, char_ids, training=None):
@@ -454,6 +478,7 @@ class ElmoLanguageModel(Task):
         return tf.reduce_sum(nll * weight), tf.reduce_sum(weight)
 
     def compute_loss_sums(self, batch, training):
+        self._check_softmax()
         token_ids = tf.cast(batch["token_ids"], tf.int32)
         out = self.backbone(batch["char_ids"], training=training)
         before, after = token_ids[:, :-1], token_ids[:, 1:]

@@ -1,110 +1,80 @@
 """ELMo run directories (family ``elmo``: trained by ``kerasplm train elmo`` or converted from bilm-tf) and their use.
 
-A run's ``config.json`` has task ``language_model`` and ``config["model"] = {"bilm": ElmoConfig fields,
-"vocab_size": V or None, "num_sampled": n}``; ``vocab_size`` None is a converted biLM without its softmax. The
-word vocabulary is the asset ``vocab`` = ``vocab.txt`` in bilm-tf's format (one token per line, ``<S>``, ``</S>``
-and ``<UNK>`` among them). The checkpoint holds ``model`` (the :class:`ElmoLanguageModel`, or a checkpoint whose
-``backbone`` is the :class:`ElmoBiLM` when there is no softmax: the same paths) and ``step``.
+A run's ``config.json`` has task ``language_model``; its ``model`` is the :class:`ElmoLanguageModel`'s Keras config
+(the biLM's :class:`ElmoConfig` fields as its backbone, ``vocab_size``, ``num_sampled``; ``vocab_size`` None is a
+converted biLM without its softmax) and its ``preprocessor`` an
+:class:`kerasplm.text.characters.ElmoPreprocessor` naming the word vocabulary, the asset ``vocab`` = ``vocab.txt``
+in bilm-tf's format (one token per line, ``<S>``, ``</S>`` and ``<UNK>`` among them). The checkpoint holds ``model``
+(the :class:`ElmoLanguageModel`; without a softmax only its ``backbone``, the :class:`ElmoBiLM`) and ``step``.
+:func:`kerasplm.runs.load_run` reads any of them; :func:`load_elmo` wraps what it returns as an :class:`Elmo`.
 
-Reading and writing runs lives with the models so that the job (:mod:`kerasplm.jobs.elmo`), the converter
-(:mod:`kerasplm.convert.elmo`) and the exporter all reach it without importing one another.
+Writing softmax-less runs (:func:`save_bilm_run`) lives with the models so that the converter
+(:mod:`kerasplm.convert.elmo`) and the tests reach it without importing the job.
 
 >>> elmo = load_elmo("runs/elmo")
 >>> elmo.embed(["the play was good"])["elmo_layers"].shape      # (1, L+1, 4, 2P)
 """
-import dataclasses
 import os
 
 import numpy as np
 import tensorflow as tf
 
-from kerasplm.models.elmo import ElmoBiLM, ElmoConfig, ElmoEmbedder, ElmoLanguageModel
-from kerasplm.runs import RunDir
-from kerasplm.text.characters import sentence_char_ids
+from kerasplm.models.elmo import ElmoBiLM, ElmoEmbedder, ElmoLanguageModel
+from kerasplm.runs import RunDir, load_run
+from kerasplm.text.characters import (BOS_TOKEN, EOS_TOKEN, SPECIAL_TOKENS, UNK_TOKEN, ElmoPreprocessor,
+                                      read_word_vocab, word_vocab_text, write_word_vocab)
 
-__all__ = ["FAMILY", "TASK", "ASSETS", "BOS", "EOS", "UNK", "SPECIALS", "Elmo", "build_elmo_model", "elmo_model_config",
-           "elmo_vocab", "load_elmo", "load_elmo_from_run", "plot_mix_weights", "read_vocab_file", "save_bilm_run",
-           "vocab_text", "write_vocab_file"]
+__all__ = ["FAMILY", "TASK", "ASSETS", "BOS", "EOS", "UNK", "SPECIALS", "Elmo", "ElmoPreprocessor", "load_elmo",
+           "plot_mix_weights", "read_vocab_file", "save_bilm_run", "vocab_text", "write_vocab_file"]
 
 FAMILY = "elmo"
 TASK = "language_model"
 ASSETS = {"vocab": "vocab.txt"}
-BOS, EOS, UNK = "<S>", "</S>", "<UNK>"
-SPECIALS = (BOS, EOS, UNK)
-
-
-# ------------------------------------------------------------------------------------------------ vocabulary
-def vocab_text(vocab):
-    """The vocabulary file's text: one token per line."""
-    return "".join(w + "\n" for w in vocab)
-
-
-def write_vocab_file(vocab, path):
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(vocab_text(vocab))
-
-
-def read_vocab_file(path):
-    """bilm-tf's vocabulary file: one token per line; must hold ``<S>``, ``</S>`` and ``<UNK>``."""
-    with open(path, encoding="utf-8") as f:
-        vocab = [line.rstrip("\n") for line in f]
-    missing = [s for s in SPECIALS if s not in vocab]
-    if missing:
-        raise ValueError(f"{path}: vocabulary lacks {', '.join(missing)}")
-    if len(set(vocab)) != len(vocab):
-        raise ValueError(f"{path}: duplicate tokens")
-    return vocab
-
-
-# ------------------------------------------------------------------------------------------------ the run's parts
-def elmo_model_config(run, config):
-    """``(ElmoConfig, vocab_size or None, num_sampled)`` of a run (a one-line ``RunDirError`` when malformed)."""
-    model = config["model"]
-    try:
-        bilm = ElmoConfig(**model["bilm"]).validate()
-        vocab_size = model.get("vocab_size")
-        if vocab_size is not None and (not isinstance(vocab_size, int) or vocab_size <= 0):
-            raise ValueError(f"vocab_size {vocab_size!r}")
-        return bilm, vocab_size, int(model.get("num_sampled", 0))
-    except (KeyError, TypeError, ValueError) as e:
-        raise run.error(run.CONFIG, f"bad ELMo model config ({e})") from None
-
-
-def elmo_vocab(run, config, expected=None):
-    """The run's word list, checked to have ``expected`` words (the softmax's size) when given."""
-    path = run.asset(config, "vocab")
-    try:
-        vocab = read_vocab_file(path)
-    except (UnicodeDecodeError, ValueError) as e:
-        raise run.error(config["assets"]["vocab"], f"bad vocabulary ({e})") from None
-    if expected is not None and len(vocab) != expected:
-        raise run.error(config["assets"]["vocab"], f"{len(vocab)} tokens, but the model has {expected}")
-    return vocab
-
-
-def build_elmo_model(bilm_config, vocab_size, num_sampled, name):
-    """The run's model: an :class:`ElmoLanguageModel` over a fresh biLM, or the bare :class:`ElmoBiLM` when
-    ``vocab_size`` is None (a converted biLM)."""
-    bilm = ElmoBiLM.from_config_object(bilm_config, name=name)
-    return ElmoLanguageModel(bilm, vocab_size, num_sampled) if vocab_size else bilm
+BOS, EOS, UNK, SPECIALS = BOS_TOKEN, EOS_TOKEN, UNK_TOKEN, SPECIAL_TOKENS
+# bilm-tf's vocabulary file (kept under the names this module always had).
+vocab_text, write_vocab_file, read_vocab_file = word_vocab_text, write_word_vocab, read_word_vocab
 
 
 # ------------------------------------------------------------------------------------------------ the loaded run
 class Elmo:
     """A trained or converted biLM with its vocabulary: ``embed`` sentences, or make an :class:`ElmoEmbedder`.
 
-    ``model`` is the :class:`ElmoLanguageModel` (None for a converted biLM without softmax), ``bilm`` the
-    :class:`ElmoBiLM`, ``vocab`` the word list.
+    Args:
+      model: the :class:`ElmoLanguageModel` of a run (what :func:`kerasplm.runs.load_run` returns, its
+        preprocessor and ``run_info`` attached; ``vocab_size`` None for a converted biLM without softmax), or a bare
+        :class:`ElmoBiLM` (wrapped in a softmax-less one).
+      preprocessor: an :class:`ElmoPreprocessor`, or a word list / vocabulary file to make one (default: the
+        model's own).
+    ``model`` is the language model, ``bilm`` the :class:`ElmoBiLM`, ``vocab`` the word list, ``config`` and
+    ``step`` the run's config.json and training step (empty and None for a model that did not come from a run).
     """
 
-    def __init__(self, bilm, vocab, model=None, config=None, step=None):
-        self.bilm, self.vocab, self.model = bilm, vocab, model
-        self.config, self.step = config or {}, step
+    def __init__(self, model, preprocessor=None):
+        if isinstance(model, ElmoBiLM):
+            model = ElmoLanguageModel(model, vocab_size=None)
+        self.model = model
+        preprocessor = getattr(model, "preprocessor", None) if preprocessor is None else preprocessor
+        if preprocessor is None:
+            raise ValueError("an Elmo needs a word vocabulary (an ElmoPreprocessor); the model has none attached")
+        if not isinstance(preprocessor, ElmoPreprocessor):
+            preprocessor = ElmoPreprocessor(preprocessor, model.backbone.config.max_characters_per_token)
+        self.preprocessor = preprocessor
+        run_info = getattr(model, "run_info", None)   # set by load_run and by the job
+        self.config = run_info.config if run_info else {}
+        self.step = run_info.step if run_info else None
+
+    @property
+    def bilm(self):
+        return self.model.backbone
+
+    @property
+    def vocab(self):
+        return self.preprocessor.vocabulary
 
     def char_ids(self, sentences):
         """Whitespace-tokenized ``sentences`` -> ``(char_ids (batch, n + 2, C) with <S>/</S>, tokens list)``."""
-        tokens = tf.strings.split(tf.constant(list(sentences), tf.string))
-        return sentence_char_ids(tokens, self.bilm.config.max_characters_per_token), tokens
+        tokens = self.preprocessor.tokenize(tf.constant(list(sentences), tf.string))
+        return self.preprocessor.char_ids(tokens), tokens
 
     def embed(self, sentences):
         """``{"elmo_layers": (batch, L+1, n, 2P), "mask": (batch, n), "tokens": list of lists}`` (numpy;
@@ -164,34 +134,22 @@ def plot_mix_weights(mix, ax=None, title=None):
     return ax
 
 
-def load_elmo_from_run(run, config):
-    """The loader of family ``elmo`` runs (``kerasplm.runs.load_run``): an :class:`Elmo`."""
-    bilm_config, vocab_size, num_sampled = elmo_model_config(run, config)
-    vocab = elmo_vocab(run, config, vocab_size)
-    model = build_elmo_model(bilm_config, vocab_size, num_sampled, config["preset"])
-    step = tf.Variable(0, dtype=tf.int64)
-    if vocab_size:
-        run.restore(model=model, step=step)
-        return Elmo(model.backbone, vocab, model, config, int(step.numpy()))
-    run.restore(model=tf.train.Checkpoint(backbone=model), step=step)  # same paths as an LM's backbone
-    return Elmo(model, vocab, None, config, int(step.numpy()))
-
-
 def load_elmo(run_dir):
-    """The :class:`Elmo` of run directory ``run_dir`` (trained or converted)."""
-    run = RunDir(run_dir)
-    return load_elmo_from_run(run, run.read_config(family=FAMILY, what="ELMo"))
+    """The :class:`Elmo` of run directory ``run_dir`` (trained or converted; :func:`kerasplm.runs.load_run`)."""
+    return Elmo(load_run(run_dir, family=FAMILY, what="an ELMo run (kerasplm train elmo / convert elmo)"))
 
 
 def save_bilm_run(bilm, vocab, out, options=None, preset="custom"):
     """Write run directory ``out`` (family ``elmo``, no softmax) holding ``bilm``'s weights and the word list
-    ``vocab`` (what ``kerasplm convert elmo`` writes; ``load_elmo(out)`` reads it back). Returns the RunDir."""
+    ``vocab`` (what ``kerasplm convert elmo`` writes; ``load_elmo(out)`` reads it back). Returns the RunDir.
+
+    The checkpoint's ``model`` is ``backbone`` alone, as a softmax-less :class:`ElmoLanguageModel` holds it."""
     run = RunDir(out)
     os.makedirs(out, exist_ok=True)
     write_vocab_file(vocab, run.file(ASSETS["vocab"]))
+    preprocessor = ElmoPreprocessor(run.file(ASSETS["vocab"]), bilm.config.max_characters_per_token)
     checkpoint = tf.train.Checkpoint(model=tf.train.Checkpoint(backbone=bilm), step=tf.Variable(0, dtype=tf.int64))
     tf.train.CheckpointManager(checkpoint, run.checkpoint_dir, max_to_keep=1).save()
-    run.write_config(FAMILY, TASK, preset,
-                     {"bilm": dataclasses.asdict(bilm.config), "vocab_size": None, "num_sampled": 0},
-                     dict(options or {}), assets=ASSETS)
+    run.write_config(FAMILY, TASK, preset, ElmoLanguageModel(bilm, vocab_size=None), dict(options or {}),
+                     assets=ASSETS, preprocessor=preprocessor)
     return run

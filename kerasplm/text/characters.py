@@ -15,16 +15,29 @@ so that its pretrained weights read the same ids:
 
 Everything is TensorFlow ops (``tf.strings.bytes_split``, ``tf.io.decode_raw``, ragged ops), so the
 encoding exports inside a SavedModel. Invalid UTF-8 needs no special case: the bytes are taken as they are.
+
+:class:`ElmoPreprocessor` is what an ELMo run stores beside its biLM: whitespace-tokenized sentences in, the
+character ids of ``<S> tokens </S>`` out, and the word vocabulary of the biLM's softmax (bilm-tf's vocabulary file:
+one token per line, ``<S>``, ``</S>`` and ``<UNK>`` among them; :func:`read_word_vocab`).
 """
+import os
+
 import tensorflow as tf
 
+from kerasplm.runs.serialization import asset_name, asset_path, serializable
+
 __all__ = ["BOS_CHAR", "EOS_CHAR", "BOW_CHAR", "EOW_CHAR", "PAD_CHAR", "NUM_CHARACTERS", "MAX_CHARACTERS",
-           "word_char_ids", "sentence_char_ids", "add_sentence_boundaries", "boundary_row"]
+           "BOS_TOKEN", "EOS_TOKEN", "UNK_TOKEN", "SPECIAL_TOKENS", "ElmoPreprocessor", "word_char_ids",
+           "sentence_char_ids", "add_sentence_boundaries", "boundary_row", "check_word_vocab", "read_word_vocab",
+           "word_vocab_text", "write_word_vocab"]
 
 # bilm-tf's ids plus the Batcher's +1 (0 = no token).
 BOS_CHAR, EOS_CHAR, BOW_CHAR, EOW_CHAR, PAD_CHAR = 257, 258, 259, 260, 261
 NUM_CHARACTERS = 262
 MAX_CHARACTERS = 50
+# bilm-tf's word tokens: sentence boundaries and the unknown word (every vocabulary file holds them).
+BOS_TOKEN, EOS_TOKEN, UNK_TOKEN = "<S>", "</S>", "<UNK>"
+SPECIAL_TOKENS = (BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)
 
 
 def boundary_row(char, max_characters=MAX_CHARACTERS):
@@ -73,3 +86,97 @@ def add_sentence_boundaries(char_ids):
     padded = tf.concat([bos, char_ids, tf.zeros_like(char_ids[:, :1])], axis=1)
     at_eos = tf.one_hot(lengths + 1, tf.shape(padded)[1], dtype=tf.int32)[:, :, None]   # (batch, T + 2, 1)
     return padded * (1 - at_eos) + boundary_row(EOS_CHAR, max_characters) * at_eos
+
+
+# ------------------------------------------------------------------------------------------------ word vocabulary
+def word_vocab_text(vocab):
+    """A word vocabulary file's text: one token per line."""
+    return "".join(w + "\n" for w in vocab)
+
+
+def write_word_vocab(vocab, path):
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(word_vocab_text(vocab))
+
+
+def check_word_vocab(vocab, source="the vocabulary"):
+    """``vocab`` (a list of tokens) if it holds ``<S>``, ``</S>``, ``<UNK>`` once each and no token twice."""
+    missing = [s for s in SPECIAL_TOKENS if s not in vocab]
+    if missing:
+        raise ValueError(f"{source}: vocabulary lacks {', '.join(missing)}")
+    if len(set(vocab)) != len(vocab):
+        raise ValueError(f"{source}: duplicate tokens")
+    return vocab
+
+
+def read_word_vocab(path):
+    """bilm-tf's vocabulary file (one token per line), checked by :func:`check_word_vocab`. A ValueError names
+    the file (also for text that is not UTF-8)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            vocab = [line.rstrip("\n") for line in f]
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}); the file is damaged") from None
+    return check_word_vocab(vocab, path)
+
+
+@serializable
+class ElmoPreprocessor:
+    """Sentences -> the biLM's input, and the word vocabulary of its softmax.
+
+    Args:
+      vocabulary: bilm-tf's vocabulary file (its name is what a run's config stores, relative to the run) or a
+        list of tokens; ``<S>``, ``</S>`` and ``<UNK>`` must be among them.
+      max_characters: characters per token (the biLM's ``max_characters_per_token``).
+    Call: string sentences ``(batch,)`` -> int32 ``char_ids (batch, n + 2, max_characters)``: each sentence split
+    on whitespace and fed as ``<S> tokens </S>``, rows of 0 after its end (n: the longest sentence).
+
+    A plain Python object (no TensorFlow state), so a task model holding it checkpoints as before.
+    """
+
+    def __init__(self, vocabulary, max_characters=MAX_CHARACTERS, name=None):
+        if isinstance(vocabulary, (str, os.PathLike)):
+            self._vocabulary_file = os.fspath(vocabulary)
+            self.vocabulary = read_word_vocab(self._vocabulary_file)
+        else:
+            self._vocabulary_file = None
+            self.vocabulary = check_word_vocab([str(t) for t in vocabulary])
+        self.max_characters = int(max_characters)
+        if self.max_characters < 3:
+            raise ValueError(f"max_characters must be at least 3 (bow, one byte, eow), got {max_characters}")
+        self.name = name or "elmo_preprocessor"
+        self._ids = {w: i for i, w in enumerate(self.vocabulary)}
+
+    @property
+    def vocabulary_file(self):
+        """The vocabulary file this preprocessor was made from (None when made from a list)."""
+        return self._vocabulary_file
+
+    @property
+    def vocab_size(self):
+        return len(self.vocabulary)
+
+    def token_to_id(self, token):
+        """A word's id in the vocabulary (``<UNK>``'s for any other word)."""
+        return self._ids.get(token, self._ids[UNK_TOKEN])
+
+    def tokenize(self, sentences):
+        """Whitespace tokens: string ``(batch,)`` -> ragged string ``[batch, (n)]``."""
+        return tf.strings.split(tf.convert_to_tensor(sentences, tf.string))
+
+    def char_ids(self, tokens):
+        """Ragged tokens ``[batch, (n)]`` -> int32 ``(batch, n + 2, max_characters)`` with ``<S>``/``</S>``."""
+        return sentence_char_ids(tokens, self.max_characters)
+
+    def __call__(self, sentences):
+        return self.char_ids(self.tokenize(sentences))
+
+    def get_config(self):
+        vocabulary = asset_name(self._vocabulary_file) if self._vocabulary_file else list(self.vocabulary)
+        return {"vocabulary": vocabulary, "max_characters": self.max_characters, "name": self.name}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        vocabulary = config.pop("vocabulary")
+        return cls(asset_path(vocabulary) if isinstance(vocabulary, str) else vocabulary, **config)

@@ -8,7 +8,11 @@ import pytest
 h5py = pytest.importorskip("h5py")
 
 from kerasplm.cli import main  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
 from kerasplm.convert.elmo import load_bilm_tf  # noqa: E402
+from kerasplm.models.elmo import ElmoLanguageModel  # noqa: E402
+from kerasplm.models.elmo_runs import load_elmo  # noqa: E402
 from kerasplm.runs import load_run  # noqa: E402
 
 FILTERS = [[1, 4], [2, 3], [3, 2]]
@@ -113,8 +117,14 @@ def converted(tmp_path_factory):
 
 def test_converted_run_matches_numpy_bilm_tf(converted):
     arrays, out = converted
-    elmo = load_run(out)
-    assert elmo.model is None and elmo.vocab[:3] == ["</S>", "<S>", "<UNK>"]
+    model = load_run(out)
+    assert isinstance(model, ElmoLanguageModel) and model.vocab_size is None
+    assert model.preprocessor.vocabulary_file == str(out / "vocab.txt")
+    # a softmax-less run's checkpoint holds the biLM alone, as model/backbone
+    variables = tf.train.list_variables(tf.train.latest_checkpoint(str(out / "checkpoints")))
+    assert {name.split("/")[1] for name, _ in variables if name.startswith("model/")} == {"backbone"}
+    elmo = load_elmo(out)
+    assert elmo.model.vocab_size is None and elmo.vocab[:3] == ["</S>", "<S>", "<UNK>"]
     got = elmo.embed(SENTENCES)
     for row, sentence in enumerate(SENTENCES):
         expected = numpy_elmo_layers(arrays, sentence)

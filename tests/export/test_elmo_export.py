@@ -18,8 +18,7 @@ SENTENCES = ["the play was good", "a dog", "naïve"]
 @pytest.fixture(scope="module")
 def elmo():
     keras.utils.set_random_seed(5)
-    return Elmo(ElmoBiLM.from_preset("elmo_tiny", dropout=0.0), ["<S>", "</S>", "<UNK>"],
-                config={"preset": "elmo_tiny"}, step=0)
+    return Elmo(ElmoBiLM.from_preset("elmo_tiny", dropout=0.0), ["<S>", "</S>", "<UNK>"])
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +40,7 @@ def test_saved_model_equals_the_biLM_without_kerasplm(elmo, exported):
     np.testing.assert_allclose(out["elmo"], 0.7 * np.einsum("j,bjtd->btd", s, ref["elmo_layers"]), atol=1e-5)
     meta = read_metadata(exported)
     assert meta["family"] == "elmo" and meta["dim"] == 32 and meta["num_layers"] == 3
+    assert meta["preset"] == "elmo_tiny" and meta["vocab_size"] == 3
     np.testing.assert_allclose(meta["mix_weights"], s, rtol=1e-5)
 
 

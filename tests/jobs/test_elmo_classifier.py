@@ -5,6 +5,7 @@ trained one (what is tested does not depend on its weights)."""
 import json
 import os
 import random
+import shutil
 
 import keras
 import numpy as np
@@ -15,8 +16,9 @@ from kerasplm.cli import main
 from kerasplm.models.elmo import ElmoBiLM, ElmoEmbedder
 from kerasplm.models.elmo_classifier import ClassifierPreprocessor, ElmoClassifier
 from kerasplm.models.elmo_runs import save_bilm_run
-from kerasplm.jobs.elmo_classifier import build_word_vocab, finetune_elmo_classifier
-from kerasplm.runs import load_run
+from kerasplm.jobs.elmo_classifier import build_word_vocab, finetune_elmo_classifier, load_elmo_classifier
+from kerasplm.runs import RunDirError, load_run
+from kerasplm.runs.serialization import deserialize, serialize
 
 GOOD, BAD, FILLER = ["good", "great", "fine"], ["bad", "awful", "poor"], ["the", "movie", "was", "a", "plot", "very"]
 TINY = dict(embedding_dim=8, lstm_units=8, max_length=8, batch_size=8, verbose=0, seed=2, dropout=0.1)
@@ -123,9 +125,46 @@ def test_job_resumes_exactly_and_reports_dev(job):
 
 def test_loader_restores_the_whole_model(job):
     model = load_run(job["straight"])
-    assert isinstance(model, ElmoClassifier) and model.labels == ["0", "1"]
+    assert isinstance(model, ElmoClassifier) and model.labels == ["0", "1"] and model.run_info.step == 4
+    assert isinstance(model.preprocessor, ClassifierPreprocessor) and model.preprocessor.max_length == 8
     texts = ["good great movie", "the awful plot was poor"]
     np.testing.assert_allclose(model.predict_texts(texts), job["whole"]["classifier"].predict_texts(texts), atol=1e-5)
+    with open(os.path.join(job["straight"], "config.json")) as f:
+        config = json.load(f)
+    assert config["model"]["config"]["labels"] == ["0", "1"]
+    assert config["model"]["config"]["backbone"]["config"]["num_mixes"] == 1
+    # the word vocabulary stays a file of the run (named relative to it), not a list inside config.json
+    assert config["preprocessor"]["config"]["vocab"] == "words.txt" and config["assets"] == {"vocab": "words.txt"}
+
+
+def test_a_damaged_word_vocabulary_is_one_line_naming_the_file(job, tmp_path):
+    run = str(tmp_path / "run")
+    shutil.copytree(job["straight"], run)
+    with open(os.path.join(run, "words.txt"), "a") as f:
+        f.write("extra\n")
+    with pytest.raises(RunDirError, match=r"words\.txt: \d+ words, but the model has \d+") as info:
+        load_elmo_classifier(run)
+    assert "\n" not in str(info.value)
+
+
+def test_preprocessor_and_labels_round_trip(tmp_path, inputs):
+    words = tmp_path / "words.txt"
+    words.write_text("<PAD>\n<UNK>\ngood\n")
+    pre = ClassifierPreprocessor(str(words), max_length=5, max_characters=20, pad_to_multiple=4)
+    spec = serialize(pre, str(tmp_path))
+    assert spec["config"]["vocab"] == "words.txt"
+    again = deserialize(spec, str(tmp_path))
+    assert again.vocabulary_file == str(words) and again.vocab == pre.vocab and again.max_characters == 20
+    texts = tf.constant(["good bad good"])
+    for key, value in pre(texts).items():
+        np.testing.assert_array_equal(again(texts)[key], value)
+    inline = serialize(ClassifierPreprocessor(["<PAD>", "<UNK>", "x"]), str(tmp_path))   # a list stays a list
+    assert deserialize(inline, str(tmp_path)).vocab == inline["config"]["vocab"] == ["<PAD>", "<UNK>", "x"]
+    model = ElmoClassifier(9, embedder=None, labels=["neg", "pos", "neutral"], embedding_dim=4, lstm_units=3)
+    rebuilt = deserialize(serialize(model, str(tmp_path)), str(tmp_path))
+    assert rebuilt.labels == ["neg", "pos", "neutral"] and rebuilt.num_labels == 3 and rebuilt.backbone is None
+    with pytest.raises(ValueError, match="2 labels for num_labels=3"):
+        ElmoClassifier(9, 3, labels=["a", "b"])
 
 
 def test_cli_static_baseline_and_errors(job, capsys):
@@ -135,7 +174,7 @@ def test_cli_static_baseline_and_errors(job, capsys):
     assert main(argv) == 0
     assert "dev accuracy" in capsys.readouterr().out
     with open(os.path.join(out, "config.json")) as f:
-        assert json.load(f)["model"]["elmo"] is None
+        assert json.load(f)["model"]["config"]["backbone"] is None
     assert load_run(out).backbone is None
     assert main(argv[:6] + ["--steps", "1", "--out", str(job["root"] / "no_elmo_given")]) == 2
     assert "give the ELMo run" in capsys.readouterr().err

@@ -3,15 +3,18 @@ the run loader, option conflicts and the CLI's one-line errors."""
 import json
 import math
 import os
+import shutil
 
 import numpy as np
 import pytest
 
 from kerasplm.cli import main
 from kerasplm.jobs.elmo import WindowedCorpus, build_vocab, read_sentences, train_elmo
-from kerasplm.models.elmo_runs import Elmo
+from kerasplm.models.elmo import ElmoLanguageModel
+from kerasplm.models.elmo_runs import Elmo, load_elmo
 from kerasplm.options import OptionsConflict
-from kerasplm.runs import load_run
+from kerasplm.runs import RunDirError, load_run
+from kerasplm.text.characters import ElmoPreprocessor
 from tests.harness import write_word_corpus
 
 WORDS = "the a cat dog sat ran on under mat log big small red old".split()
@@ -67,13 +70,35 @@ def test_metrics_report_each_direction(runs):
 
 
 def test_loader_embeds_sentences(runs):
-    elmo = load_run(runs["straight"])
-    assert isinstance(elmo, Elmo) and elmo.step == 4 and len(elmo.vocab) == 15
+    model = load_run(runs["straight"])
+    assert isinstance(model, ElmoLanguageModel) and isinstance(model.preprocessor, ElmoPreprocessor)
+    assert model.vocab_size == 15 and model.num_sampled == 6 and model.run_info.step == 4
+    elmo = load_elmo(runs["straight"])
+    assert isinstance(elmo, Elmo) and elmo.step == 4 and len(elmo.vocab) == 15 and elmo.config["preset"] == "elmo_tiny"
     out = elmo.embed(["the cat sat", "a dog"])
     assert out["elmo_layers"].shape == (2, 3, 3, 32) and out["tokens"][1] == ["a", "dog"]
     np.testing.assert_array_equal(out["mask"], [[True] * 3, [True, True, False]])
     live = runs["whole"]["elmo"].embed(["the cat sat", "a dog"])
     np.testing.assert_allclose(out["elmo_layers"], live["elmo_layers"], atol=1e-6)
+
+
+def test_run_config_stores_the_model_and_the_vocabulary_file(runs):
+    with open(os.path.join(runs["straight"], "config.json")) as f:
+        config = json.load(f)
+    assert config["model"]["class_name"] == "ElmoLanguageModel"
+    assert config["model"]["config"]["vocab_size"] == 15 and config["model"]["config"]["num_sampled"] == 6
+    assert config["model"]["config"]["backbone"]["config"]["lstm_dim"] == 32
+    assert config["preprocessor"]["config"]["vocabulary"] == "vocab.txt" and config["assets"] == {"vocab": "vocab.txt"}
+
+
+def test_a_damaged_vocabulary_is_one_line_naming_the_file(runs, tmp_path):
+    run = str(tmp_path / "run")
+    shutil.copytree(runs["straight"], run)
+    with open(os.path.join(run, "vocab.txt"), "a") as f:
+        f.write("extra\n")
+    with pytest.raises(RunDirError, match=r"vocab\.txt: 16 tokens, but the model's softmax has 15") as info:
+        load_elmo(run)
+    assert "\n" not in str(info.value)
 
 
 def test_resume_with_other_run_options_is_refused(runs):

@@ -8,7 +8,8 @@ import tensorflow as tf
 from kerasplm.models import presets
 from kerasplm.models.elmo import (ElmoBiLM, ElmoConfig, ElmoEmbedder, ElmoLanguageModel, ProjectedLSTMCell,
                                   ScalarMix, fused_lstm_weights, num_parameters)
-from kerasplm.text.characters import add_sentence_boundaries, sentence_char_ids, word_char_ids
+from kerasplm.runs.serialization import deserialize, serialize
+from kerasplm.text.characters import ElmoPreprocessor, add_sentence_boundaries, sentence_char_ids, word_char_ids
 from tests.harness import check_model
 
 SENTENCES = ["the cat sat", "a dog", "über naïve words here"]
@@ -220,3 +221,30 @@ def test_plot_helpers_and_nearest_contexts(tiny_bilm):
     assert centred[0] == (pytest.approx(1.0, abs=1e-5), "kids play outside") and centred[-1][0] < ranked[-1][0]
     with pytest.raises(ValueError, match="not a token of the query"):
         elmo.nearest_contexts("play", "nothing here", candidates)
+
+
+def test_run_objects_round_trip_and_check_each_other(tmp_path, tiny_bilm):
+    """What an ELMo run stores: the LM (with or without softmax) and its ElmoPreprocessor (the vocabulary file)."""
+    (tmp_path / "vocab.txt").write_text("<S>\n</S>\n<UNK>\nthe\n")
+    pre = ElmoPreprocessor(str(tmp_path / "vocab.txt"))
+    spec = serialize(pre, str(tmp_path))
+    assert spec["config"] == {"vocabulary": "vocab.txt", "max_characters": 50, "name": "elmo_preprocessor"}
+    again = deserialize(spec, str(tmp_path))
+    assert again.vocabulary == ["<S>", "</S>", "<UNK>", "the"] and again.token_to_id("cat") == 2
+    np.testing.assert_array_equal(again(["the cat sat", "a"]), sentence_char_ids(tokens(["the cat sat", "a"])))
+    with pytest.raises(ValueError, match="vocabulary lacks <UNK>"):
+        ElmoPreprocessor(["<S>", "</S>"])
+
+    lm = ElmoLanguageModel(tiny_bilm, vocab_size=4, num_sampled=2)
+    rebuilt = deserialize(serialize(lm, str(tmp_path)), str(tmp_path))
+    assert (rebuilt.vocab_size, rebuilt.num_sampled, rebuilt.backbone.config) == (4, 2, tiny_bilm.config)
+    lm.check_preprocessor(pre)
+    with pytest.raises(ValueError, match=r"vocab\.txt: 4 tokens, but the model's softmax has 5"):
+        ElmoLanguageModel(tiny_bilm, vocab_size=5).check_preprocessor(pre)
+    bare = ElmoLanguageModel(tiny_bilm, vocab_size=None)
+    bare.check_preprocessor(pre)   # no softmax: any vocabulary size
+    assert [w.path for w in bare.weights] == [w.path for w in tiny_bilm.weights]
+    with pytest.raises(ValueError, match="no word softmax"):
+        bare(sentence_char_ids(tokens(["a"])))
+    with pytest.raises(ValueError, match="characters per token"):
+        bare.check_preprocessor(ElmoPreprocessor(pre.vocabulary, max_characters=20))
