@@ -91,7 +91,7 @@ def upgrade_v1(config):
     options = {"data": data.get("path"), "src_col": data.get("src_col"), "tgt_col": data.get("tgt_col"),
                "max_length": data.get("max_length"), "preset": config.get("preset"), **train}
     upgraded = {k: v for k, v in config.items() if k not in ("data", "train")}
-    upgraded.update(format_version=FORMAT_VERSION, task="translation",
+    upgraded.update(format_version=2, task="translation",
                     options={k: v for k, v in options.items() if v is not None or k == "data"},
                     assets={"source_vocab": "src_vocab.txt", "target_vocab": "tgt_vocab.txt"})
     return upgraded
@@ -199,6 +199,7 @@ class RunDir:
         if not os.path.isfile(self.config_path):
             raise RunDirError(f"{self.path} is not a {what} run directory (no config.json)")
         config = self.read_json(self.CONFIG)
+        written = config.get("format_version", 1)
         if "format_version" not in config:
             config = upgrade_v1(config)
         version = config.get("format_version")
@@ -206,7 +207,7 @@ class RunDir:
             raise self.error(self.CONFIG, f"format_version {version!r} is not one this kerasplm "
                                           f"({kerasplm.__version__}) reads (<= {FORMAT_VERSION}); upgrade kerasplm")
         if version < FORMAT_VERSION and not legacy:
-            raise self.error(self.CONFIG, f"a run of format {version} (kerasplm "
+            raise self.error(self.CONFIG, f"a run of format {written} (kerasplm "
                                           f"{config.get('kerasplm_version', '< 0.2')}); this kerasplm reads format "
                                           f"{FORMAT_VERSION}: convert it with "
                                           f"`{CONVERT_COMMAND.format(path=self.path)}`")

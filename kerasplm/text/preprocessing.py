@@ -100,6 +100,9 @@ class Preprocessor(tf.Module):
 def _special_ids(tokenizer, side):
     """(start, end) ids of a translator vocabulary; ValueError naming what is missing."""
     missing = [t for t in TranslatorPreprocessor.special_tokens if t not in tokenizer.special_tokens]
+    file = getattr(tokenizer, "vocabulary_file", None)
+    if file:
+        side = f"{side} ({file})"
     if missing:
         raise ValueError(f"the {side} vocabulary lacks the translator's special token(s) {', '.join(missing)} "
                          f"(a translator vocabulary holds {', '.join(TranslatorPreprocessor.special_tokens)}; "

@@ -84,10 +84,18 @@ DAMAGE = {
     "config of the wrong shape": lambda out: (_write_config(out, "[1, 2]"), "expected a JSON object, got array"),
     "model of the wrong shape": lambda out: (_edit_config(out, lambda c: c.update(model=[1])),
                                              "'model' must be a JSON object"),
-    "model with unknown keys": lambda out: (_edit_config(out, lambda c: c["model"].update(colour=1)),
-                                            "'model' is not a valid TransformerConfig"),
-    "truncated vocabulary": lambda out: (Path(out, "src_vocab.txt").write_text("[PAD]\n[UNK]\n") and
-                                         str(Path(out, "src_vocab.txt")), "2 tokens, but the model"),
+    "model with unknown keys": lambda out: (_edit_config(out, lambda c: c["model"]["config"].update(colour=1)),
+                                            "'model' cannot be rebuilt (Transformer: "),
+    "model of an unknown class": lambda out: (_edit_config(out, lambda c: c["model"].update(class_name="Nope",
+                                                                                          registered_name="x>Nope")),
+                                              "'model' cannot be rebuilt"),
+    "preprocessor from a foreign module": lambda out: (
+        _edit_config(out, lambda c: c["preprocessor"].update(module="os", registered_name="os>system")),
+        "'preprocessor' cannot be rebuilt"),
+    "truncated vocabulary": lambda out: (Path(out, "src_vocab.txt").write_text("[PAD]\n[UNK]\n[START]\n[END]\n") and
+                                         str(Path(out, "src_vocab.txt")), "4 tokens, but the model"),
+    "vocabulary without the special tokens": lambda out: (Path(out, "tgt_vocab.txt").write_text("[PAD]\n[UNK]\nx\n")
+                                                          and str(Path(out, "tgt_vocab.txt")), "lacks the translator's"),
 }
 
 
@@ -220,36 +228,91 @@ def test_run_files_follow_the_umask(run2):
     assert os.stat(os.path.join(run2, "extra.json")).st_mode & 0o777 == 0o640
 
 
-# ---- the format: version field, one loader, the old translator format still loads ----
+# ---- the format: stored Keras configs, one loader; older formats refused in one line, then converted ----
 def test_config_format_and_load_run(run2, tsv):
     config = json.loads(Path(run2, "config.json").read_text())
-    assert config["format_version"] == 2 and config["family"] == "transformer_translator"
+    assert config["format_version"] == 3 and config["family"] == "transformer_translator"
     assert config["task"] == "translation" and config["preset"] == "transformer_tiny"
     assert config["assets"] == {"source_vocab": "src_vocab.txt", "target_vocab": "tgt_vocab.txt"}
     assert config["options"]["data"] == os.path.abspath(tsv) and config["options"]["batch_size"] == 4
     assert "steps" not in config["options"] and "verbose" not in config["options"]
-    translator = load_run(run2)
-    assert type(translator).__name__ == "Translator" and translator.step == 2
+    # The task model's and the preprocessor's Keras configs; the vocabularies named relative to the run.
+    assert config["model"]["registered_name"] == "kerasplm>Transformer"
+    assert config["model"]["config"]["d_model"] == 32 and config["model"]["config"]["name"] == "transformer_tiny"
+    preprocessor = config["preprocessor"]
+    assert preprocessor["registered_name"] == "kerasplm>TranslatorPreprocessor"
+    assert preprocessor["config"]["src_tokenizer"]["config"]["vocabulary"] == "src_vocab.txt"
+    assert preprocessor["config"]["tgt_tokenizer"]["config"]["vocabulary"] == "tgt_vocab.txt"
+    model = load_run(run2)
+    assert type(model).__name__ == "Transformer" and model.run_info.step == 2
+    assert model.preprocessor.src_tokenizer.vocab_size == config["model"]["config"]["input_vocab_size"]
+    assert load_translator(run2).step == 2
 
 
-def test_format_1_translator_runs_still_load_and_resume_with_the_whole_history(run2, tsv, tmp_path):
-    """A run directory of the first format loads and resumes; history.json then spans both sessions."""
-    out = copy_run(run2, tmp_path)
-    new = json.loads(Path(out, "config.json").read_text())
+def test_a_moved_run_directory_still_loads(run2, tmp_path):
+    """Assets are named relative to the run: a copy elsewhere reads its own files (the original is gone)."""
+    moved = str(tmp_path / "elsewhere" / "run")
+    shutil.copytree(run2, moved)
+    expected = load_translator(run2).translate(["Hola."])
+    hidden = str(tmp_path / "hidden")
+    os.rename(run2, hidden)
+    try:
+        assert load_translator(moved).translate(["Hola."]) == expected
+    finally:
+        os.rename(hidden, run2)
+
+
+def _old_config(new, version):
+    """The config.json the translator wrote in run format ``version`` (1 or 2) for the same run."""
     o = new["options"]
-    old = {"family": "transformer_translator", "preset": new["preset"], "model": new["model"],
-           "data": {"path": o["data"], "src_col": o["src_col"], "tgt_col": o["tgt_col"], "max_length": o["max_length"]},
-           "train": {k: o[k] for k in ("batch_size", "warmup_steps", "label_smoothing", "seed", "vocab_size")},
-           "kerasplm_version": "0.1.0"}
-    Path(out, "config.json").write_text(json.dumps(old), encoding="utf-8")
-    assert load_translator(out).step == 2
+    model = {k: v for k, v in new["model"]["config"].items() if k not in ("name", "trainable")}
+    if version == 2:
+        return {"format_version": 2, "family": new["family"], "task": "translation", "preset": new["preset"],
+                "model": model, "options": o, "assets": new["assets"], "kerasplm_version": "0.1.0"}
+    return {"family": "transformer_translator", "preset": new["preset"], "model": model,
+            "data": {"path": o["data"], "src_col": o["src_col"], "tgt_col": o["tgt_col"], "max_length": o["max_length"]},
+            "train": {k: o[k] for k in ("batch_size", "warmup_steps", "label_smoothing", "seed", "vocab_size")},
+            "kerasplm_version": "0.1.0"}
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_older_formats_are_refused_in_one_line_and_convert(version, run2, tmp_path, capsys):
+    out = copy_run(run2, tmp_path)
+    new_config = json.loads(Path(out, "config.json").read_text())
+    Path(out, "config.json").write_text(json.dumps(_old_config(new_config, version)), encoding="utf-8")
+    err = cli_error(["translate", "--run", out, "Hola."], capsys)
+    assert f"a run of format {version}" in err and f"kerasplm convert run --from {out} --out NEW_RUN_DIR" in err
+    converted = str(tmp_path / "converted")
+    assert cli.main(["convert", "run", "--from", out, "--out", converted]) == 0
+    assert capsys.readouterr().out.strip() == converted
+    assert json.loads(Path(out, "config.json").read_text())["model"] == _old_config(new_config, version)["model"]
+    config = json.loads(Path(converted, "config.json").read_text())
+    assert config["format_version"] == 3 and config["model"]["config"] == new_config["model"]["config"]
+    assert config["preprocessor"] == new_config["preprocessor"]
+    assert sorted(os.listdir(Path(converted, "checkpoints"))) == sorted(os.listdir(Path(run2, "checkpoints")))
+    assert load_translator(converted).translate(["Hola.", "Hace frío."]) == \
+        load_translator(run2).translate(["Hola.", "Hace frío."])
+    # A second conversion into the same place, or of a current run, is refused in one line.
+    assert "is not an empty directory" in cli_error(["convert", "run", "--from", out, "--out", converted], capsys)
+    assert "already run format 3" in cli_error(["convert", "run", "--from", converted, "--out",
+                                                str(tmp_path / "again")], capsys)
+
+
+def test_a_converted_format_1_run_resumes_with_the_whole_history(run2, tmp_path):
+    """The first format's run, converted, resumes; history.json then spans both sessions."""
+    out = copy_run(run2, tmp_path)
+    new_config = json.loads(Path(out, "config.json").read_text())
+    Path(out, "config.json").write_text(json.dumps(_old_config(new_config, 1)), encoding="utf-8")
+    converted = str(tmp_path / "converted")
+    assert cli.main(["convert", "run", "--from", out, "--out", converted]) == 0
+    assert load_translator(converted).step == 2
     with pytest.raises(OptionsConflict, match=r"batch_size=8 \(the run has 4\)"):
-        train_translator(out, steps=4, batch_size=8, log=lambda *_: None)
-    assert json.loads(Path(out, "history.json").read_text())["step"] == [2]
-    summary = train_translator(out, steps=4, log=lambda *_: None, verbose=0, bleu_max_sentences=1)
+        train_translator(converted, steps=4, batch_size=8, log=lambda *_: None)
+    assert json.loads(Path(converted, "history.json").read_text())["step"] == [2]
+    summary = train_translator(converted, steps=4, log=lambda *_: None, verbose=0, bleu_max_sentences=1)
     assert summary["step"] == 4
     assert summary["schedule"]["name"] == "seed"      # trained before --schedule existed: it keeps the seed's
-    history = json.loads(Path(out, "history.json").read_text())
+    history = json.loads(Path(converted, "history.json").read_text())
     assert history["step"] == [2, 4] and history["eval_step"] == [2, 4]
     assert len(history["loss"]) == len(history["learning_rate"]) == 2
 
