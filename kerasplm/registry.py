@@ -1,25 +1,25 @@
-"""The registry of what the model families offer: commands and run loaders (ground floor, no TensorFlow).
+"""The registry of what the model families offer on the command line (ground floor, no TensorFlow).
 
 Each family declares, in one manifest module that imports no TensorFlow (``kerasplm/families/<family>.py``):
 
 - ``COMMANDS``: a list of :class:`Command` — every ``kerasplm train|finetune|export|convert ...`` subcommand
   and every top-level one (``translate``, ``generate`` ...): its help, its options dataclass (the flags), and
-  the function that runs it, named as ``"module:function"`` so that nothing heavy is imported until it runs;
-- ``RUN_LOADERS``: ``{run family: "module:function"}``, the loader :func:`kerasplm.runs.load_run` calls
-  for run directories whose ``config.json`` names that family.
+  the function that runs it, named as ``"module:function"`` so that nothing heavy is imported until it runs.
+
+Runs need no registration: :func:`kerasplm.runs.load_run` rebuilds any run from the Keras configs its
+``config.json`` stores, importing only modules of kerasplm or of a manifest's package (:func:`manifest_modules`).
 
 The registry finds the manifests itself: every module of the :mod:`kerasplm.families` package, then the
 modules named in the ``KERASPLM_FAMILIES`` environment variable (comma-separated; a family living outside
 kerasplm, such as the toy family of the tests), then those added with :func:`add_manifest`. Nothing else
-is edited to add a family: ``kerasplm --help``, its subcommands and ``load_run`` all come from here.
+is edited to add a family: ``kerasplm --help`` and its subcommands come from here.
 """
 import dataclasses
 import importlib
 import os
 import pkgutil
 
-__all__ = ["VERBS", "Command", "commands", "manifest_modules", "run_loader", "known_run_families", "add_manifest",
-           "resolve"]
+__all__ = ["VERBS", "Command", "commands", "manifest_modules", "add_manifest", "resolve"]
 
 # Subcommand groups: ``kerasplm <verb> <name>``; a command of verb "" is ``kerasplm <name>``.
 VERBS = {"train": "train a model from scratch (or resume a run)",
@@ -66,7 +66,7 @@ _extra_manifests = []
 
 
 def add_manifest(module_name):
-    """Register the manifest module ``module_name`` (its ``COMMANDS`` and ``RUN_LOADERS``) in this process."""
+    """Register the manifest module ``module_name`` (its ``COMMANDS``) in this process."""
     if module_name not in _extra_manifests:
         _extra_manifests.append(module_name)
 
@@ -106,23 +106,6 @@ def commands():
             seen[command.path] = manifest.__name__
             found.append(command)
     return found
-
-
-def _loaders():
-    loaders = {}
-    for manifest in _manifests():
-        loaders.update(getattr(manifest, "RUN_LOADERS", {}))
-    return loaders
-
-
-def known_run_families():
-    return sorted(_loaders())
-
-
-def run_loader(family):
-    """The loader function of runs of ``family`` (None when no manifest declares it)."""
-    target = _loaders().get(family)
-    return None if target is None else resolve(target)
 
 
 def resolve(target):

@@ -138,4 +138,3 @@ COMMANDS = [
             description="Export a translator run as a SavedModel taking raw strings."),
 ]
 
-RUN_LOADERS = {"transformer_translator": "kerasplm.jobs.translation:load_translator_from_run"}

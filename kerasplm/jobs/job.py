@@ -186,7 +186,7 @@ def fit_scheduled(run, trainer, previous_history, train_ds, options, schedule, l
 class Job:
     """The base of every training and fine-tuning job (see the module docstring for the hooks)."""
 
-    family = None          # the run family written to config.json (its manifest's RUN_LOADERS key)
+    family = None          # the run family written to config.json (load_run's family= names it)
     task = None            # config.json's "task"
     options_class = None   # a TrainingOptions subclass (declared in the family's manifest)
     what = None            # how messages name the run ("translator", "BERT classifier")
