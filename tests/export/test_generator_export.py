@@ -14,7 +14,7 @@ from kerasplm.models.gpt import GPT, GPTBackbone
 from kerasplm.models.presets import get_preset
 from kerasplm.serving import api, load_version
 from kerasplm.jobs.language_model import ASSETS, load_text_generator
-from kerasplm.runs import RunDir
+from kerasplm.runs import RunDir, load_run
 from kerasplm.text import SentencePieceTokenizer, train_sentencepiece
 from tests.export.contract import check_bad_inputs, run_isolated
 
@@ -92,6 +92,14 @@ def test_loads_and_runs_without_kerasplm(loaded, exported):
     options = {k: tf.constant(v, tf.float32 if isinstance(v, float) else tf.int32) for k, v in SAMPLING.items()}
     assert outputs[1]["text"] == _texts(loaded.signatures["generate"](prompt=tf.constant(PROMPTS), **options)["text"])
     assert outputs[2]["num_tokens"] == loaded.signatures["score"](text=tf.constant(PROMPTS))["num_tokens"].numpy().tolist()
+
+
+def test_the_module_takes_the_model_load_run_gives(tiny_run, generator):
+    module = GeneratorModule(load_run(tiny_run), max_new_tokens=MAX_NEW, max_prompt_tokens=16)
+    assert module.family == "gpt" and module.tokenizer.vocabulary_file == generator.tokenizer.vocabulary_file
+    scores = module.score(tf.constant(PROMPTS))
+    for i, expected in enumerate(generator.score(PROMPTS)):
+        assert float(scores["log_likelihood"][i]) == pytest.approx(expected["log_likelihood"], rel=1e-5, abs=1e-5)
 
 
 def test_bad_input_battery(loaded):
