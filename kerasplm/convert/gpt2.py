@@ -19,7 +19,6 @@ can run arbitrary code). Every weight is placed through one explicit name map:
 GPT-2's ``Conv1D`` stores its weight as (in, out), which is already a Keras ``Dense`` kernel's layout, so
 no tensor is transposed. Unknown, missing or mis-shaped tensors give one ``ValueError`` listing them all.
 """
-import dataclasses
 import json
 import os
 import re
@@ -29,7 +28,8 @@ import tensorflow as tf
 
 from kerasplm.models.gpt import GPT, GPTBackbone, GPTConfig
 from kerasplm.runs import RunDir
-from kerasplm.text.bpe import read_bpe_merges, read_bpe_vocab
+from kerasplm.runs.serialization import attach_preprocessor
+from kerasplm.text.bpe import BytePairTokenizer, read_bpe_merges, read_bpe_vocab
 
 __all__ = ["config_from_hf", "load_gpt2", "load_hf_tensors", "set_gpt2_weights"]
 
@@ -151,11 +151,12 @@ def load_gpt2(directory, allow_pickle=False):
 def convert_gpt2_to_run(source, out, allow_pickle=False):
     """Writes the HF GPT-2 checkpoint in ``source`` as a kerasplm run directory ``out`` (family "gpt":
     ``config.json`` and ``checkpoints/``; load it with ``kerasplm.runs.load_run``). Returns the
-    :class:`GPT`. ``out`` must not hold a run already.
+    :class:`GPT` (its tokenizer, if any, as ``preprocessor``). ``out`` must not hold a run already.
 
-    When ``source`` has GPT-2's tokenizer files (``vocab.json`` and ``merges.txt``), they are copied as the
-    run's assets ``bpe_vocab`` and ``bpe_merges`` (:func:`kerasplm.text.bpe.load_bpe_tokenizer`); without
-    them the run has no tokenizer (``config["assets"]`` is empty)."""
+    When ``source`` has GPT-2's tokenizer files (``vocab.json`` and ``merges.txt``), they are copied into the run
+    (assets ``bpe_vocab`` and ``bpe_merges``) and the run's preprocessor is a
+    :class:`kerasplm.text.bpe.BytePairTokenizer` of the copies; without them the run has no tokenizer
+    (``config["preprocessor"]`` is null and ``config["assets"]`` empty)."""
     run = RunDir(out)
     if run.exists():
         raise FileExistsError(f"{run.config_path} exists: convert into a new directory")
@@ -165,13 +166,15 @@ def convert_gpt2_to_run(source, out, allow_pickle=False):
     tf.train.CheckpointManager(tf.train.Checkpoint(model=model, step=step), run.checkpoint_dir, max_to_keep=1).save()
     for name, text in tokenizer_files.items():
         run.write_text(name, text)
+    tokenizer = (BytePairTokenizer(run.file(BPE_ASSETS["bpe_vocab"]), run.file(BPE_ASSETS["bpe_merges"]))
+                 if tokenizer_files else None)
     # config.json last: a run directory is valid only once its config exists.
-    run.write_config("gpt", "causal_lm", "gpt2", dataclasses.asdict(model.backbone.config),
-                     {"converted_from": os.path.abspath(source)}, assets=BPE_ASSETS if tokenizer_files else None)
-    return model
+    run.write_config("gpt", "causal_lm", "gpt2", model, {"converted_from": os.path.abspath(source)},
+                     assets=BPE_ASSETS if tokenizer_files else None, preprocessor=tokenizer)
+    return attach_preprocessor(model, tokenizer)
 
 
-# The run directory's tokenizer assets (kerasplm.text.bpe.load_bpe_tokenizer reads them).
+# The run directory's tokenizer files (its preprocessor, a BytePairTokenizer, reads them).
 BPE_ASSETS = {"bpe_vocab": "vocab.json", "bpe_merges": "merges.txt"}
 
 

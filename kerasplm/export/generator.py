@@ -1,4 +1,5 @@
-"""Export a GPT :class:`kerasplm.jobs.language_model.TextGenerator` as a TF Serving SavedModel.
+"""Export a GPT :class:`kerasplm.models.gpt_generator.TextGenerator` (or the model :func:`kerasplm.runs.load_run`
+gives for a GPT run) as a TF Serving SavedModel.
 
 The SavedModel is a :class:`GeneratorModule` (an :class:`kerasplm.export.base.ExportModule`): the Keras model,
 the tokenizer (SentencePiece or GPT-2 BPE, a ``tf.Module`` whose files are assets) and these signatures
@@ -39,7 +40,8 @@ import tensorflow as tf
 from kerasplm.export.base import ExportModule, save_version
 from kerasplm.generation.engine import causal_lm_search
 from kerasplm.generation.options import request_checks
-from kerasplm.models.gpt_generator import load_text_generator, perplexity, score_token_ids, trim_generated
+from kerasplm.models.gpt_generator import (TextGenerator, load_text_generator, perplexity, score_token_ids,
+                                           trim_generated)
 
 FAMILY = "gpt"
 DEFAULT_MAX_NEW_TOKENS = 32  # the export's serving_default length and generate's largest (its decoding buffer)
@@ -49,7 +51,8 @@ class GeneratorModule(ExportModule):
     """The exported GPT: model + tokenizer + decoding and scoring, all graph functions (see the module docstring).
 
     Args:
-      generator: a :class:`kerasplm.jobs.language_model.TextGenerator`.
+      generator: a :class:`kerasplm.models.gpt_generator.TextGenerator`, or a GPT model with its tokenizer attached
+        (``kerasplm.runs.load_run`` of a GPT run).
       max_new_tokens: ``serving_default``'s length and the largest ``generate`` accepts (the decoding buffer).
       max_prompt_tokens: prompts keep their last this many tokens (default: the rest of the model's context).
       prompt_widths: the static prompt widths traced (each <= max_prompt_tokens; the largest is added).
@@ -60,6 +63,7 @@ class GeneratorModule(ExportModule):
 
     def __init__(self, generator, max_new_tokens=DEFAULT_MAX_NEW_TOKENS, max_prompt_tokens=None,
                  prompt_widths=(16, 64, 256), jit_compile=False):
+        generator = as_text_generator(generator)
         super().__init__(generator.model, family=(generator.config or {}).get("family", FAMILY), name="generator")
         positions = generator.max_positions
         if not isinstance(max_new_tokens, int) or not 1 <= max_new_tokens < positions:
@@ -172,11 +176,17 @@ class GeneratorModule(ExportModule):
         return {"serving_default": self.serving_default, "generate": self.generate, "score": self.score}
 
 
+def as_text_generator(generator):
+    """``generator`` itself, or the :class:`TextGenerator` of a GPT model loaded by :func:`kerasplm.runs.load_run`."""
+    return generator if isinstance(generator, TextGenerator) else TextGenerator(generator)
+
+
 def export_generator(generator, model_base_path, version=None, overwrite=False, max_new_tokens=DEFAULT_MAX_NEW_TOKENS,
                      max_prompt_tokens=None, prompt_widths=(16, 64, 256), jit_compile=False):
     """Writes ``model_base_path/<version>/`` (SavedModel + ``assets.extra/kerasplm.json``) atomically; returns
     the version directory. Options: see :class:`GeneratorModule`; ``version``/``overwrite`` as
     :func:`kerasplm.export.base.save_version`."""
+    generator = as_text_generator(generator)
     module = GeneratorModule(generator, max_new_tokens=max_new_tokens, max_prompt_tokens=max_prompt_tokens,
                              prompt_widths=prompt_widths, jit_compile=jit_compile)
     config = generator.config or {}
@@ -211,7 +221,7 @@ def load_and_generate(path, prompts, signature="serving_default", **options):
 def export_generator_run(run, to, version=None, overwrite=False, max_new_tokens=DEFAULT_MAX_NEW_TOKENS,
                          max_prompt_tokens=None, jit_compile=False):
     """``kerasplm export generator``: export a GPT run (trained or converted); prints and returns the version
-    directory."""
+    directory. The run is read by :func:`kerasplm.runs.load_run` (:func:`load_text_generator`)."""
     path = export_generator(load_text_generator(run), to, version=version, overwrite=overwrite,
                             max_new_tokens=max_new_tokens, max_prompt_tokens=max_prompt_tokens,
                             jit_compile=jit_compile)

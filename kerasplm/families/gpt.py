@@ -133,6 +133,3 @@ COMMANDS = [
             description="Convert a HuggingFace GPT-2 directory (save_pretrained: config.json and model.safetensors) "
                         "into a run directory."),
 ]
-
-RUN_LOADERS = {"gpt": "kerasplm.models.gpt:load_gpt_from_run",
-               "gpt_classifier": "kerasplm.jobs.gpt_finetune:load_gpt_classifier_run"}

@@ -19,40 +19,29 @@ extract``, needs ``--pair-col``) or ``similarity`` (both orders, the two extract
 ``--pair-col``). Multiple choice (:class:`kerasplm.models.gpt_tasks.GPTClassifier` with
 ``task_type="multiple_choice"``) needs a variable number of answers per example and is not a TSV job.
 
-Run directory: family ``gpt_classifier``; ``model`` = the grown backbone's config, ``num_labels``, ``labels``,
-``dropout``, ``task_type``, ``lm_weight``, ``special_ids``; the tokenizer assets of the init run.
+Run directory: family ``gpt_classifier``; ``model`` = the :class:`GPTClassifier`'s config (the grown backbone,
+``num_labels``, ``labels``, ``pair_input``, ``dropout``, ``task_type``, ``lm_weight``), ``preprocessor`` = the
+:class:`GPTClassifierPreprocessor`'s (the tokenizer, ``special_ids``, ``max_length``, task type); the tokenizer files
+of the init run. :func:`load_gpt_classifier` is :func:`kerasplm.runs.load_run`.
 
 >>> summary = finetune_gpt_classifier("runs/sst2-gpt", train="sst2/train.tsv", dev="sst2/dev.tsv", init="runs/gpt")
 >>> summary["dev"]["accuracy"]
 """
-import dataclasses
-
 import keras
 
 from kerasplm.families.gpt import GPTClassifierOptions
 from kerasplm.jobs.finetuning import ClassificationJob
-from kerasplm.models.gpt_generator import load_run_tokenizer
-from kerasplm.models.gpt import GPTBackbone, GPTConfig, load_gpt_from_run
+from kerasplm.models.gpt import GPTBackbone
+from kerasplm.models.gpt_generator import RUN_FAMILY as GPT_FAMILY
+from kerasplm.models.gpt_generator import WHAT as GPT_WHAT
+from kerasplm.models.gpt_generator import run_tokenizer
 from kerasplm.models.gpt_tasks import GPTClassifier, grow_token_embedding
-from kerasplm.runs import RunDir
+from kerasplm.runs import load_run
+from kerasplm.runs.serialization import deserialize, serialize
 from kerasplm.text.gpt_inputs import GPTClassifierPreprocessor, special_token_ids
 
 FAMILY = "gpt_classifier"
 WHAT = "GPT classifier"
-
-
-def _model_parts(run, config):
-    """``(GPTConfig, labels, model section)`` of a stored run (one-line error naming config.json)."""
-    model = config["model"]
-    missing = [key for key in ("backbone", "labels", "num_labels", "dropout", "task_type", "lm_weight", "special_ids")
-               if key not in model]
-    try:
-        if missing:
-            raise KeyError(", ".join(missing))
-        backbone_config = GPTConfig(**model["backbone"]).validate()
-    except (KeyError, TypeError, ValueError) as e:
-        raise run.error(run.CONFIG, f"'model' is not a GPT classifier config ({e})") from None
-    return backbone_config, list(model["labels"]), model
 
 
 class GPTClassifierJob(ClassificationJob):
@@ -62,33 +51,29 @@ class GPTClassifierJob(ClassificationJob):
     family, options_class, what = FAMILY, GPTClassifierOptions, WHAT
     task = "classification"   # config.json's task: the run's --task (GPT-1's input transformation)
 
-    def check_config(self, run, config):
-        _model_parts(run, config)
-
     def build_data(self):
         super().build_data()   # the training file, the schedule
-        run = self.run_dir
         if self.resumed:
-            self.backbone_config = _model_parts(run, self.config)[0]   # the weights come from the run's checkpoint
-            tokenizer = load_run_tokenizer(run, self.config)
+            # The stored classifier (no weights: the run's checkpoint restores them), built under the strategy's
+            # scope (FineTuningJob builds its model in build_data): build_model hands it to the Trainer.
+            self.stored = self.stored_model()
+            self.backbone_config, self.labels = self.stored.backbone.config, list(self.stored.labels)
+            preprocessor = self.stored.preprocessor
         else:
-            tokenizer = self._start_run()
-        _, self.labels, model = _model_parts(run, self.config)
-        o = self.options
-        self.classification_data(GPTClassifierPreprocessor(tokenizer, model["special_ids"], o.max_length, o.task))
+            preprocessor = self._start_run()
+        self.classification_data(preprocessor)
 
     def _start_run(self):
-        """A new run: the init run's tokenizer files, the grown backbone (pretrained or fresh weights), config.json
-        (``max_length`` settled). Returns the tokenizer."""
+        """A new run: the init run's tokenizer files, the grown backbone (pretrained or fresh weights), the run's
+        config (``max_length`` settled). Returns the preprocessor."""
         o = self.options
         if o.init is None:
             raise ValueError("give the GPT run to start from (init / --init; with random_init / --random-init only "
                              "its architecture and tokenizer are used)")
-        init_run = RunDir(o.init)
-        init_config = init_run.read_config(family="gpt", what="GPT")
-        tokenizer = load_run_tokenizer(init_run, init_config)   # a clear error for a run without one
         keras.utils.set_random_seed(o.seed)
-        pretrained = load_gpt_from_run(init_run, init_config).backbone
+        pretrained_model = load_run(o.init, family=GPT_FAMILY, what=GPT_WHAT)
+        tokenizer = run_tokenizer(pretrained_model)   # a clear error for a run without one
+        pretrained = pretrained_model.backbone
         positions = pretrained.config.max_positions
         o = self.options = o.replace(max_length=o.max_length or min(128, positions))
         if o.max_length > positions:
@@ -99,20 +84,22 @@ class GPTClassifierJob(ClassificationJob):
             backbone = GPTBackbone.from_config_object(backbone.config, name=backbone.name)
         self.init_backbone, self.backbone_config = backbone, backbone.config
         self.labels = self.new_labels()
-        assets, _ = self.copy_init_assets()
-        model = {"backbone": dataclasses.asdict(backbone.config), "num_labels": len(self.labels),
-                 "labels": self.labels, "dropout": o.dropout, "task_type": o.task, "lm_weight": o.lm_weight,
-                 "special_ids": special_ids}
+        assets, init_config = self.copy_init_assets()
+        if self.run_dir.writer:   # the same tokenizer, reading the copies of its files in this run
+            tokenizer = deserialize(serialize(tokenizer, o.init), self.run_dir.path)
         self.task = o.task
-        self.write_config(init_config.get("preset", "custom"), model, assets=assets)
+        self.write_config(init_config.get("preset", "custom"), assets=assets)
         self.log(f"started from {o.init} ({'fresh weights' if o.random_init else 'pretrained'}; {tokenizer.vocab_size} "
                  f"tokens + start/delim/extract at ids {special_ids['start']}..{special_ids['extract']})")
-        return tokenizer
+        return GPTClassifierPreprocessor(tokenizer, special_ids, o.max_length, o.task)
 
     def build_model(self):
+        if self.resumed:
+            return self.stored
         o = self.options
         return GPTClassifier(self.starting_backbone(GPTBackbone), len(self.labels), task_type=o.task, dropout=o.dropout,
-                             lm_weight=o.lm_weight, preprocessor=self.preprocessor)
+                             lm_weight=o.lm_weight, labels=self.labels, pair_input=self.preprocessor.pair_input,
+                             preprocessor=self.preprocessor)
 
 
 def finetune_gpt_classifier(out, options=None, log=print, **overrides):
@@ -126,21 +113,7 @@ def finetune_gpt_classifier(out, options=None, log=print, **overrides):
     return GPTClassifierJob(out, options, log, **overrides).run()
 
 
-def load_gpt_classifier_run(run, config):
-    """The loader of family ``gpt_classifier``: a :class:`GPTClassifier` with its checkpoint restored, its
-    ``preprocessor`` (strings -> inputs), ``labels`` (class names) and ``pair_input``."""
-    backbone_config, labels, model = _model_parts(run, config)
-    options = config["options"]
-    preprocessor = GPTClassifierPreprocessor(load_run_tokenizer(run, config), model["special_ids"],
-                                             int(options.get("max_length") or 128), model["task_type"])
-    classifier = GPTClassifier(GPTBackbone.from_config_object(backbone_config), int(model["num_labels"]),
-                               task_type=model["task_type"], dropout=float(model["dropout"]),
-                               lm_weight=float(model["lm_weight"]), preprocessor=preprocessor)
-    run.restore(model=classifier)
-    classifier.labels, classifier.pair_input = labels, preprocessor.pair_input
-    return classifier
-
-
 def load_gpt_classifier(run_dir):
-    run = RunDir(run_dir)
-    return load_gpt_classifier_run(run, run.read_config(family=FAMILY, what=WHAT))
+    """The :class:`GPTClassifier` of a ``gpt_classifier`` run (:func:`kerasplm.runs.load_run`): checkpoint restored,
+    ``preprocessor`` (strings -> inputs), ``labels`` (class names) and ``pair_input`` from its config."""
+    return load_run(run_dir, family=FAMILY, what=f"a {WHAT} run (kerasplm finetune gpt-classifier)")

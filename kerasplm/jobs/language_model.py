@@ -18,9 +18,10 @@ Training (:func:`train_gpt`) is causal language modelling on plain text (GPT-1 Â
   (:class:`kerasplm.training.WarmupCosineDecay`) over ``decay_steps`` (default: ``steps``);
 * held-out loss and perplexity exp(loss) (per SentencePiece token) go to ``metrics.json``, with samples.
 
-The run directory (:mod:`kerasplm.runs`) has family ``gpt``, task ``causal_lm`` and the asset
-``{"spm_model": "spm.model"}``. :func:`load_text_generator` also loads converted GPT-2 runs whose assets
-are ``{"bpe_vocab": ..., "bpe_merges": ...}`` (GPT-2's byte-level BPE, :mod:`kerasplm.text.bpe`).
+The run directory (:mod:`kerasplm.runs`) has family ``gpt``, task ``causal_lm``, the asset
+``{"spm_model": "spm.model"}``, and stores the :class:`GPT` with its tokenizer as preprocessor (a
+:class:`SentencePieceTokenizer` of that file). :func:`load_text_generator` (:func:`kerasplm.runs.load_run`) also
+loads converted GPT-2 runs, whose tokenizer is GPT-2's byte-level BPE (:mod:`kerasplm.text.bpe`).
 
 Using a model: :class:`TextGenerator` (prompts in, text out, through the one generation engine of
 :mod:`kerasplm.generation`; per-line log-likelihood and perplexity).
@@ -29,7 +30,6 @@ Using a model: :class:`TextGenerator` (prompts in, text out, through the one gen
 >>> generator = load_text_generator("runs/gpt")
 >>> generator.generate(["ROMEO:"], max_new_tokens=40, temperature=0.8, top_k=40, seed=1)
 """
-import dataclasses
 import math
 import os
 import sys
@@ -38,13 +38,15 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from kerasplm.models.gpt import GPT, PRESETS, GPTBackbone, GPTConfig
+from kerasplm.models.gpt import GPT, PRESETS, GPTBackbone
 from kerasplm.models.presets import get_preset
 # Using a trained model lives with the models (kerasplm.models.gpt_generator); these names stay importable here.
-from kerasplm.models.gpt_generator import TextGenerator, load_text_generator  # noqa: F401
+from kerasplm.models.gpt_generator import TextGenerator, load_text_generator, run_tokenizer  # noqa: F401
 from kerasplm.families.gpt import GPTOptions
 from kerasplm.jobs.job import Job
-from kerasplm.text.sentencepiece import (SentencePieceTokenizer, load_sentencepiece_tokenizer, train_sentencepiece)
+from kerasplm.runs import attach_run_info
+from kerasplm.runs.serialization import attach_preprocessor, deserialize
+from kerasplm.text.sentencepiece import SentencePieceTokenizer, train_sentencepiece
 from kerasplm.training import WarmupCosineDecay
 from kerasplm.training.optimizers import FusedAdamW
 
@@ -140,13 +142,6 @@ def lm_loss(model, batch, training):
     return model.compute_loss_sums(batch, training)
 
 
-def _model_config(run, config):
-    try:
-        return GPTConfig(**config["model"]).validate()
-    except (TypeError, ValueError) as e:
-        raise run.error(run.CONFIG, f"'model' is not a valid GPTConfig ({e})") from None
-
-
 def _new_model_config(o, vocab_size):
     overrides = {"vocab_size": vocab_size}
     for name in ("num_layers", "d_model", "num_heads"):
@@ -175,12 +170,10 @@ def build_gpt(model_config, name):
 
 
 # ---------------------------------------------------------------------------------------------- job
-def _tokenizer_for(run, config, o, train_text, log):
-    """The run's SentencePiece model: stored (resume), copied from --tokenizer, or trained. Only the run's writer
-    (a multi-worker job's chief) stores it; the other workers train theirs (the same bytes, from the same seed)
-    and keep it in memory."""
-    if config is not None:
-        return load_sentencepiece_tokenizer(run, config)
+def _new_tokenizer(run, o, train_text, log):
+    """A new run's SentencePiece model: copied from --tokenizer, or trained. Only the run's writer (a multi-worker
+    job's chief) stores it; the other workers train theirs (the same bytes, from the same seed) and keep it in
+    memory."""
     if o.tokenizer:
         with open(o.tokenizer, "rb") as f:
             data = f.read()
@@ -204,17 +197,16 @@ class GPTJob(Job):
     family, task, options_class, what, result_key = FAMILY, TASK, GPTOptions, "GPT", "generator"
     checkpoint_every, clip_norm = 1000, 1.0
 
-    def check_config(self, run, config):
-        _model_config(run, config)
-
     def build_data(self):
         o, run, t0 = self.options, self.run_dir, time.time()
         train_text, self.held_out_text = read_corpus(o)
-        self.tokenizer = _tokenizer_for(run, self.config, o, train_text, self.log)
-        eot = self.tokenizer.end_of_text_id
         if self.resumed:
-            self.model_config = _model_config(run, self.config)
+            # The stored model and tokenizer (checked against each other); the model itself is built again under
+            # the strategy's scope (build_model), this one only tells its config.
+            stored = self.stored_model()
+            self.tokenizer, self.model_config = run_tokenizer(stored), stored.backbone.config
         else:
+            self.tokenizer = _new_tokenizer(run, o, train_text, self.log)
             self.model_config = _new_model_config(o, self.tokenizer.vocab_size)
             decay_steps = o.decay_steps or o.steps
             if decay_steps is None:
@@ -222,9 +214,7 @@ class GPTJob(Job):
                                  "the cosine schedule)")
             o = self.options = o.replace(seq_len=o.seq_len or min(256, self.model_config.max_positions),
                                          decay_steps=decay_steps)
-        if self.tokenizer.vocab_size > self.model_config.vocab_size:
-            raise run.error(ASSETS["spm_model"], f"{self.tokenizer.vocab_size} pieces, more than the model's "
-                                                 f"vocab_size={self.model_config.vocab_size}")
+        eot = self.tokenizer.end_of_text_id
         train_ids = encode_text(self.tokenizer, train_text, start_id=eot)
         held_out_ids = encode_text(self.tokenizer, self.held_out_text, start_id=eot)
         self.log(f"data: {len(train_ids):,} training and {len(held_out_ids):,} held-out tokens "
@@ -234,12 +224,16 @@ class GPTJob(Job):
                                                     max_windows=o.eval_max_windows)
         self.train_dataset()  # fail on a too-small corpus before the run is written
         if not self.resumed:
-            self.write_config(o.preset, dataclasses.asdict(self.model_config), assets=ASSETS)
+            self.write_config(o.preset, assets=ASSETS)
         self.lr_schedule = WarmupCosineDecay(o.learning_rate, min(o.warmup_steps, o.decay_steps), o.decay_steps,
                                              alpha=0.1)
 
     def build_model(self):
-        return build_gpt(self.model_config, self.config["preset"])
+        if self.resumed:   # the stored model (deserialized: no weights yet, the checkpoint restores them)
+            model = deserialize(self.config["model"], self.run_dir.path)
+        else:
+            model = build_gpt(self.model_config, self.config["preset"])
+        return attach_preprocessor(model, self.tokenizer)
 
     def build_optimizer(self):
         return adamw(self.lr_schedule, self.options.weight_decay)
@@ -248,7 +242,8 @@ class GPTJob(Job):
         return lm_loss(model, batch, training)
 
     def result(self, trainer):
-        return TextGenerator(trainer.model, self.tokenizer, config=self.config, step=trainer.step)
+        return TextGenerator(attach_run_info(trainer.model, self.run_dir.path, self.config, trainer.step),
+                             self.tokenizer)
 
     def evaluate(self, trainer, summary):
         o = self.options

@@ -221,6 +221,15 @@ class CausalLM(Task):
         float32 = self.backbone.compute_dtype == "float32" and table.dtype == "float32"
         return table if float32 else None
 
+    def check_preprocessor(self, tokenizer):
+        """ValueError naming the file when ``tokenizer`` (a run's preprocessor: the tokenizer itself) has ids past
+        the model's token embedding (``vocab_size``): a vocabulary of another run, or a damaged one."""
+        size = getattr(tokenizer, "vocab_size", None)
+        if size is not None and size > self.vocab_size:
+            where = getattr(tokenizer, "vocabulary_file", None) or "the tokenizer"
+            raise ValueError(f"{where}: {size} tokens, more than the model's vocab_size={self.vocab_size}; the "
+                             f"file is damaged or from another run")
+
     @property
     def max_positions(self):
         return self.backbone.config.max_positions

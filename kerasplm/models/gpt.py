@@ -21,7 +21,6 @@ import dataclasses
 import math
 
 import keras
-import tensorflow as tf
 
 from kerasplm.models.causal_lm import CausalLM, CausalLMConfig, DecoderOnlyBackbone
 from kerasplm.models.causal_lm import num_parameters as causal_lm_num_parameters
@@ -111,15 +110,3 @@ class GPT(CausalLM):
 register_presets("gpt", GPTBackbone, PRESETS, num_parameters=num_parameters,
                  description="GPT-1 / GPT-2 / GPT-3 decoder-only language models")
 
-
-def load_gpt_from_run(run, config):
-    """The loader of family "gpt" runs (``kerasplm.runs.load_run``): a :class:`GPT` of the stored
-    config with the latest checkpoint's weights."""
-    try:
-        model_config = GPTConfig(**config["model"]).validate()
-    except (TypeError, ValueError) as e:
-        raise run.error(run.CONFIG, f"bad GPT model config ({e})") from None
-    model = GPT(backbone=GPTBackbone.from_config_object(model_config, name=config["preset"]))
-    step = tf.Variable(0, dtype=tf.int64)
-    run.restore(model=model, step=step)
-    return model

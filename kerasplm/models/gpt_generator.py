@@ -1,10 +1,10 @@
 """GPT run directories and text generation: :class:`TextGenerator` (prompts in, text out, through the one
 generation engine of :mod:`kerasplm.generation`; per-line log-likelihood and perplexity) and its loader.
 
-A ``gpt`` run (``kerasplm train gpt`` or ``kerasplm convert gpt2``) holds a :class:`kerasplm.models.gpt.GPT`
-checkpoint and its tokenizer: a SentencePiece model (asset ``spm_model``) or GPT-2's byte-level BPE (assets
-``bpe_vocab`` and ``bpe_merges``). Jobs, exporters and the command line reach it here, without importing one
-another.
+A ``gpt`` run (``kerasplm train gpt`` or ``kerasplm convert gpt2``) stores a :class:`kerasplm.models.gpt.GPT` and,
+as its preprocessor, its tokenizer: a SentencePiece model or GPT-2's byte-level BPE (or none: a converted GPT-2
+directory without tokenizer files). :func:`kerasplm.runs.load_run` rebuilds both; :func:`load_text_generator`
+wraps them. Jobs, exporters and the command line reach it here, without importing one another.
 """
 
 import numpy as np
@@ -12,15 +12,14 @@ import tensorflow as tf
 
 from kerasplm.generation.engine import generate
 from kerasplm.generation.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_SEED, resolve_request
-from kerasplm.models.gpt import load_gpt_from_run
-from kerasplm.runs import RunDir
-from kerasplm.text.bpe import load_bpe_tokenizer
-from kerasplm.text.sentencepiece import END_OF_TEXT, load_sentencepiece_tokenizer
+from kerasplm.runs import RunDirError, load_run
+from kerasplm.text.sentencepiece import END_OF_TEXT
 
-__all__ = ["RUN_FAMILY", "TextGenerator", "end_of_text_id", "load_run_tokenizer", "load_text_generator",
-           "perplexity", "score_token_ids", "trim_generated"]
+__all__ = ["RUN_FAMILY", "TextGenerator", "end_of_text_id", "load_text_generator", "perplexity", "run_tokenizer",
+           "score_token_ids", "trim_generated"]
 
 RUN_FAMILY = "gpt"
+WHAT = "a GPT run (kerasplm train gpt / convert gpt2)"
 
 
 def end_of_text_id(tokenizer):
@@ -88,26 +87,40 @@ def perplexity(log_likelihood, num_tokens):
     return tf.exp(-log_likelihood / tf.cast(tf.maximum(num_tokens, 1), tf.float32))
 
 
+def run_tokenizer(model):
+    """The tokenizer of a GPT run's model (its preprocessor); a one-line :class:`RunDirError` when the run has none."""
+    tokenizer = getattr(model, "preprocessor", None)
+    if tokenizer is None:
+        run_info = getattr(model, "run_info", None)
+        where = f"{run_info.path}/config.json: " if run_info else ""
+        raise RunDirError(f"{where}the run has no tokenizer (its 'preprocessor' is null: the converted directory had "
+                          f"no vocab.json/merges.txt): it can be loaded as a model (load_run) but not used on text")
+    return tokenizer
+
+
 class TextGenerator:
     """A trained or converted GPT with its tokenizer: ``generate`` text and ``score`` lines.
 
     Decoding is :func:`kerasplm.generation.generate` (one prefill, key/value cache, XLA-compiled, prompts of
-    different lengths right-padded in one batch). ``tokenizer`` follows kerasplm's tokenizer protocol
-    (``tokenize``/``detokenize``/``special_tokens``/``token_to_id``): SentencePiece or GPT-2's BPE.
+    different lengths right-padded in one batch). ``tokenizer`` (default: the model's ``preprocessor``, as
+    :func:`kerasplm.runs.load_run` attaches it) follows kerasplm's tokenizer protocol
+    (``tokenize``/``detokenize``/``special_tokens``/``token_to_id``): SentencePiece or GPT-2's BPE. ``config`` and
+    ``step`` are the run's (``model.run_info``), when it has one.
     """
 
     # Prompts are padded to a multiple of this many tokens, so decoding compiles once per bucket.
     length_bucket = 16
 
-    def __init__(self, model, tokenizer, config=None, step=None):
+    def __init__(self, model, tokenizer=None):
         self.model = model
-        self.tokenizer = tokenizer
-        self.config = config or {}
-        self.step = step
-        self.end_of_text_id = end_of_text_id(tokenizer)
+        self.tokenizer = tokenizer if tokenizer is not None else run_tokenizer(model)
+        run_info = getattr(model, "run_info", None)   # set by load_run and by the job
+        self.config = run_info.config if run_info else {}
+        self.step = run_info.step if run_info else None
+        self.end_of_text_id = end_of_text_id(self.tokenizer)
         # The vocabulary's padding id (SentencePiece's <pad>), else -1: GPT-2's BPE has no padding token and
         # its id 0 ("!") must stay generable.
-        pad_id = getattr(tokenizer, "pad_id", None)
+        pad_id = getattr(self.tokenizer, "pad_id", None)
         self.pad_id = -1 if pad_id is None else int(pad_id)
         self._score_fn = tf.function(self._score, reduce_retracing=True)
 
@@ -181,28 +194,8 @@ class TextGenerator:
         return results
 
 
-def load_run_tokenizer(run, config):
-    """The tokenizer named by a GPT run's assets: ``spm_model`` (SentencePiece) or ``bpe_vocab`` +
-    ``bpe_merges`` (GPT-2's byte-level BPE)."""
-    assets = config.get("assets") or {}
-    if "spm_model" in assets:
-        return load_sentencepiece_tokenizer(run, config)
-    if "bpe_vocab" in assets or "bpe_merges" in assets:
-        return load_bpe_tokenizer(run, config)
-    raise run.error(run.CONFIG, "the run has no tokenizer ('assets' names neither 'spm_model' nor "
-                                "'bpe_vocab'/'bpe_merges'): it can be loaded as a model (load_run) but not "
-                                "used on text")
-
-
 def load_text_generator(run_dir):
-    """The :class:`TextGenerator` of a GPT run directory (trained by :func:`train_gpt` or converted)."""
-    run = RunDir(run_dir)
-    config = run.read_config(family=RUN_FAMILY, what="GPT")
-    tokenizer = load_run_tokenizer(run, config)
-    model = load_gpt_from_run(run, config)
-    if tokenizer.vocab_size > model.vocab_size:
-        raise run.error(run.CONFIG, f"the tokenizer has {tokenizer.vocab_size} tokens, more than the model's "
-                                    f"vocab_size={model.vocab_size}; the assets are from another run")
-    step = tf.Variable(0, dtype=tf.int64)
-    tf.train.Checkpoint(step=step).read(run.latest_checkpoint()).expect_partial()
-    return TextGenerator(model, tokenizer, config=config, step=int(step.numpy()))
+    """The :class:`TextGenerator` of a GPT run directory (trained by ``kerasplm train gpt`` or converted):
+    :func:`kerasplm.runs.load_run`'s model and its tokenizer. One-line :class:`RunDirError` for a damaged run or a
+    run without a tokenizer."""
+    return TextGenerator(load_run(run_dir, family=RUN_FAMILY, what=WHAT))

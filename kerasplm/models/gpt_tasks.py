@@ -61,6 +61,8 @@ class GPTClassifier(Task):
       task_type: ``classification``, ``entailment``, ``similarity`` or ``multiple_choice``.
       dropout: dropout on the extract representation before the linear layer (GPT-1: 0.1).
       lm_weight: λ of the auxiliary language-modelling loss (GPT-1: 0.5; 0 = none).
+      labels: the class names, in logit order (a fine-tuned run's training labels; stored in the config).
+      pair_input: whether the model reads two texts (default: every task type but ``classification``).
       preprocessor: optional :class:`kerasplm.text.gpt_inputs.GPTClassifierPreprocessor` for :meth:`predict_texts`.
     Call: inputs dict -> float32 logits ``(B, num_labels)``; multiple choice ``(B, N)`` over the N answers.
     Training batches are ``(inputs, labels)``, int labels ``(B,)`` (multiple choice: the right answer's index).
@@ -68,8 +70,8 @@ class GPTClassifier(Task):
 
     backbone_class = GPTBackbone
 
-    def __init__(self, backbone, num_labels, task_type="classification", dropout=0.1, lm_weight=0.5,
-                 preprocessor=None, **kwargs):
+    def __init__(self, backbone, num_labels, task_type="classification", dropout=0.1, lm_weight=0.5, labels=None,
+                 pair_input=None, preprocessor=None, **kwargs):
         super().__init__(backbone, preprocessor=preprocessor, **kwargs)
         if task_type not in TASK_TYPES:
             raise ValueError(f"task_type must be one of {', '.join(TASK_TYPES)}, got {task_type!r}")
@@ -82,7 +84,13 @@ class GPTClassifier(Task):
             raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
         if not lm_weight >= 0.0:
             raise ValueError(f"lm_weight must be >= 0, got {lm_weight!r}")
+        labels = [str(label) for label in (labels or [])]
+        if labels and len(labels) != num_labels and task_type != "multiple_choice":
+            raise ValueError(f"{len(labels)} labels ({', '.join(labels)}) for num_labels={num_labels}")
         self.num_labels, self.task_type = num_labels, task_type
+        # Plain Python values, not checkpoint dependencies (Keras would wrap a list in a tracked one).
+        object.__setattr__(self, "labels", labels)
+        object.__setattr__(self, "pair_input", task_type != "classification" if pair_input is None else bool(pair_input))
         self.dropout_rate, self.lm_weight = float(dropout), float(lm_weight)
         self.head_dropout, self.head = classifier_head(num_labels, backbone.config.d_model,
                                                        backbone.config.initializer_range, dropout)
@@ -138,6 +146,20 @@ class GPTClassifier(Task):
         """Probabilities ``(N, C)`` (multiple choice: over the answers; ``pairs`` = the answers ``[N][K]``)."""
         return tf.nn.softmax(logits_for_texts(self, texts, pairs, batch_size)).numpy()
 
+    def check_preprocessor(self, preprocessor):
+        """ValueError naming the file when ``preprocessor``'s tokenizer or special tokens do not fit the token
+        embedding (the pretrained rows, then start/delim/extract)."""
+        size = self.backbone.config.vocab_size
+        specials = preprocessor.special_ids
+        tokenizer = preprocessor.tokenizer
+        where = getattr(tokenizer, "vocabulary_file", None) or "the tokenizer"
+        if max(specials.values()) >= size:
+            raise ValueError(f"special ids {specials} lie outside the model's {size} token embeddings")
+        if tokenizer.vocab_size > min(specials.values()):
+            raise ValueError(f"{where}: {tokenizer.vocab_size} tokens, but the model's special tokens start at id "
+                             f"{min(specials.values())}; the file is damaged or from another run")
+
     def get_config(self):
         return {**super().get_config(), "num_labels": self.num_labels, "task_type": self.task_type,
-                "dropout": self.dropout_rate, "lm_weight": self.lm_weight}
+                "dropout": self.dropout_rate, "lm_weight": self.lm_weight, "labels": list(self.labels),
+                "pair_input": self.pair_input}

@@ -6,7 +6,7 @@ Tokenizers (:mod:`kerasplm.text.wordpiece`; GPT-2's byte-level BPE in :mod:`kera
 :mod:`kerasplm.text.characters` turns tokens into ELMo's (bilm-tf's) character ids.
 """
 from kerasplm.text.bert_tokenizer import BertPreprocessor, BertTokenizer
-from kerasplm.text.bpe import BytePairTokenizer, load_bpe_tokenizer
+from kerasplm.text.bpe import BytePairTokenizer
 from kerasplm.text.characters import sentence_char_ids, word_char_ids
 from kerasplm.text.preprocessing import Preprocessor, TranslatorPreprocessor, pack_segments, pad_packed
 from kerasplm.text.sentencepiece import SentencePieceTokenizer, train_sentencepiece
@@ -18,7 +18,7 @@ from kerasplm.text.wordpiece import (
     write_vocab,
 )
 
-__all__ = ["BytePairTokenizer", "load_bpe_tokenizer", "WordPieceTokenizer", "BertTokenizer", "BertPreprocessor",
+__all__ = ["BytePairTokenizer", "WordPieceTokenizer", "BertTokenizer", "BertPreprocessor",
            "build_wordpiece_vocab", "read_vocab", "write_vocab", "sanitize_utf8", "SentencePieceTokenizer",
            "train_sentencepiece", "Preprocessor", "TranslatorPreprocessor", "pack_segments", "pad_packed",
            "sentence_char_ids", "word_char_ids"]

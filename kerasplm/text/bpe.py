@@ -32,12 +32,11 @@ import os
 
 import tensorflow as tf
 
-from kerasplm.runs import RunDirError
+from kerasplm.runs.serialization import asset_name, asset_path, serializable
 from kerasplm.text.vocabulary import VocabularyLookup
 from kerasplm.text.wordpiece import sanitize_utf8
 
-__all__ = ["BytePairTokenizer", "GPT2_SPLIT_PATTERN", "byte_alphabet", "load_bpe_tokenizer",
-           "read_bpe_merges", "read_bpe_vocab"]
+__all__ = ["BytePairTokenizer", "GPT2_SPLIT_PATTERN", "byte_alphabet", "read_bpe_merges", "read_bpe_vocab"]
 
 # GPT-2's pre-tokenization pattern (Python `regex` syntax): contractions, letters, digits, other symbols,
 # each optionally after one space, then whitespace.
@@ -155,6 +154,7 @@ def _default_special_tokens(vocab):
     return {"end_of_text": END_OF_TEXT} if END_OF_TEXT in vocab else {}
 
 
+@serializable
 class BytePairTokenizer(VocabularyLookup, tf.Module):
     """GPT-2's byte-level BPE over a ``vocab.json`` + ``merges.txt`` pair; ``tokenize`` and ``detokenize`` are
     graph functions of TensorFlow ops only (they run in a SavedModel without kerasplm).
@@ -175,10 +175,14 @@ class BytePairTokenizer(VocabularyLookup, tf.Module):
         ``{"end_of_text": "<|endoftext|>"}`` when the vocabulary has it. Each must be in the vocabulary and
         hold no whitespace. ``{}`` reads them as plain text (Hugging Face's ``split_special_tokens=True``),
         e.g. for untrusted input.
+
+    ``get_config``/``from_config`` round-trip it through its two files (named relative to the run being written:
+    :func:`kerasplm.runs.serialization.asset_name`); ``vocabulary_file`` is ``vocab_json``.
     """
 
     def __init__(self, vocab_json, merges_txt, special_tokens=None, name=None):
         super().__init__(name=name)
+        self._files = (os.fspath(vocab_json), os.fspath(merges_txt))
         tokens = read_bpe_vocab(vocab_json)
         ids = {token: i for i, token in enumerate(tokens)}
         self._set_vocabulary(tokens)
@@ -226,6 +230,20 @@ class BytePairTokenizer(VocabularyLookup, tf.Module):
 
     def _special_token_strings(self):
         return list(self._special.values())
+
+    @property
+    def vocabulary_file(self):
+        """The ``vocab.json`` this tokenizer reads."""
+        return self._files[0]
+
+    def get_config(self):
+        return {"vocab_json": asset_name(self._files[0]), "merges_txt": asset_name(self._files[1]),
+                "special_tokens": dict(self._special), "name": self.name}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(asset_path(config["vocab_json"]), asset_path(config["merges_txt"]),
+                   special_tokens=config.get("special_tokens"), name=config.get("name"))
 
     # Graph functions (exported with the module).
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
@@ -337,13 +355,3 @@ def _re2_escape(literal):
     """``literal`` as an RE2 pattern that matches exactly it."""
     return "".join(c if c.isalnum() else rf"\x{{{ord(c):x}}}" for c in literal)
 
-
-def load_bpe_tokenizer(run, config):
-    """The :class:`BytePairTokenizer` of a run directory (``run`` a :class:`~kerasplm.runs.RunDir`,
-    ``config`` its config): assets ``bpe_vocab`` and ``bpe_merges``. RunDirError naming the file when one is
-    missing or damaged."""
-    vocab, merges = run.asset(config, "bpe_vocab"), run.asset(config, "bpe_merges")
-    try:
-        return BytePairTokenizer(vocab, merges)
-    except (OSError, ValueError) as e:
-        raise RunDirError(str(e)) from None

@@ -20,8 +20,10 @@ Truncation keeps the special tokens and trims the text pieces round robin (the l
 after ``extract`` invisible to every real position, so no attention mask is needed; ``padding_mask`` tells the
 model where ``extract`` is and which tokens the auxiliary LM loss covers).
 """
+import keras
 import tensorflow as tf
 
+from kerasplm.runs.serialization import serializable
 from kerasplm.text.preprocessing import Preprocessor, pack_segments
 
 TASK_TYPES = ("classification", "entailment", "similarity", "multiple_choice")
@@ -33,6 +35,7 @@ def special_token_ids(pretrained_vocab_size):
     return {name: pretrained_vocab_size + i for i, name in enumerate(SPECIAL_TOKENS)}
 
 
+@serializable
 class GPTClassifierPreprocessor(Preprocessor):
     """Strings -> GPT-1 fine-tuning inputs ``{"token_ids", "padding_mask"}`` (int64; 1 = real token).
 
@@ -47,6 +50,9 @@ class GPTClassifierPreprocessor(Preprocessor):
       task_type: one of :data:`TASK_TYPES`.
       pad_to_length: pad to ``sequence_length`` (fixed shapes for training), else to the longest row of the
         batch (serving; at least 2).
+
+    ``get_config`` stores these arguments, the tokenizer as its own Keras config (its files named relative to the
+    run being written), so a run's config.json rebuilds it.
     """
 
     def __init__(self, tokenizer, special_ids, sequence_length=128, task_type="classification", pad_to_length=True,
@@ -74,6 +80,15 @@ class GPTClassifierPreprocessor(Preprocessor):
     def pair_input(self):
         """Whether ``__call__`` takes a second text (entailment, similarity) or the choices (multiple choice)."""
         return self.task_type != "classification"
+
+    def get_config(self):
+        return {"tokenizer": keras.saving.serialize_keras_object(self.tokenizer), "special_ids": dict(self.special_ids),
+                "sequence_length": self.sequence_length, "task_type": self.task_type,
+                "pad_to_length": self.pad_to_length, "name": self.name}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**{**config, "tokenizer": keras.saving.deserialize_keras_object(config["tokenizer"])})
 
     def with_padding(self, pad_to_length):
         """The same preprocessor padding to ``sequence_length`` or (``False``) to each batch's longest row."""

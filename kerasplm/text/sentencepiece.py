@@ -32,6 +32,7 @@ import tempfile
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from kerasplm.runs.serialization import asset_name, asset_path, serializable
 from kerasplm.text.vocabulary import VocabularyLookup
 from kerasplm.text.wordpiece import sanitize_utf8
 
@@ -105,6 +106,7 @@ def train_sentencepiece(texts_or_path, vocab_size=8000, model_prefix=None, seed=
     return data
 
 
+@serializable
 class SentencePieceTokenizer(VocabularyLookup, tf.Module):
     """A SentencePiece model (a ``.model`` file or its bytes); every method is a graph function.
 
@@ -114,7 +116,10 @@ class SentencePieceTokenizer(VocabularyLookup, tf.Module):
 
     Attributes (Python): ``vocab_size``, ``special_tokens`` (``{"pad": "<pad>", "unk": "<unk>",
     "end_of_text": "<|endoftext|>"}``: name -> token), ``token_to_id``, ``id_to_token``, ``pad_id``,
-    ``end_of_text_id``.
+    ``end_of_text_id``, ``vocabulary_file`` (the ``.model`` file; a temporary copy when made from bytes).
+
+    ``get_config``/``from_config`` round-trip it through the file (named relative to the run being written:
+    :func:`kerasplm.runs.serialization.asset_name`).
     """
 
     def __init__(self, model, name=None):
@@ -145,6 +150,7 @@ class SentencePieceTokenizer(VocabularyLookup, tf.Module):
         if processor.unk_id() < 0:
             raise ValueError(f"{path}: a SentencePiece model without an unknown token")
         self._unk_id = processor.unk_id()
+        self._model_file = path
         self._model_path = tf.saved_model.Asset(path)
         self._model_bytes = data
         # detokenize accepts dense or ragged ids: trace both so both survive export.
@@ -153,6 +159,18 @@ class SentencePieceTokenizer(VocabularyLookup, tf.Module):
 
     # Python-side conveniences (vocab_size, token_to_id, id_to_token: VocabularyLookup).
     vocabulary_kind = "SentencePiece vocabulary"
+
+    @property
+    def vocabulary_file(self):
+        """The ``.model`` file this tokenizer reads (a temporary copy when it was made from bytes)."""
+        return self._model_file
+
+    def get_config(self):
+        return {"model": asset_name(self._model_file), "name": self.name}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(asset_path(config["model"]), name=config.get("name"))
 
     @property
     def special_tokens(self):
@@ -204,12 +222,3 @@ class SentencePieceTokenizer(VocabularyLookup, tf.Module):
         """Path of the ``.model`` file (inside assets/ once exported)."""
         return self._model_path
 
-
-def load_sentencepiece_tokenizer(run, config):
-    """The tokenizer of a run whose config ``assets`` name ``spm_model`` (errors name the file)."""
-    path = run.asset(config, "spm_model")
-    try:
-        return SentencePieceTokenizer(path)
-    except ValueError:
-        raise run.error(os.path.relpath(path, run.path), "not a SentencePiece model; the file is damaged or "
-                                                         "from another tool") from None

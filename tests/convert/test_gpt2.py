@@ -116,7 +116,8 @@ def test_cli_converts_into_a_run_directory_that_loads(hf_dir, tmp_path, capsys):
     assert cli.main(["convert", "gpt2", "--from", hf_dir[0], "--out", str(out)]) == 0
     assert "without a tokenizer" in capsys.readouterr().out
     config = json.loads((out / "config.json").read_text())
-    assert config["family"] == "gpt" and config["model"]["num_layers"] == 2 and config["assets"] == {}
+    assert config["family"] == "gpt" and config["assets"] == {} and config["preprocessor"] is None
+    assert config["model"]["class_name"] == "GPT" and config["model"]["config"]["backbone"]["config"]["num_layers"] == 2
     model = load_run(str(out))
     with torch.no_grad():
         theirs = hf_dir[1](torch.tensor([PROMPTS[0]])).logits[0].numpy()
@@ -126,17 +127,17 @@ def test_cli_converts_into_a_run_directory_that_loads(hf_dir, tmp_path, capsys):
     assert cli.main(["convert", "gpt2", "--from", str(tmp_path / "nowhere"), "--out", str(tmp_path / "r2")]) == 2
     assert "cannot read the GPT-2 config" in capsys.readouterr().err
     assert not (tmp_path / "r2").exists()
-    config["model"]["colour"] = 1
+    config["model"]["config"]["backbone"]["config"]["colour"] = 1
     (out / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ValueError, match=r"config.json: bad GPT model config .*colour"):
+    with pytest.raises(ValueError, match=r"config.json: 'model' cannot be rebuilt .*colour"):
         load_run(str(out))
 
 
 def test_convert_copies_the_bpe_tokenizer(hf_dir, tmp_path, capsys):
     """vocab.json + merges.txt become the run's assets; the tokenizer loaded from the run gives HF's ids."""
     from kerasplm import cli
-    from kerasplm.runs import RunDir, RunDirError
-    from kerasplm.text.bpe import load_bpe_tokenizer
+    from kerasplm.runs import RunDir, RunDirError, load_run
+    from kerasplm.text.bpe import BytePairTokenizer
     from tests.text.bpe_vocab import train_gpt2_vocab
 
     source = tmp_path / "hf"
@@ -154,7 +155,9 @@ def test_convert_copies_the_bpe_tokenizer(hf_dir, tmp_path, capsys):
     assert config["assets"] == {"bpe_vocab": "vocab.json", "bpe_merges": "merges.txt"}
     for name in config["assets"].values():
         assert (out / name).read_bytes() == (source / name).read_bytes()
-    tokenizer = load_bpe_tokenizer(run, config)
+    assert config["preprocessor"]["config"]["vocab_json"] == "vocab.json"   # relative: the run directory can move
+    tokenizer = load_run(str(out)).preprocessor
+    assert isinstance(tokenizer, BytePairTokenizer)
     hf_tokenizer = transformers.GPT2Tokenizer.from_pretrained(str(source))
     texts = ["Hello world, I'll say naïve 中文 😀!<|endoftext|>", "  x\n\n"]
     assert tokenizer.tokenize(tf.constant(texts)).to_list() == [hf_tokenizer(t)["input_ids"] for t in texts]
@@ -176,10 +179,10 @@ def test_convert_copies_the_bpe_tokenizer(hf_dir, tmp_path, capsys):
 
     (out / "merges.txt").write_text("#version: 0.2\nĠ t h\n", encoding="utf-8")
     with pytest.raises(RunDirError, match=r"merges.txt: line 2: expected two symbols separated by one space"):
-        load_bpe_tokenizer(run, config)
+        load_run(str(out))
     os.remove(out / "vocab.json")
-    with pytest.raises(RunDirError, match=r"vocab.json: missing"):
-        load_bpe_tokenizer(run, config)
+    with pytest.raises(RunDirError, match=r"vocab.json: BPE vocabulary not found"):
+        load_run(str(out))
 
     # Refused before anything is written: a tokenizer larger than the model's vocabulary, half a tokenizer.
     for name in ("config.json", "model.safetensors"):

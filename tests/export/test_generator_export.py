@@ -1,7 +1,6 @@
 """GPT generator export: signatures equal TextGenerator, the shared export contract (isolation, bad inputs),
 option errors, and `kerasplm serve`'s predict API. One tiny untrained run, exported once through the CLI. The
 signatures run the engine's own code: its sampler (tensor options) and its greedy path, screened under XLA."""
-import dataclasses
 import math
 
 import pytest
@@ -15,8 +14,8 @@ from kerasplm.models.gpt import GPT, GPTBackbone
 from kerasplm.models.presets import get_preset
 from kerasplm.serving import api, load_version
 from kerasplm.jobs.language_model import ASSETS, load_text_generator
-from kerasplm.runs import RunDir
-from kerasplm.text import train_sentencepiece
+from kerasplm.runs import RunDir, load_run
+from kerasplm.text import SentencePieceTokenizer, train_sentencepiece
 from tests.export.contract import check_bad_inputs, run_isolated
 
 PROMPTS = ["the king speaks", "", "a garden"]  # each within the export's 16 prompt tokens
@@ -34,7 +33,8 @@ def tiny_run(tmp_path_factory):
     config = get_preset("gpt_tiny", vocab_size=300)
     tf.keras.utils.set_random_seed(1)
     model = GPT(backbone=GPTBackbone.from_config_object(config, name="gpt_tiny"))
-    run.write_config("gpt", "causal_lm", "gpt_tiny", dataclasses.asdict(config), {}, assets=ASSETS)
+    run.write_config("gpt", "causal_lm", "gpt_tiny", model, {}, assets=ASSETS,
+                     preprocessor=SentencePieceTokenizer(run.file(ASSETS["spm_model"])))
     step = tf.Variable(7, dtype=tf.int64)
     tf.train.CheckpointManager(tf.train.Checkpoint(model=model, step=step), run.checkpoint_dir, 1).save()
     return run.path
@@ -92,6 +92,14 @@ def test_loads_and_runs_without_kerasplm(loaded, exported):
     options = {k: tf.constant(v, tf.float32 if isinstance(v, float) else tf.int32) for k, v in SAMPLING.items()}
     assert outputs[1]["text"] == _texts(loaded.signatures["generate"](prompt=tf.constant(PROMPTS), **options)["text"])
     assert outputs[2]["num_tokens"] == loaded.signatures["score"](text=tf.constant(PROMPTS))["num_tokens"].numpy().tolist()
+
+
+def test_the_module_takes_the_model_load_run_gives(tiny_run, generator):
+    module = GeneratorModule(load_run(tiny_run), max_new_tokens=MAX_NEW, max_prompt_tokens=16)
+    assert module.family == "gpt" and module.tokenizer.vocabulary_file == generator.tokenizer.vocabulary_file
+    scores = module.score(tf.constant(PROMPTS))
+    for i, expected in enumerate(generator.score(PROMPTS)):
+        assert float(scores["log_likelihood"][i]) == pytest.approx(expected["log_likelihood"], rel=1e-5, abs=1e-5)
 
 
 def test_bad_input_battery(loaded):

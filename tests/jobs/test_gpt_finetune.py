@@ -2,7 +2,6 @@
 gpt2` (GPT-2's BPE) write them: the run directory (grown vocabulary, tokenizer copied), dev metrics equal to the
 loaded model's, entailment pairs from the CLI with --random-init, and the classifier export (isolated
 load, bad-input battery, same answers as in process)."""
-import dataclasses
 import json
 import os
 import shutil
@@ -21,7 +20,8 @@ from kerasplm.models.gpt import GPT, GPTBackbone
 from kerasplm.jobs.bert_finetune import read_classification_tsv
 from kerasplm.jobs.gpt_finetune import finetune_gpt_classifier, load_gpt_classifier
 from kerasplm.runs import RunDir, load_run
-from kerasplm.text.sentencepiece import train_sentencepiece
+from kerasplm.text.bpe import BytePairTokenizer
+from kerasplm.text.sentencepiece import SentencePieceTokenizer, train_sentencepiece
 from tests.export.contract import call_signature, check_bad_inputs, run_isolated
 from tests.jobs.test_bert_finetune import FILLER, NAMES, NEGATIVE, POSITIVE, toy_examples, write_tsv
 from tests.text.bpe_vocab import train_gpt2_vocab
@@ -32,15 +32,20 @@ TEXTS = ["the movie was good great nice", "awful bad plot", "", "sad !"]
 
 
 def write_gpt_run(directory, assets, vocab_size):
-    """A random ``gpt_tiny`` run directory as ``train gpt`` / ``convert gpt2`` leave it; ``assets``: {key: path}."""
+    """A random ``gpt_tiny`` run directory as ``train gpt`` / ``convert gpt2`` leave it; ``assets``: {key: path}
+    (``spm_model``, or ``bpe_vocab`` and ``bpe_merges``): copied into the run, its tokenizer's files."""
     keras.utils.set_random_seed(0)
     model = GPT(backbone=GPTBackbone.from_preset("gpt_tiny", vocab_size=vocab_size))
     run = RunDir(str(directory))
     step = tf.Variable(0, dtype=tf.int64)
     tf.train.CheckpointManager(tf.train.Checkpoint(model=model, step=step), run.checkpoint_dir, max_to_keep=1).save()
-    for path in assets.values():
-        shutil.copyfile(path, run.file(os.path.basename(path)))
-    run.write_config("gpt", "causal_lm", "gpt_tiny", dataclasses.asdict(model.backbone.config), {},
+    files = {}
+    for key, path in assets.items():
+        files[key] = run.file(os.path.basename(path))
+        shutil.copyfile(path, files[key])
+    tokenizer = (SentencePieceTokenizer(files["spm_model"]) if "spm_model" in files
+                 else BytePairTokenizer(files["bpe_vocab"], files["bpe_merges"]))
+    run.write_config("gpt", "causal_lm", "gpt_tiny", model, {}, preprocessor=tokenizer,
                      assets={key: os.path.basename(path) for key, path in assets.items()})
     return run.path
 
@@ -82,11 +87,15 @@ def test_run_directory_and_dev_metrics(data, learned):
     out, summary = learned
     config = json.load(open(os.path.join(out, "config.json")))
     init = json.load(open(os.path.join(data["init"], "config.json")))
-    vocab = init["model"]["vocab_size"]
+    vocab = init["model"]["config"]["backbone"]["config"]["vocab_size"]
     assert (config["family"], config["task"], config["assets"]) == ("gpt_classifier", "classification",
                                                                     {"spm_model": "spm.model"})
-    assert config["model"]["backbone"]["vocab_size"] == vocab + 3
-    assert config["model"]["special_ids"] == {"start": vocab, "delim": vocab + 1, "extract": vocab + 2}
+    model_config, preprocessor = config["model"]["config"], config["preprocessor"]
+    assert model_config["backbone"]["config"]["vocab_size"] == vocab + 3
+    assert (model_config["labels"], model_config["num_labels"], model_config["pair_input"]) == (NAMES, 2, False)
+    assert (preprocessor["class_name"], preprocessor["config"]["sequence_length"]) == ("GPTClassifierPreprocessor", 32)
+    assert preprocessor["config"]["special_ids"] == {"start": vocab, "delim": vocab + 1, "extract": vocab + 2}
+    assert preprocessor["config"]["tokenizer"]["config"]["model"] == "spm.model"   # the run's copy, named relative
     assert config["options"]["learning_rate"] == 2e-3 and config["options"]["lm_weight"] == 0.5
     history = json.load(open(os.path.join(out, "history.json")))
     assert {"task_loss", "lm_loss", "accuracy"} <= set(history)
@@ -102,13 +111,30 @@ def test_run_directory_and_dev_metrics(data, learned):
 
 def test_pairs_from_the_cli_with_fresh_weights(data, pair_run):
     config = json.load(open(os.path.join(pair_run, "config.json")))
-    assert config["model"]["task_type"] == "entailment" and config["options"]["random_init"] is True
+    assert config["model"]["config"]["task_type"] == "entailment" and config["options"]["random_init"] is True
+    assert config["model"]["config"]["pair_input"] is True
+    assert config["preprocessor"]["config"]["tokenizer"]["config"]["vocab_json"] == "vocab.json"
     assert config["assets"] == BPE_ASSETS
     model, pretrained = load_gpt_classifier(pair_run), load_run(data["init_bpe"])
     table = model.backbone.embeddings.embedding.embeddings.numpy()
     assert table.shape[0] == pretrained.vocab_size + 3
     assert not np.allclose(table[:-3], pretrained.backbone.embeddings.embedding.embeddings.numpy(), atol=1e-3)
     assert model.pair_input and model.predict_texts(TEXTS, TEXTS[::-1]).shape == (4, 2)
+
+
+def test_an_interrupted_and_resumed_run_equals_an_uninterrupted_one(data, tmp_path):
+    """A resume rebuilds the classifier, its labels and preprocessor from config.json and continues exactly."""
+    pairs = dict(train=data["pairs"], init=data["init_bpe"], task="entailment", text_col="a", pair_col="b",
+                 random_init=True, batch_size=8, max_length=32, verbose=0, log=lambda *_: None)
+    straight = finetune_gpt_classifier(str(tmp_path / "straight"), steps=4, **pairs)["classifier"]
+    out = str(tmp_path / "resumed")
+    finetune_gpt_classifier(out, steps=2, schedule_steps=4, **pairs)
+    resumed = finetune_gpt_classifier(out, steps=4, **pairs)["classifier"]
+    assert json.load(open(os.path.join(out, "history.json")))["step"][-1] == 4
+    for a, b in zip(straight.weights, resumed.weights, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6, err_msg=a.path)
+    loaded = load_gpt_classifier(out)
+    assert (loaded.labels, loaded.pair_input, loaded.run_info.step) == (["0", "1"], True, 4)
 
 
 def test_errors(data, tmp_path):

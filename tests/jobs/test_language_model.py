@@ -41,7 +41,9 @@ def test_run_directory_metrics_and_learning(tiny_run):
     config = json.load(open(os.path.join(out, "config.json")))
     assert config["family"] == "gpt" and config["task"] == "causal_lm" and config["preset"] == "gpt_tiny"
     assert config["assets"] == {"spm_model": "spm.model"} and os.path.isfile(os.path.join(out, "spm.model"))
-    assert config["model"]["vocab_size"] == 300
+    assert config["model"]["class_name"] == "GPT" and config["model"]["config"]["backbone"]["config"]["vocab_size"] == 300
+    assert config["preprocessor"]["class_name"] == "SentencePieceTokenizer"
+    assert config["preprocessor"]["config"]["model"] == "spm.model"   # relative: the run directory can move
     assert config["options"]["seq_len"] == 16 and config["options"]["decay_steps"] == 8  # resolved, stored
     metrics = json.load(open(os.path.join(out, "metrics.json")))
     assert metrics["step"] == 8 and "generator" not in metrics
@@ -135,7 +137,7 @@ def test_errors_are_one_line(tiny_run, corpus, tmp_path, capsys):
     no_tokenizer = tmp_path / "no_tokenizer"
     shutil.copytree(tiny_run[0], no_tokenizer)
     config = json.load(open(no_tokenizer / "config.json"))
-    config["assets"] = {}
+    config["preprocessor"] = None
     (no_tokenizer / "config.json").write_text(json.dumps(config))
     assert cli.main(["generate", "--run", str(no_tokenizer), "hello"]) == 2
     err = capsys.readouterr().err.strip()

@@ -1,5 +1,8 @@
 """GPT-1 fine-tuning at model level: the input transformations, the grown embedding, the extract head, the loss
 L3 = task CE + 0.5·LM CE computed by hand, similarity's symmetry and multiple choice's softmax over answers."""
+import json
+import shutil
+
 import keras
 import numpy as np
 import pytest
@@ -7,6 +10,7 @@ import tensorflow as tf
 
 from kerasplm.models.gpt import GPT, GPTBackbone
 from kerasplm.models.gpt_tasks import GPTClassifier, grow_token_embedding
+from kerasplm.runs import serialization
 from kerasplm.text.gpt_inputs import GPTClassifierPreprocessor, special_token_ids
 from kerasplm.text.sentencepiece import SentencePieceTokenizer, train_sentencepiece
 from tests.harness import check_model
@@ -157,3 +161,29 @@ def test_harness(parts, tmp_path):
     check_model(lambda: GPTClassifier(GPTBackbone.from_config_object(parts["backbone"].config), 2,
                                       task_type="entailment"),
                 inputs, expected_shapes=(3, 2), tmp_path=tmp_path, checks=("config", "checkpoint"))
+
+
+def test_config_round_trips_labels_pair_input_and_the_preprocessor(parts, tmp_path):
+    """What a run's config.json stores: the classifier's labels and pair_input, the preprocessor with its tokenizer
+    (the file named relative to the run when it lies inside it); check_preprocessor refuses a misfit."""
+    model = GPTClassifier(GPTBackbone.from_config_object(parts["backbone"].config), 2, task_type="similarity",
+                          labels=["neg", "pos"], dropout=0.0)
+    clone = serialization.deserialize(json.loads(json.dumps(serialization.serialize(model, tmp_path))), tmp_path)
+    assert (clone.labels, clone.pair_input, clone.num_labels, clone.task_type) == (["neg", "pos"], True, 2,
+                                                                                   "similarity")
+    assert clone.get_config() == model.get_config()
+    assert GPTClassifier(parts["backbone"], 2).pair_input is False
+    with pytest.raises(ValueError, match="3 labels"):
+        GPTClassifier(parts["backbone"], 2, labels=["a", "b", "c"])
+    shutil.copyfile(parts["tokenizer"].vocabulary_file, tmp_path / "spm.model")
+    original = GPTClassifierPreprocessor(SentencePieceTokenizer(str(tmp_path / "spm.model")), parts["special"], 48,
+                                         "similarity")
+    spec = json.loads(json.dumps(serialization.serialize(original, tmp_path)))
+    assert spec["config"]["tokenizer"]["config"]["model"] == "spm.model"
+    rebuilt = serialization.deserialize(spec, tmp_path)
+    assert (rebuilt.sequence_length, rebuilt.task_type, rebuilt.special_ids) == (48, "similarity", parts["special"])
+    for key, value in rebuilt(tf.constant(TEXTS), tf.constant(PAIRS)).items():
+        np.testing.assert_array_equal(value.numpy(), original(tf.constant(TEXTS), tf.constant(PAIRS))[key].numpy())
+    clone.check_preprocessor(rebuilt)
+    with pytest.raises(ValueError, match="special ids .* outside the model's"):
+        clone.check_preprocessor(GPTClassifierPreprocessor(parts["tokenizer"], special_token_ids(1000), 48))
