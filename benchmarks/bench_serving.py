@@ -53,15 +53,17 @@ def build_translator(run):
         return load_translator(run), f"run {run}"
     from kerasplm.data import read_parallel_tsv, sample_path
     from kerasplm.models.transformer import Transformer
-    from kerasplm.text import WordPieceTokenizer, build_wordpiece_vocab
+    from kerasplm.runs import attach_run_info
+    from kerasplm.text import TranslatorPreprocessor, WordPieceTokenizer, build_wordpiece_vocab
 
     src, tgt = read_parallel_tsv(sample_path("spa-eng-train.tsv"), src_col=1, tgt_col=0)
     src_tok = WordPieceTokenizer(build_wordpiece_vocab(src, vocab_size=8000))
     tgt_tok = WordPieceTokenizer(build_wordpiece_vocab(tgt, vocab_size=8000))
     keras.utils.set_random_seed(0)
     model = Transformer.from_preset("transformer_seed", src_tok.vocab_size, tgt_tok.vocab_size)
-    config = {"family": "transformer_translator", "preset": "transformer_seed"}
-    return Translator(model, src_tok, tgt_tok, config=config, step=0), "transformer_seed, random weights"
+    attach_run_info(model, "", {"family": "transformer_translator", "preset": "transformer_seed"}, 0)
+    preprocessor = TranslatorPreprocessor(src_tok, tgt_tok, max_source_length=model.max_source_length)
+    return Translator(model, preprocessor), "transformer_seed, random weights"
 
 
 def percentiles(times):

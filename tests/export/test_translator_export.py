@@ -20,7 +20,8 @@ from kerasplm.export.translator import TranslatorModule
 from kerasplm.generation import Seq2SeqDecoder
 from kerasplm.models.transformer import Transformer
 from kerasplm.jobs.translation import Translator
-from kerasplm.text import WordPieceTokenizer, build_wordpiece_vocab, write_vocab
+from kerasplm.runs import attach_run_info
+from kerasplm.text import TranslatorPreprocessor, WordPieceTokenizer, build_wordpiece_vocab, write_vocab
 from tests.export.contract import check_bad_inputs, run_isolated
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -53,8 +54,9 @@ def tiny_translator(tmp_path_factory):
     # never-ending) decode runs 64 steps rather than the ~1,000 of the preset's 1,000 positions.
     model = Transformer.from_preset("transformer_tiny", src_tok.vocab_size, tgt_tok.vocab_size, pe_input=64,
                                     pe_target=64)
-    translator = Translator(model, src_tok, tgt_tok, step=7,
-                            config={"family": "transformer_translator", "preset": "transformer_tiny"})
+    # As a loaded run would be: trained to step 7 (the export's metadata says so).
+    attach_run_info(model, str(root), {"family": "transformer_translator", "preset": "transformer_tiny"}, 7)
+    translator = Translator(model, TranslatorPreprocessor(src_tok, tgt_tok, max_source_length=model.max_source_length))
     translator.vocab_paths = paths
     return translator
 
