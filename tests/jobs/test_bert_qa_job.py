@@ -5,7 +5,7 @@ import json
 import pytest
 
 from kerasplm.cli import main
-from kerasplm.jobs.bert_qa_job import BertQA, BertQAOptions, _examples, finetune_bert_qa
+from kerasplm.jobs.bert_qa_job import BertQA, BertQAOptions, _examples, finetune_bert_qa, load_bert_qa
 from kerasplm.runs import load_run
 from tests.jobs.qa_toy import make_init_run, write_squad
 
@@ -49,8 +49,9 @@ def test_overfits_scores_and_resumes(qa_run, capsys):
     assert "resuming run" in printed and "dev exact match" in printed and "reaches 0 at step 22" in printed
     with open(f"{out}/metrics.json") as f:
         assert json.load(f)["step"] == 22
-    loaded = load_run(out)
+    loaded = load_bert_qa(out)
     assert isinstance(loaded, BertQA) and loaded.preprocessor.doc_stride == 4 and loaded.max_answer_length == 30
+    assert not loaded.preprocessor.pad_to_length and load_run(out).n_best == 20
 
 
 def test_holdout_splits_the_training_file_by_article(tmp_path):
