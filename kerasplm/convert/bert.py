@@ -18,10 +18,10 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from kerasplm.models.bert import BertBackbone, BertConfig
+from kerasplm.models.bert import RUN_FAMILY, BertBackbone, BertConfig, bert_run_preprocessor
 from kerasplm.models.bert_pretraining import BertPretrainer
-from kerasplm.models.bert_runs import RUN_FAMILY
 from kerasplm.runs import RunDir
+from kerasplm.text.bert_tokenizer import BertTokenizer
 
 # Buffers some checkpoints carry that are not weights (HuggingFace's position ids, Google's
 # optimizer state and step counter).
@@ -282,8 +282,10 @@ def _sentence_embedding_options(directory):
 
 def convert_bert_to_run(source, out, allow_pickle=False):
     """Writes a kerasplm run directory for the BERT weights in ``source`` (a HuggingFace directory, or
-    Google's layout when ``bert_config.json`` is there): config.json (family "bert", preset "custom"),
-    the vocabulary as an asset, a checkpoint of the backbone. Returns the :class:`RunDir`.
+    Google's layout when ``bert_config.json`` is there): config.json (family "bert", task "backbone", preset
+    "custom"; ``model`` the :class:`BertBackbone`, ``preprocessor`` a :class:`BertPreprocessor` over the source's
+    ``vocab.txt`` with its casing), the vocabulary as an asset, a checkpoint of the backbone. Returns the
+    :class:`RunDir`.
 
     sentence-transformers' pooling / normalize / max_seq_length are recorded in the run's options
     (``sentence_embedding``) when ``modules.json`` is present. An existing run in ``out`` is not replaced.
@@ -307,9 +309,11 @@ def convert_bert_to_run(source, out, allow_pickle=False):
     sentence = _sentence_embedding_options(source)
     if sentence is not None:
         options["sentence_embedding"] = sentence
+    preprocessor = bert_run_preprocessor(BertTokenizer(run.file("vocab.txt"), lower_case=lower_case), backbone.config)
+    backbone.check_preprocessor(preprocessor)
     tf.train.CheckpointManager(tf.train.Checkpoint(model=backbone), run.checkpoint_dir, max_to_keep=1).save()
-    run.write_config(RUN_FAMILY, "backbone", "custom", dataclasses.asdict(backbone.config), options,
-                     assets={"vocab": "vocab.txt"})
+    run.write_config(RUN_FAMILY, "backbone", "custom", backbone, options, assets={"vocab": "vocab.txt"},
+                     preprocessor=preprocessor)
     return run
 
 

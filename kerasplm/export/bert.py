@@ -17,10 +17,12 @@ whitespace, or plain text) gives ``mask_count`` 0 and only padding: it is not an
 import tensorflow as tf
 
 from kerasplm.export.base import ExportModule, save_version
-from kerasplm.models.bert_runs import load_bert_pretrainer
+from kerasplm.models.bert import RUN_FAMILY
+from kerasplm.models.bert_pretraining import BertPretrainer
+from kerasplm.runs import RunDirError, load_run
 from kerasplm.text.preprocessing import pack_segments
 
-FAMILY = "bert"
+FAMILY = RUN_FAMILY
 MASK = "[MASK]"
 
 
@@ -94,11 +96,21 @@ class FillMaskModule(ExportModule):
                  for m in range(counts[b])] for b in range(len(counts))]
 
 
+def load_pretrainer(run_dir):
+    """The :class:`BertPretrainer` of a pretraining run (:func:`kerasplm.runs.load_run`), its preprocessor (the
+    corpus' tokenizer) attached; a one-line error for any other run."""
+    model = load_run(run_dir, family=FAMILY, what="a BERT pretraining run (kerasplm train bert)")
+    if not isinstance(model, BertPretrainer):
+        raise RunDirError(f"{model.run_info.path}/config.json: task {model.run_info.config.get('task')!r} has no "
+                          f"pretraining heads (need a run of 'kerasplm train bert')")
+    return model
+
+
 def fill_mask_module(run_dir, top_k=5, max_seq_length=None):
-    """The :class:`FillMaskModule` of a pretraining run directory."""
-    pretrainer, tokenizer, config = load_bert_pretrainer(run_dir)
-    module = FillMaskModule(pretrainer, tokenizer, top_k=top_k, max_seq_length=max_seq_length)
-    module.run_config = config
+    """The :class:`FillMaskModule` of a pretraining run directory (its ``run_config``: the run's config.json)."""
+    pretrainer = load_pretrainer(run_dir)
+    module = FillMaskModule(pretrainer, pretrainer.preprocessor.tokenizer, top_k=top_k, max_seq_length=max_seq_length)
+    module.run_config = pretrainer.run_info.config
     return module
 
 

@@ -27,24 +27,33 @@ _PAIR = tf.TensorSpec([None], tf.string, name="text_pair")
 
 
 class ClassifierModule(ExportModule):
-    """The exported classifier: a classifier task (``model(preprocessor(text[, text_pair])) -> logits``) +
-    preprocessor + label names. ``classifier.preprocessor`` is a ``BertPreprocessor`` or anything with
-    ``with_padding(False)`` (a copy padding each batch to its longest row); ``family`` names the run's family."""
+    """The exported classifier: a classifier task model (``model(preprocessor(text[, text_pair])) -> logits``), as
+    :func:`kerasplm.runs.load_run` gives it: its ``preprocessor`` (a ``BertPreprocessor``, or anything with
+    ``with_padding(False)``: a copy padding each batch to its longest row), ``labels`` (class names; empty for
+    regression), ``pair_input`` and ``num_labels``. ``family`` names the run's family (default: the run's, else
+    ``bert_classifier``)."""
 
     family = FAMILY
 
-    def __init__(self, classifier, labels, pair_input=False, family=FAMILY):
+    def __init__(self, classifier, family=None):
+        run_info = getattr(classifier, "run_info", None)
+        family = family or (run_info.config.get("family") if run_info else None) or FAMILY
         super().__init__(classifier, family=family, name="classifier")
-        if isinstance(classifier.preprocessor, BertPreprocessor):
-            self.preprocessor = BertPreprocessor(classifier.preprocessor.tokenizer,
-                                                 classifier.preprocessor.sequence_length, pad_to_length=False)
+        preprocessor = getattr(classifier, "preprocessor", None)
+        if preprocessor is None:
+            raise ValueError("the classifier has no preprocessor (load it with kerasplm.runs.load_run)")
+        if isinstance(preprocessor, BertPreprocessor):
+            self.preprocessor = BertPreprocessor(preprocessor.tokenizer, preprocessor.sequence_length,
+                                                 pad_to_length=False)
         else:
-            self.preprocessor = classifier.preprocessor.with_padding(False)
+            self.preprocessor = preprocessor.with_padding(False)
         self.regression = classifier.num_labels == 1
+        labels = list(classifier.labels)
         if not self.regression and len(labels) != classifier.num_labels:
             raise ValueError(f"{len(labels)} label names for a model of {classifier.num_labels} classes")
-        self.labels = tf.constant(list(labels) or [""], tf.string)
-        self.pair_input = bool(pair_input)
+        self.label_names = labels
+        self.labels = tf.constant(labels or [""], tf.string)
+        self.pair_input = bool(classifier.pair_input)
         # autograph=False: straight-line code; autograph would rewrite the whole Keras model at every trace.
         if self.pair_input:
             self.serving = tf.function(self._classify, input_signature=[_TEXT, _PAIR], autograph=False)
@@ -69,9 +78,9 @@ def export_classifier(run_dir, model_base_path, version=None, overwrite=False):
     if family not in CLASSIFIER_FAMILIES:
         raise ValueError(f"{run_dir} is a {family!r} run, not a classifier ({', '.join(CLASSIFIER_FAMILIES)}: "
                          f"kerasplm finetune bert-classifier / gpt-classifier)")
-    classifier = load_run(run_dir)
-    module = ClassifierModule(classifier, classifier.labels, pair_input=classifier.pair_input, family=family)
-    metadata = {"labels": list(classifier.labels), "regression": module.regression, "pair_input": module.pair_input,
+    classifier = load_run(run_dir, family=CLASSIFIER_FAMILIES)
+    module = ClassifierModule(classifier)
+    metadata = {"labels": module.label_names, "regression": module.regression, "pair_input": module.pair_input,
                 "sequence_length": module.preprocessor.sequence_length}
     return save_version(module, model_base_path, version=version, overwrite=overwrite, metadata=metadata)
 

@@ -9,14 +9,16 @@ optionally L2 normalization. Defaults come from the run: a run converted from a 
 
 >>> path = export_embedder("runs/minilm", "export/minilm")     # -> "export/minilm/1"
 
-Any run whose loader gives a BERT backbone works: a converted run (family ``bert``) or a fine-tuned task run
-(its ``backbone``). Variable tracking, metadata and the atomic versioned save are :mod:`kerasplm.export.base`'s.
+Any BERT run works (read with :func:`kerasplm.runs.load_run`): a converted or pretrained run (family ``bert``: the
+backbone, or the pretrainer's) or a fine-tuned task run (its ``backbone``). Variable tracking, metadata and the
+atomic versioned save are :mod:`kerasplm.export.base`'s.
 """
 import tensorflow as tf
 
 from kerasplm.export.base import ExportModule, save_version
+from kerasplm.models.bert import BertBackbone
 from kerasplm.models.bert_tasks import POOLINGS, pool_sequence
-from kerasplm.runs import RunDir, load_run
+from kerasplm.runs import RunDirError, load_run
 from kerasplm.text.bert_tokenizer import BertPreprocessor, BertTokenizer
 
 FAMILY = "bert_embedder"
@@ -25,18 +27,21 @@ _SENTENCE_TRANSFORMERS_POOLING = {"cls_token": "cls", "mean_tokens": "mean"}
 
 
 def bert_run_parts(run_dir):
-    """``(backbone, tokenizer, options)`` of a BERT run (converted, pretrained or fine-tuned): the backbone with
-    its checkpoint restored, a :class:`kerasplm.text.BertTokenizer` over the run's vocabulary with the run's
-    casing, and the run's stored options."""
-    run = RunDir(run_dir)
-    config = run.read_config()
+    """``(backbone, tokenizer, options)`` of a BERT run (converted, pretrained or fine-tuned), read with
+    :func:`kerasplm.runs.load_run`: the backbone with its checkpoint restored (the run's model, or its
+    ``backbone``), a :class:`kerasplm.text.BertTokenizer` over the run's vocabulary with its casing (the one
+    its preprocessor holds), and the run's stored options."""
     loaded = load_run(run_dir)
     backbone = getattr(loaded, "backbone", loaded)
-    if getattr(backbone, "preset_family", None) != "bert":
-        raise ValueError(f"{run.config_path}: a {config['family']} run, not a BERT run")
-    options = config.get("options", {})
-    tokenizer = BertTokenizer(run.asset(config, "vocab"), lower_case=bool(options.get("lower_case", True)))
-    return backbone, tokenizer, options
+    config = loaded.run_info.config
+    if not isinstance(backbone, BertBackbone):
+        raise RunDirError(f"{loaded.run_info.path}/config.json: a {config['family']} run, not a BERT run")
+    tokenizer = getattr(getattr(loaded, "preprocessor", None), "tokenizer", None)
+    if tokenizer is None:
+        raise RunDirError(f"{loaded.run_info.path}/config.json: the run stores no preprocessor (no tokenizer)")
+    if not isinstance(tokenizer, BertTokenizer):   # a tagger's or pretraining run's WordPiece: BERT's own rules
+        tokenizer = BertTokenizer(tokenizer.vocabulary_file or tokenizer.vocab, lower_case=tokenizer.lower_case)
+    return backbone, tokenizer, config.get("options", {})
 
 
 class EmbedderModule(ExportModule):

@@ -16,6 +16,7 @@ pieces). Variable tracking, metadata and the atomic versioned save are :mod:`ker
 
 >>> path = export_qa(load_run("runs/squad"), "export/squad")        # -> "export/squad/1"
 """
+import keras
 import tensorflow as tf
 
 from kerasplm.export.base import ExportModule, save_version
@@ -27,13 +28,20 @@ _STRING = tf.TensorSpec([None], tf.string)
 
 
 class QAModule(ExportModule):
-    """The exported question answerer: model + :class:`QuestionAnswerPreprocessor` (vocabulary an asset)."""
+    """The exported question answerer: model + :class:`QuestionAnswerPreprocessor` (vocabulary an asset).
+
+    ``qa``: the :class:`kerasplm.models.bert_qa.BertQuestionAnswerer` :func:`kerasplm.runs.load_run` gives (its
+    preprocessor attached, its ``max_answer_length`` and ``n_best``), or anything with ``model``, ``preprocessor``,
+    ``max_answer_length`` and ``n_best`` (:class:`kerasplm.jobs.bert_qa_job.BertQA`)."""
 
     family = FAMILY
 
     def __init__(self, qa):
-        super().__init__(qa.model, name="question_answerer")
-        self.preprocessor = qa.preprocessor
+        model = qa if isinstance(qa, keras.Model) else qa.model
+        super().__init__(model, name="question_answerer")
+        self.preprocessor = getattr(qa, "preprocessor", None)
+        if self.preprocessor is None:
+            raise ValueError("the question answerer has no preprocessor (load it with kerasplm.runs.load_run)")
         self.max_answer_length, self.n_best = int(qa.max_answer_length), int(qa.n_best)
 
     def signatures(self):
@@ -47,10 +55,10 @@ class QAModule(ExportModule):
 
 
 def export_qa(qa, model_base_path, version=None, overwrite=False):
-    """Writes ``model_base_path/<version>/`` for ``qa`` (a :class:`kerasplm.jobs.bert_qa_job.BertQA`, e.g.
-    ``load_run(run_dir)``); returns the version directory."""
+    """Writes ``model_base_path/<version>/`` for ``qa`` (``load_run(run_dir)``, or a
+    :class:`kerasplm.jobs.bert_qa_job.BertQA`); returns the version directory."""
     module = QAModule(qa)
-    p = qa.preprocessor
+    p = module.preprocessor
     metadata = {"sequence_length": p.sequence_length, "doc_stride": p.doc_stride,
                 "max_query_length": p.max_query_length, "max_answer_length": module.max_answer_length,
                 "n_best": module.n_best, "lower_case": p.tokenizer.lower_case, "offsets": "characters"}

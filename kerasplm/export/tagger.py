@@ -49,7 +49,9 @@ class TaggerModule(ExportModule):
 
 
 def export_tagger(model, preprocessor, label_names, model_base_path, version=None, overwrite=False):
-    """Writes ``model_base_path/<version>/`` (see the module docstring); returns the version directory."""
+    """Writes ``model_base_path/<version>/`` (see the module docstring); returns the version directory.
+    ``model``: a :class:`BertTokenClassifier` (``load_run`` of a tagger run gives it with its ``preprocessor`` and
+    ``labels``)."""
     module = TaggerModule(model, preprocessor, label_names)
     metadata = {"labels": module.label_names, "sequence_length": preprocessor.sequence_length,
                 "lower_case": preprocessor.tokenizer.lower_case, "crf": getattr(model, "crf", None) is not None}
@@ -59,6 +61,6 @@ def export_tagger(model, preprocessor, label_names, model_base_path, version=Non
 def export_tagger_run(run, to, version=None, overwrite=False):
     """``kerasplm export tagger``: export a ``finetune bert-tagger`` run; prints and returns the version directory."""
     tagger = load_run(run, family=FAMILY, what="a BERT tagger run (written by `kerasplm finetune bert-tagger`)")
-    path = export_tagger(tagger.model, tagger.preprocessor, tagger.labels, to, version=version, overwrite=overwrite)
+    path = export_tagger(tagger, tagger.preprocessor, tagger.labels, to, version=version, overwrite=overwrite)
     print(f"exported {path}")
     return path

@@ -281,9 +281,3 @@ COMMANDS = [
             description="Convert a HuggingFace BERT directory (config.json, model.safetensors, vocab.txt) or "
                         "Google's layout (bert_config.json, bert_model.ckpt.*, vocab.txt) into a run directory."),
 ]
-
-RUN_LOADERS = {"bert": "kerasplm.models.bert_runs:load_bert_run",
-               "bert_classifier": "kerasplm.jobs.bert_finetune:load_bert_classifier_run",
-               "bert_tagger": "kerasplm.jobs.bert_tagger_job:load_bert_tagger",
-               "bert_simcse": "kerasplm.jobs.bert_simcse_job:load_bert_simcse_run",
-               "bert_qa": "kerasplm.jobs.bert_qa_job:load_bert_qa"}

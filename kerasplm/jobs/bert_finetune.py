@@ -15,64 +15,37 @@ names of the header line (``sentence``, ``label`` for GLUE's SST-2) or 0-based i
 The label names are those of the training file (sorted); the model's outputs follow that order, the exported
 classifier answers with the names.
 
-Run directory (:mod:`kerasplm.runs`): family ``bert_classifier``; ``model`` = the backbone's config,
-``num_labels``, ``labels``, ``dropout``; asset ``vocab``; ``metrics.json`` = the training summary + ``dev``
-(accuracy, F1, MCC; regression: MSE and Pearson's r). Resumable like every kerasplm job.
+Run directory (:mod:`kerasplm.runs`): family ``bert_classifier``; ``model`` = the :class:`BertClassifier` (its
+backbone, ``num_labels``, ``labels``, ``pair_input``, ``dropout``, ``pooling``), ``preprocessor`` = its
+:class:`BertPreprocessor` over asset ``vocab``; ``metrics.json`` = the training summary + ``dev`` (accuracy, F1, MCC;
+regression: MSE and Pearson's r). Resumable like every kerasplm job; :func:`load_bert_classifier` (=
+:func:`kerasplm.runs.load_run`) gives the trained classifier.
 
 >>> summary = finetune_bert_classifier("runs/sst2", train="sst2/train.tsv", dev="sst2/dev.tsv",
 ...                                    init="runs/minilm", epochs=1)
 >>> summary["dev"]["accuracy"]
 """
-import dataclasses
-
 import keras
 
 from kerasplm.families.bert import BertClassifierOptions
 from kerasplm.jobs.finetuning import BERT_ASSETS, ClassificationJob
 # Their home is kerasplm.jobs.finetuning (the fine-tuning rail); importable from here as before.
 from kerasplm.jobs.finetuning import LayerwiseAdamW, layer_decay_multiplier, read_classification_tsv
-from kerasplm.models.bert import BertBackbone, BertConfig
-from kerasplm.models.bert_tasks import POOLINGS, BertClassifier
-from kerasplm.options import RUN
-from kerasplm.runs import RunDir
-from kerasplm.text.bert_tokenizer import BertPreprocessor, BertTokenizer
+from kerasplm.models.bert import BertBackbone
+from kerasplm.models.bert_tasks import BertClassifier
+from kerasplm.runs import load_run
+from kerasplm.text.bert_tokenizer import BertPreprocessor
 
 FAMILY = "bert_classifier"
 __all__ = ["BertClassifierOptions", "BertClassifierJob", "finetune_bert_classifier", "load_bert_classifier",
-           "load_bert_classifier_run", "LayerwiseAdamW", "layer_decay_multiplier", "read_classification_tsv"]
-
-
-def _model_parts(run, config):
-    model = config["model"]
-    try:
-        backbone_config = BertConfig(**model["backbone"]).validate()
-        labels, num_labels, dropout = list(model["labels"]), int(model["num_labels"]), float(model["dropout"])
-        pooling = model.get("pooling", "cls")             # runs written before the option pooled [CLS]
-        if pooling not in POOLINGS:
-            raise ValueError(f"pooling {pooling!r} is not one of {', '.join(POOLINGS)}")
-    except (KeyError, TypeError, ValueError) as e:
-        raise run.error(run.CONFIG, f"'model' is not a BERT classifier config ({e})") from None
-    return backbone_config, labels, num_labels, dropout, pooling
-
-
-def load_bert_classifier_run(run, config):
-    """The loader of family ``bert_classifier``: a :class:`BertClassifier` with its checkpoint restored, its
-    ``preprocessor`` (strings -> inputs) and ``labels`` (class names; empty for regression)."""
-    backbone_config, labels, num_labels, dropout, pooling = _model_parts(run, config)
-    options = config["options"]
-    tokenizer = BertTokenizer(run.asset(config, "vocab"), lower_case=bool(options.get("lower_case", True)))
-    preprocessor = BertPreprocessor(tokenizer, int(options.get("max_length", 128)))
-    model = BertClassifier(BertBackbone.from_config_object(backbone_config), num_labels, preprocessor=preprocessor,
-                           dropout=dropout, pooling=pooling)
-    run.restore(model=model)
-    model.labels = labels
-    model.pair_input = options.get("pair_col") is not None
-    return model
+           "LayerwiseAdamW", "layer_decay_multiplier", "read_classification_tsv"]
 
 
 def load_bert_classifier(run_dir):
-    run = RunDir(run_dir)
-    return load_bert_classifier_run(run, run.read_config(family=FAMILY, what="BERT classifier"))
+    """The :class:`BertClassifier` of a ``bert_classifier`` run (:func:`kerasplm.runs.load_run`): its checkpoint
+    restored, its ``preprocessor`` (strings -> inputs), ``labels`` (class names; empty for regression) and
+    ``pair_input``."""
+    return load_run(run_dir, family=FAMILY, what="a BERT classifier run (kerasplm finetune bert-classifier)")
 
 
 # ------------------------------------------------------------------------------------------------ job
@@ -81,16 +54,14 @@ class BertClassifierJob(ClassificationJob):
 
     family, task, options_class, what = FAMILY, "sequence_classification", BertClassifierOptions, "BERT classifier"
 
-    def check_config(self, run, config):
-        _model_parts(run, config)
-
     def build_data(self):
         super().build_data()   # the training file, the schedule
-        o, run = self.options, self.run_dir
+        o = self.options
         if self.resumed:
-            self.backbone_config, self.labels, _, _, _ = _model_parts(run, self.config)
-            tokenizer = BertTokenizer(run.asset(self.config, "vocab"),
-                                      lower_case=bool(self.config["options"].get("lower_case")))
+            # Built here, under the strategy's scope (a fine-tuning job's build_data is): build_model returns it.
+            self.stored = self.stored_model()
+            self.backbone_config, self.labels = self.stored.backbone.config, list(self.stored.labels)
+            preprocessor = self.stored.preprocessor
         else:
             tokenizer, _ = self.start_from_bert(o.max_length)
             if o.random_init:   # the same architecture, fresh weights
@@ -98,16 +69,16 @@ class BertClassifierJob(ClassificationJob):
                 self.init_backbone = BertBackbone.from_config_object(self.backbone_config, name=self.init_backbone.name)
             self.log(f"started from {o.init} ({'fresh weights' if o.random_init else 'pretrained'})")
             self.labels = self.new_labels()
-            model_config = {"backbone": dataclasses.asdict(self.backbone_config), "num_labels": self.num_labels,
-                            "labels": self.labels, "dropout": o.dropout, "pooling": o.pooling}
-            self.write_config("custom", model_config, {**o.stored(RUN), "lower_case": tokenizer.lower_case},
-                              assets=BERT_ASSETS)
-        self.classification_data(BertPreprocessor(tokenizer, o.max_length))
+            self.write_config("custom", assets=BERT_ASSETS)
+            preprocessor = BertPreprocessor(tokenizer, o.max_length)
+        self.classification_data(preprocessor)
 
     def build_model(self):
+        if self.resumed:
+            return self.stored
         o = self.options
         return BertClassifier(self.starting_backbone(BertBackbone), self.num_labels, preprocessor=self.preprocessor,
-                              dropout=o.dropout, pooling=o.pooling)
+                              dropout=o.dropout, pooling=o.pooling, labels=self.labels, pair_input=self.pair_input)
 
 
 def finetune_bert_classifier(out, options=None, log=print, **overrides):

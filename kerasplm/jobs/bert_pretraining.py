@@ -7,17 +7,16 @@ batches in the ``tf.data`` graph -> :class:`kerasplm.models.bert_pretraining.Ber
 :class:`kerasplm.training.Trainer` with AdamW (weight decay 0.01 except LayerNorm and biases, ε = 1e-6) and
 BERT's warmup + linear decay (:class:`kerasplm.training.WarmupLinearDecay`).
 
-The run directory is a ``bert`` run (family of :mod:`kerasplm.convert.bert`) with task ``"pretraining"``, the
-vocabulary asset ``vocab`` = ``vocab.txt`` and ``options.sentence_task``. Its checkpoints hold the whole
-pretrainer (``model`` = the :class:`BertPretrainer`, whose ``backbone`` is the encoder), so
-``load_run(run)`` (the family's loader) returns the backbone restored from ``model/backbone`` and
-:func:`load_bert_pretrainer` the whole pretrainer (fill-mask). ``metrics.json`` holds the held-out MLM
-accuracy, NSP/SOP accuracy and MLM perplexity = exp(mean held-out MLM loss).
+The run directory is a ``bert`` run (family of :mod:`kerasplm.convert.bert`) with task ``"pretraining"`` and the
+vocabulary asset ``vocab`` = ``vocab.txt``. config.json's ``model`` is the :class:`BertPretrainer` (its backbone,
+``sentence_task``) and ``preprocessor`` a :class:`kerasplm.text.BertPreprocessor` over the tokenizer the corpus
+was tokenized with; its checkpoints hold the whole pretrainer (``model``, whose ``backbone`` is the encoder), so
+``load_run(run)`` gives the pretrainer (fill-mask) and ``load_run(run).backbone`` the encoder. ``metrics.json``
+holds the held-out MLM accuracy, NSP/SOP accuracy and MLM perplexity = exp(mean held-out MLM loss).
 
 >>> summary = train_bert("runs/bert", corpus="../shared/data/wikitext2/wiki.valid.tokens",
 ...                      dev_corpus="../shared/data/wikitext2/wiki.test.tokens", steps=2000)
 """
-import dataclasses
 import math
 import time
 
@@ -25,10 +24,10 @@ from kerasplm.data.pretraining import (BERT_SPECIAL_TOKENS, create_instances, ma
                                        masker_for_tokenizer, read_documents, tokenize_documents)
 from kerasplm.families.bert import BertPretrainingOptions
 from kerasplm.jobs.job import Job
-from kerasplm.models.bert import BertBackbone
-from kerasplm.models.bert_pretraining import BertPretrainer
-from kerasplm.models.bert_runs import PRETRAINING_TASK, RUN_FAMILY, bert_model_config, bert_vocab_file
+from kerasplm.models.bert import RUN_FAMILY, BertBackbone, bert_run_preprocessor
+from kerasplm.models.bert_pretraining import PRETRAINING_TASK, BertPretrainer
 from kerasplm.models.presets import get_preset
+from kerasplm.runs.serialization import attach_preprocessor
 from kerasplm.text import WordPieceTokenizer, build_wordpiece_vocab, read_vocab
 from kerasplm.training import WarmupLinearDecay
 from kerasplm.training.optimizers import FusedAdamW
@@ -71,7 +70,6 @@ class BertPretrainingJob(Job):
     checkpoint_every = 1000
 
     def check_config(self, run, config):
-        bert_model_config(run, config)
         if config.get("task") != TASK:
             raise run.error(run.CONFIG, f"task {config.get('task')!r}: {self.out} is not a pretraining run")
 
@@ -81,8 +79,12 @@ class BertPretrainingJob(Job):
             raise ValueError("option corpus: give the text to pretrain on (--corpus PATH)")
         train_docs, dev_docs = _documents(o, self.log)
         if self.resumed:
-            self.model_config = bert_model_config(run, self.config)
-            self.tokenizer = WordPieceTokenizer(bert_vocab_file(run, self.config, self.model_config))
+            # Built here, outside the strategy's scope (its tokenizer's string tables cannot be made collective);
+            # build_model makes the model to train under the scope from its config.
+            stored = self.stored_model()
+            self.model_config, self.model_settings = stored.backbone.config, stored.get_config()
+            self.preprocessor = stored.preprocessor
+            self.tokenizer = self.preprocessor.tokenizer
         else:
             if o.vocab:
                 vocab = read_vocab(o.vocab)
@@ -103,6 +105,8 @@ class BertPretrainingJob(Job):
                     raise ValueError("give schedule_steps (--schedule-steps) when training by time budget only: "
                                      "the learning rate decays linearly over it")
                 self.options = o = o.replace(schedule_steps=o.steps)
+            # What the run stores with the model: the corpus' tokenizer, packed for the backbone's inputs.
+            self.preprocessor = bert_run_preprocessor(self.tokenizer, self.model_config)
         masker = masker_for_tokenizer(self.tokenizer, max_seq_length=o.max_seq_length,
                                       max_predictions_per_seq=o.max_predictions_per_seq, mask_rate=o.mask_rate,
                                       masking=o.masking, max_ngram=o.max_ngram)
@@ -116,11 +120,15 @@ class BertPretrainingJob(Job):
         self.eval_dataset = make_pretraining_dataset(instances["dev"], masker, o.batch_size, seed=o.seed + 1,
                                                      shuffle=False, repeat=False, dynamic_masking=False)
         if not self.resumed:  # the run is valid: from now on this directory holds a run to resume
-            self.write_config(o.preset, dataclasses.asdict(self.model_config), assets=ASSETS)
+            self.write_config(o.preset, assets=ASSETS)
 
     def build_model(self):
-        return BertPretrainer(BertBackbone.from_config_object(self.model_config),
-                              sentence_task=self.options.sentence_task, name=self.config["preset"])
+        if self.resumed:
+            model = BertPretrainer.from_config(self.model_settings)
+        else:
+            model = BertPretrainer(BertBackbone.from_config_object(self.model_config),
+                                   sentence_task=self.options.sentence_task, name=self.config["preset"])
+        return attach_preprocessor(model, self.preprocessor)
 
     def build_optimizer(self):
         return _optimizer(self.options, self.options.schedule_steps)

@@ -14,8 +14,9 @@ of :func:`kerasplm.models.bert_qa.decode_answers` and scored with the official v
 (:mod:`kerasplm.jobs.squad_metrics`): printed and written to ``metrics.json`` (``dev``), the predictions
 to ``predictions.json`` (``{id: answer}``, the official script's input). Resumable like every kerasplm job.
 
-Run directory: family ``bert_qa``; ``model`` = the backbone's config; asset ``vocab``; loader
-:func:`load_bert_qa` (a :class:`BertQA`).
+Run directory: family ``bert_qa``; ``model`` = the :class:`BertQuestionAnswerer` (its backbone, the decoding's
+``max_answer_length`` and ``n_best``), ``preprocessor`` = the serving :class:`QuestionAnswerPreprocessor` (windows
+padded to the longest of a request) over asset ``vocab``; :func:`load_bert_qa` gives a :class:`BertQA`.
 """
 import dataclasses
 import time
@@ -27,9 +28,9 @@ from kerasplm.data.squad import read_squad, split_by_article
 from kerasplm.families.bert import BertQAOptions
 from kerasplm.jobs.finetuning import BERT_ASSETS, FineTuningJob
 from kerasplm.jobs.squad_metrics import squad_scores
-from kerasplm.models.bert import BertBackbone, BertConfig
+from kerasplm.models.bert import BertBackbone
 from kerasplm.models.bert_qa import INPUT_KEYS, BertQuestionAnswerer, QuestionAnswerPreprocessor, answer_questions
-from kerasplm.text.bert_tokenizer import BertTokenizer
+from kerasplm.runs import load_run
 
 FAMILY = "bert_qa"
 PREDICTIONS = "predictions.json"
@@ -39,14 +40,20 @@ __all__ = ["BertQAOptions", "BertQA", "finetune_bert_qa", "load_bert_qa", "make_
 
 @dataclasses.dataclass
 class BertQA:
-    """A fine-tuned question answerer: ``model``, its ``preprocessor`` and the decoding options."""
+    """A fine-tuned question answerer: ``model``, its ``preprocessor`` and the decoding options (by default the
+    model's: what :func:`kerasplm.runs.load_run` attaches and its config holds)."""
 
     model: BertQuestionAnswerer
-    preprocessor: QuestionAnswerPreprocessor
-    max_answer_length: int = 30
-    n_best: int = 20
+    preprocessor: QuestionAnswerPreprocessor = None
+    max_answer_length: int = None
+    n_best: int = None
 
     def __post_init__(self):
+        self.preprocessor = self.preprocessor or self.model.preprocessor
+        if self.preprocessor is None:
+            raise ValueError("a BertQA needs a QuestionAnswerPreprocessor (the model has none attached)")
+        self.max_answer_length = int(self.max_answer_length or self.model.max_answer_length)
+        self.n_best = int(self.n_best or self.model.n_best)
         self._answer = tf.function(
             lambda q, c: answer_questions(self.model, self.preprocessor, q, c, self.max_answer_length, self.n_best),
             input_signature=[tf.TensorSpec([None], tf.string)] * 2, autograph=False)
@@ -94,14 +101,6 @@ def _examples(o):
     return (train[:o.max_examples] if o.max_examples else train), held_out
 
 
-def _check_config(run, config):
-    try:
-        BertConfig(**config["model"]["backbone"]).validate()
-        bool(config["model"]["lower_case"])
-    except (KeyError, TypeError, ValueError) as e:
-        raise run.error(run.CONFIG, f"'model' is not a BERT question answering config ({e})") from None
-
-
 def evaluate_qa(qa, examples, batch_size=32):
     """Official v1.1 EM/F1 of ``qa`` (a :class:`BertQA`) on ``examples``; returns ``(scores, {id: answer})``."""
     answers = qa.answer([e.question for e in examples], [e.context for e in examples], batch_size)["answer"]
@@ -115,9 +114,6 @@ class BertQAJob(FineTuningJob):
     family, task, options_class, what, result_key = (FAMILY, "question_answering", BertQAOptions,
                                                      "BERT question answering", "qa")
 
-    def check_config(self, run, config):
-        _check_config(run, config)
-
     def read_examples(self, o):
         if o.train is None:
             raise ValueError("give the training file (train / --train)")
@@ -126,16 +122,21 @@ class BertQAJob(FineTuningJob):
 
     def build_data(self):
         super().build_data()   # the questions, the schedule
-        o, run = self.options, self.run_dir
+        o = self.options
         if self.resumed:
-            self.backbone_config = BertConfig(**self.config["model"]["backbone"])   # the weights: the checkpoint
-            tokenizer = BertTokenizer(run.asset(self.config, "vocab"), lower_case=self.config["model"]["lower_case"])
+            # Built here, under the strategy's scope (a fine-tuning job's build_data is): build_model returns it.
+            self.stored = self.stored_model()
+            self.backbone_config = self.stored.backbone.config
+            serving = self.stored.preprocessor
         else:
             tokenizer, _ = self.start_from_bert(o.sequence_length, "sequence_length")
-            self.write_config("custom", {"backbone": dataclasses.asdict(self.backbone_config),
-                                         "lower_case": tokenizer.lower_case}, assets=BERT_ASSETS)
-        self.tokenizer = tokenizer
-        preprocessor = QuestionAnswerPreprocessor(tokenizer, o.sequence_length, o.doc_stride, o.max_query_length)
+            self.write_config("custom", assets=BERT_ASSETS)
+            # What the run stores with the model: windows padded to the longest of each request.
+            serving = QuestionAnswerPreprocessor(tokenizer, o.sequence_length, o.doc_stride, o.max_query_length,
+                                                 pad_to_length=False)
+        self.preprocessor = serving
+        preprocessor = QuestionAnswerPreprocessor(serving.tokenizer, o.sequence_length, o.doc_stride,
+                                                  o.max_query_length)
         t0 = time.time()
         features = make_qa_features(preprocessor, self.train)
         self.windows = len(features["token_ids"])
@@ -146,15 +147,16 @@ class BertQAJob(FineTuningJob):
         self.qa = None
 
     def build_model(self):
-        return BertQuestionAnswerer(self.starting_backbone(BertBackbone))
+        if self.resumed:
+            return self.stored
+        o = self.options
+        return BertQuestionAnswerer(self.starting_backbone(BertBackbone), preprocessor=self.preprocessor,
+                                    max_answer_length=o.max_answer_length, n_best=o.n_best)
 
     def result(self, trainer):
         """The trained :class:`BertQA` (made once: its answering function is traced when it scores)."""
         if self.qa is None:
-            o = self.options
-            serving_preprocessor = QuestionAnswerPreprocessor(self.tokenizer, o.sequence_length, o.doc_stride,
-                                                              o.max_query_length, pad_to_length=False)
-            self.qa = BertQA(trainer.model, serving_preprocessor, o.max_answer_length, o.n_best)
+            self.qa = BertQA(trainer.model, self.preprocessor)
         return self.qa
 
     def evaluate(self, trainer, summary):
@@ -182,14 +184,7 @@ def finetune_bert_qa(out, options=None, log=print, **overrides):
     return BertQAJob(out, options, log, **overrides).run()
 
 
-def load_bert_qa(run, config):
-    """``load_run``'s loader for family ``bert_qa``: a :class:`BertQA` with its checkpoint restored."""
-    _check_config(run, config)
-    options = config["options"]
-    model = BertQuestionAnswerer(BertBackbone.from_config_object(BertConfig(**config["model"]["backbone"])))
-    run.restore(model=model)
-    tokenizer = BertTokenizer(run.asset(config, "vocab"), lower_case=config["model"]["lower_case"])
-    preprocessor = QuestionAnswerPreprocessor(tokenizer, int(options["sequence_length"]), int(options["doc_stride"]),
-                                              int(options["max_query_length"]), pad_to_length=False)
-    return BertQA(model, preprocessor, int(options["max_answer_length"]), int(options["n_best"]))
-
+def load_bert_qa(run_dir):
+    """The :class:`BertQA` of a ``bert_qa`` run (:func:`kerasplm.runs.load_run`: the model, its preprocessor and
+    decoding options, its latest checkpoint)."""
+    return BertQA(load_run(run_dir, family=FAMILY, what="a BERT question answering run (kerasplm finetune bert-qa)"))

@@ -8,28 +8,27 @@ Recipe (Gao et al. 2021, section 3 and appendix A): one sentence per line of a p
 temperature 0.05, dropout 0.1 as the only noise (:class:`kerasplm.models.bert_simcse.BertSimCSE`). The
 optimizer is the BERT fine-tuning one (:func:`kerasplm.jobs.finetuning.make_optimizer`).
 
-Run directory: family ``bert_simcse``; ``model`` = the backbone's config, ``pooling``, ``mlp``,
-``temperature``; asset ``vocab``; the options record ``sentence_embedding`` in the converter's
-(sentence-transformers') terms, so ``kerasplm export embedder --run`` pools as the model was trained.
+Run directory: family ``bert_simcse``; ``model`` = the :class:`BertSimCSE` (its backbone, ``pooling``, ``mlp``,
+``temperature``), ``preprocessor`` = its :class:`BertPreprocessor` over asset ``vocab``; the options record
+``sentence_embedding`` in the converter's (sentence-transformers') terms, so ``kerasplm export embedder --run``
+pools as the model was trained. ``kerasplm.runs.load_run`` gives the trained :class:`BertSimCSE`.
 ``metrics.json``: the training summary and, with ``--dev``, uniformity and mean pairwise cosine of the
 held-out sentences' embeddings (Wang & Isola 2020). Resumable like every kerasplm job.
 """
-import dataclasses
-
 import numpy as np
 import tensorflow as tf
 
 from kerasplm.families.bert import SimCSEOptions
 from kerasplm.jobs.finetuning import BERT_ASSETS, FineTuningJob
-from kerasplm.models.bert import BertBackbone, BertConfig
+from kerasplm.models.bert import BertBackbone
 from kerasplm.models.bert_simcse import BertSimCSE, alignment_uniformity
 from kerasplm.options import RUN
-from kerasplm.text.bert_tokenizer import BertPreprocessor, BertTokenizer
+from kerasplm.text.bert_tokenizer import BertPreprocessor
 
 FAMILY = "bert_simcse"
 # Our pooling names -> sentence-transformers' (what the embedder export reads from a run's options).
 _RECORDED_POOLING = {"cls": "cls_token", "mean": "mean_tokens"}
-__all__ = ["SimCSEOptions", "finetune_bert_simcse", "load_bert_simcse_run", "read_sentences"]
+__all__ = ["SimCSEOptions", "finetune_bert_simcse", "read_sentences"]
 
 
 def read_sentences(path, max_examples=None):
@@ -54,27 +53,6 @@ def make_sentence_dataset(preprocessor, sentences, batch_size, seed):
                   deterministic=True).prefetch(2)
 
 
-def _model_parts(run, config):
-    model = config["model"]
-    try:
-        return (BertConfig(**model["backbone"]).validate(), str(model["pooling"]), bool(model["mlp"]),
-                float(model["temperature"]))
-    except (KeyError, TypeError, ValueError) as e:
-        raise run.error(run.CONFIG, f"'model' is not a SimCSE config ({e})") from None
-
-
-def load_bert_simcse_run(run, config):
-    """The loader of family ``bert_simcse``: a :class:`BertSimCSE` with its checkpoint restored and a
-    :class:`BertPreprocessor` (``model.backbone`` is what the embedder export takes)."""
-    backbone_config, pooling, mlp, temperature = _model_parts(run, config)
-    options = config["options"]
-    tokenizer = BertTokenizer(run.asset(config, "vocab"), lower_case=bool(options.get("lower_case", True)))
-    model = BertSimCSE(BertBackbone.from_config_object(backbone_config), pooling, temperature, mlp,
-                       preprocessor=BertPreprocessor(tokenizer, int(options.get("max_length", 32))))
-    run.restore(model=model)
-    return model
-
-
 def embed_sentences(model, preprocessor, sentences, batch_size=128):
     """Test-time embeddings (no dropout, no MLP) ``(N, H)`` of a list of strings."""
     return np.concatenate([model(preprocessor(tf.constant(sentences[i:i + batch_size])), training=False).numpy()
@@ -95,9 +73,6 @@ class BertSimCSEJob(FineTuningJob):
     family, task, options_class, what, result_key = (FAMILY, "sentence_embedding", SimCSEOptions, "BERT SimCSE",
                                                      "model")
 
-    def check_config(self, run, config):
-        _model_parts(run, config)
-
     def read_examples(self, o):
         if o.train is None:
             raise ValueError("give the training sentences (train / --train)")
@@ -108,27 +83,25 @@ class BertSimCSEJob(FineTuningJob):
 
     def build_data(self):
         super().build_data()   # the training sentences, the schedule
-        o, run = self.options, self.run_dir
+        o = self.options
         if self.resumed:
-            self.backbone_config, _, self.mlp, _ = _model_parts(run, self.config)
-            tokenizer = BertTokenizer(run.asset(self.config, "vocab"),
-                                      lower_case=bool(self.config["options"].get("lower_case")))
+            # Built here, under the strategy's scope (a fine-tuning job's build_data is): build_model returns it.
+            self.stored = self.stored_model()
+            self.backbone_config, self.preprocessor = self.stored.backbone.config, self.stored.preprocessor
         else:
             tokenizer, _ = self.start_from_bert(o.max_length)
-            self.mlp = o.mlp and o.pooling == "cls"
             recorded = {"pooling": [_RECORDED_POOLING[o.pooling]], "normalize": o.normalize}
-            model_config = {"backbone": dataclasses.asdict(self.backbone_config), "pooling": o.pooling,
-                            "mlp": self.mlp, "temperature": o.temperature}
-            self.write_config("custom", model_config, {**o.stored(RUN), "lower_case": tokenizer.lower_case,
-                                                       "sentence_embedding": recorded}, assets=BERT_ASSETS)
-        self.preprocessor = BertPreprocessor(tokenizer, o.max_length)
+            self.write_config("custom", {**o.stored(RUN), "sentence_embedding": recorded}, assets=BERT_ASSETS)
+            self.preprocessor = BertPreprocessor(tokenizer, o.max_length)
         self.log(f"data: {len(self.sentences)} sentences, batches of {o.batch_size}, {o.pooling} pooling")
         self.train_dataset = make_sentence_dataset(self.preprocessor, self.sentences, o.batch_size, o.seed)
 
     def build_model(self):
+        if self.resumed:
+            return self.stored
         o = self.options
-        model = BertSimCSE(BertBackbone.from_config_object(self.backbone_config), o.pooling, o.temperature, self.mlp,
-                           preprocessor=self.preprocessor)
+        model = BertSimCSE(BertBackbone.from_config_object(self.backbone_config), o.pooling, o.temperature,
+                           o.mlp and o.pooling == "cls", preprocessor=self.preprocessor)
         return self.with_starting_weights(model)
 
     def score(self, model):

@@ -8,6 +8,10 @@ Recipe (BERT paper, section 4.3 and appendix A.3): AdamW, linear warmup over ``w
 steps to ``learning_rate`` then linear decay to 0, labels on the first word piece of each word. The dev
 set is scored with entity-level F1 as conlleval computes it (:mod:`kerasplm.jobs.ner_metrics`), printed
 and written to ``metrics.json``. Resumable: the same command continues from the last checkpoint.
+
+Run directory: family ``bert_tagger``; ``model`` = the :class:`BertTokenClassifier` (its backbone, ``labels``,
+``dropout``, ``crf``), ``preprocessor`` = its :class:`BertTaggerPreprocessor` over asset ``vocab``;
+:func:`load_bert_tagger` gives a :class:`BertTagger`.
 """
 import dataclasses
 
@@ -18,8 +22,9 @@ from kerasplm.data.conll import label_vocabulary, read_conll
 from kerasplm.families.bert import TaggerOptions
 from kerasplm.jobs.finetuning import BERT_ASSETS, FineTuningJob
 from kerasplm.jobs.ner_metrics import conlleval
-from kerasplm.models.bert import BertBackbone, BertConfig
+from kerasplm.models.bert import BertBackbone
 from kerasplm.models.bert_tagger import INPUT_KEYS, BertTaggerPreprocessor, BertTokenClassifier, piece_tags, tag_texts
+from kerasplm.runs import load_run
 from kerasplm.text.wordpiece import WordPieceTokenizer
 
 FAMILY = "bert_tagger"
@@ -28,15 +33,28 @@ __all__ = ["TaggerOptions", "finetune_bert_tagger", "load_bert_tagger", "BertTag
 
 @dataclasses.dataclass
 class BertTagger:
-    """A fine-tuned tagger: ``model``, its ``preprocessor`` and ``labels`` (tag names by id)."""
+    """A fine-tuned tagger: ``model``, its ``preprocessor`` and ``labels`` (tag names by id); the last two default
+    to the model's (what :func:`kerasplm.runs.load_run` attaches and its config holds)."""
 
     model: BertTokenClassifier
-    preprocessor: BertTaggerPreprocessor
-    labels: list
+    preprocessor: BertTaggerPreprocessor = None
+    labels: list = None
+
+    def __post_init__(self):
+        self.preprocessor = self.preprocessor or self.model.preprocessor
+        self.labels = list(self.model.labels if self.labels is None else self.labels)
+        if self.preprocessor is None:
+            raise ValueError("a BertTagger needs a BertTaggerPreprocessor (the model has none attached)")
 
     def tag(self, texts):
         """Raw strings -> ragged entity spans (:func:`kerasplm.models.bert_tagger.tag_texts`)."""
         return tag_texts(self.model, self.preprocessor, texts, self.labels)
+
+
+def load_bert_tagger(run_dir):
+    """The :class:`BertTagger` of a ``bert_tagger`` run (:func:`kerasplm.runs.load_run`: the model, its
+    preprocessor and labels, its latest checkpoint)."""
+    return BertTagger(load_run(run_dir, family=FAMILY, what="a BERT tagger run (kerasplm finetune bert-tagger)"))
 
 
 def _dataset(preprocessor, sentences, label_ids, batch_size, seed=None):
@@ -66,10 +84,6 @@ def predict_tags(model, preprocessor, sentences, labels, batch_size=64):
     return predicted
 
 
-def _build(backbone_config, num_labels, dropout, crf=False):
-    return BertTokenClassifier(BertBackbone.from_config_object(backbone_config), num_labels, dropout=dropout, crf=crf)
-
-
 class BertTaggerJob(FineTuningJob):
     """``kerasplm finetune bert-tagger``: a linear (or CRF) head on each word's first piece, scored with conlleval's
     entity F1."""
@@ -89,24 +103,32 @@ class BertTaggerJob(FineTuningJob):
 
     def build_data(self):
         super().build_data()   # the CoNLL files, the schedule
-        o, run = self.options, self.run_dir
-        if not self.resumed:
-            tokenizer, init_config = self.start_from_bert(o.sequence_length, "sequence_length")
-            model_config = {"backbone": dataclasses.asdict(self.backbone_config),
-                            "labels": label_vocabulary(self.train), "lower_case": tokenizer.lower_case}
-            self.write_config(init_config.get("preset", "custom"), model_config, assets=BERT_ASSETS)
-        model = self.config["model"]
-        self.labels, self.backbone_config = model["labels"], BertConfig(**model["backbone"]).validate()
+        o = self.options
+        if self.resumed:
+            # Built here, under the strategy's scope (a fine-tuning job's build_data is): build_model returns it.
+            self.stored = self.stored_model()
+            self.backbone_config, self.labels = self.stored.backbone.config, list(self.stored.labels)
+            self.preprocessor = self.stored.preprocessor
+        else:
+            bert_tokenizer, init_config = self.start_from_bert(o.sequence_length, "sequence_length")
+            self.labels = label_vocabulary(self.train)
+            # The tagger's words are split by tensorflow-text's WordPiece tokenizer, with the init run's casing.
+            tokenizer = WordPieceTokenizer(bert_tokenizer.vocabulary_file or bert_tokenizer.vocab,
+                                           lower_case=bert_tokenizer.lower_case)
+            self.preprocessor = BertTaggerPreprocessor(tokenizer, o.sequence_length)
+            self.write_config(init_config.get("preset", "custom"), assets=BERT_ASSETS)
         label_ids = {name: i for i, name in enumerate(self.labels)}
-        tokenizer = WordPieceTokenizer(run.asset(self.config, "vocab"), lower_case=model["lower_case"])
-        self.preprocessor = BertTaggerPreprocessor(tokenizer, o.sequence_length)
         self.train_dataset = _dataset(self.preprocessor, self.train, label_ids, o.batch_size, seed=o.seed)
         if self.dev:   # its loss is logged while training (eval_every); its entity F1 scored at the end
             self.eval_dataset = _dataset(self.preprocessor, self.dev, label_ids, o.batch_size)
 
     def build_model(self):
+        if self.resumed:
+            return self.stored
         o = self.options
-        return self.with_starting_weights(_build(self.backbone_config, len(self.labels), o.dropout, o.crf))
+        model = BertTokenClassifier(BertBackbone.from_config_object(self.backbone_config), len(self.labels),
+                                    dropout=o.dropout, preprocessor=self.preprocessor, crf=o.crf, labels=self.labels)
+        return self.with_starting_weights(model)
 
     def score(self, tagger):
         if not self.dev:
@@ -130,15 +152,3 @@ def finetune_bert_tagger(out, options=None, log=print, **overrides):
     """Fine-tunes (or resumes) a tagger run in ``out``; returns the summary dict (also in metrics.json),
     whose "tagger" is the trained :class:`BertTagger`."""
     return BertTaggerJob(out, options, log, **overrides).run()
-
-
-def load_bert_tagger(run, config):
-    """``load_run``'s loader for tagger runs: a :class:`BertTagger` with its checkpoint restored."""
-    backbone_config = BertConfig(**config["model"]["backbone"]).validate()
-    labels = config["model"]["labels"]
-    model = _build(backbone_config, len(labels), config["options"].get("dropout", 0.1),
-                   bool(config["options"].get("crf", False)))
-    run.restore(model=model)
-    tokenizer = WordPieceTokenizer(run.asset(config, "vocab"), lower_case=config["model"]["lower_case"])
-    return BertTagger(model, BertTaggerPreprocessor(tokenizer, config["options"]["sequence_length"]), labels)
-

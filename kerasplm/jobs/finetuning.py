@@ -306,10 +306,13 @@ class FineTuningJob(Job):
     def start_from_bert(self, length, length_option="max_length"):
         """A new run from the ``--init`` BERT run (:func:`bert_init_parts`): ``init_backbone`` and
         ``backbone_config`` set, its vocabulary copied into the run (asset ``vocab``, :data:`BERT_ASSETS`).
-        Returns ``(its tokenizer, its config)``."""
+        Returns ``(its tokenizer over the new run's copy of the vocabulary, the init run's config)``."""
         backbone, tokenizer, _ = bert_init_parts(self.options.init, length, length_option)
         self.init_backbone, self.backbone_config = backbone, backbone.config
         _, init_config = self.copy_init_assets(BERT_ASSETS)
+        if self.run_dir.writer:   # the run's config names its own file, not the init run's
+            tokenizer = type(tokenizer).from_config({**tokenizer.get_config(),
+                                                     "vocabulary": self.run_dir.file(BERT_ASSETS["vocab"])})
         return tokenizer, init_config
 
     def starting_backbone(self, backbone_class):
@@ -354,10 +357,11 @@ class ClassificationJob(FineTuningJob):
     """A fine-tuning job on tab-separated files: ``--text-col`` [``--pair-col``] ``--label-col`` by header name or
     0-based index, class names from the training file (sorted), ``--dev`` scored with accuracy/F1/MCC (MSE and
     Pearson's r for ``--task regression``); the summary's ``labels`` and ``dev``, and "classifier" the trained
-    model with ``labels`` and ``pair_input`` set.
+    model (whose config holds ``labels`` and ``pair_input``).
 
-    A family's ``build_data`` sets ``self.labels`` (:meth:`new_labels` for a new run) and ends with
-    :meth:`classification_data` (its preprocessor).
+    A family's ``build_data`` sets ``self.labels`` (:meth:`new_labels` for a new run; a resumed run's model
+    has them) and ends with :meth:`classification_data` (its preprocessor); its ``build_model`` gives the classifier
+    ``labels`` and ``pair_input`` (:attr:`pair_input`).
     """
 
     result_key = "classifier"
@@ -393,6 +397,11 @@ class ClassificationJob(FineTuningJob):
     @property
     def num_labels(self):
         return 1 if self.regression else len(self.labels)
+
+    @property
+    def pair_input(self):
+        """True when the examples are sentence pairs (a ``pair_col``)."""
+        return self.pairs is not None
 
     def classification_data(self, preprocessor, details=None):
         """The training batches (seeded shuffle, repeated) and the ``--dev`` ones of ``preprocessor``'s inputs."""
@@ -431,5 +440,6 @@ class ClassificationJob(FineTuningJob):
 
     def result(self, trainer):
         model = trainer.model
-        model.labels, model.pair_input = self.labels, self.pairs is not None
+        if not hasattr(model, "labels"):   # a classifier whose config does not hold its labels yet (transitional)
+            model.labels, model.pair_input = self.labels, self.pair_input
         return model

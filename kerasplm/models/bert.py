@@ -23,6 +23,10 @@ from kerasplm.layers.embedding import TransformerEmbedding
 from kerasplm.layers.transformer import EncoderLayer
 from kerasplm.models.base import Backbone
 from kerasplm.models.presets import register_presets
+from kerasplm.text.bert_tokenizer import BertPreprocessor
+
+# The run family of a BERT encoder's own runs (``kerasplm convert bert``, ``kerasplm train bert``).
+RUN_FAMILY = "bert"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +141,11 @@ class BertBackbone(Backbone):
     def num_parameters(config):
         return num_parameters(config)
 
+    def check_preprocessor(self, preprocessor):
+        """ValueError naming the vocabulary file when ``preprocessor``'s tokenizer has not ``vocab_size`` tokens
+        (:meth:`kerasplm.runs.RunDir.build` calls it: a damaged vocabulary, or another run's)."""
+        check_vocabulary(self.config.vocab_size, preprocessor)
+
     def build(self, input_shape=None):
         shape = (None, None, self.config.hidden_size)
         self.embeddings.build()
@@ -186,6 +195,42 @@ class BertBackbone(Backbone):
         if output_attentions:
             outputs["attentions"] = attentions
         return outputs
+
+
+def bert_run_preprocessor(tokenizer, config):
+    """The preprocessor a ``bert`` run stores with its model (a :class:`BertConfig` ``config``): ``tokenizer``
+    packing ``[CLS] A [SEP]`` up to the model's positions, each batch padded to its longest row."""
+    return BertPreprocessor(tokenizer, config.max_positions, pad_to_length=False)
+
+
+def check_vocabulary(vocab_size, preprocessor):
+    """ValueError naming the file when the tokenizer of ``preprocessor`` (if it has one) has not ``vocab_size``
+    tokens."""
+    tokenizer = getattr(preprocessor, "tokenizer", None)
+    if tokenizer is None or tokenizer.vocab_size == vocab_size:
+        return
+    where = getattr(tokenizer, "vocabulary_file", None) or "the vocabulary"
+    raise ValueError(f"{where}: {tokenizer.vocab_size} tokens, but the model was trained with {vocab_size}; the "
+                     f"file is damaged or from another run")
+
+
+class ChecksBackboneVocabulary:
+    """Mixin of the BERT task models: ``check_preprocessor`` is the backbone's (the vocabulary's size)."""
+
+    def check_preprocessor(self, preprocessor):
+        self.backbone.check_preprocessor(preprocessor)
+
+
+class UntrackedPreprocessor:
+    """Mixin of the task models whose checkpoints never held their preprocessor (the pretrainer, the tagger, the
+    question answerer): ``preprocessor`` is set without tracking, so the checkpoint's object graph stays the one
+    their runs have always had (a tracked tokenizer adds its variables to it)."""
+
+    def __setattr__(self, name, value):
+        if name == "preprocessor":
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
 
 
 register_presets("bert", BertBackbone, PRESETS, num_parameters=num_parameters,

@@ -26,9 +26,11 @@ import tensorflow as tf
 
 from kerasplm.layers.embedding import table_logits
 from kerasplm.models.base import Task
-from kerasplm.models.bert import BertBackbone
+from kerasplm.models.bert import BertBackbone, ChecksBackboneVocabulary, UntrackedPreprocessor
 
 SENTENCE_TASKS = ("nsp", "sop", "none")
+# config.json's task of a ``kerasplm train bert`` run (family ``bert``): its checkpoint's ``model`` is the pretrainer.
+PRETRAINING_TASK = "pretraining"
 
 
 @keras.saving.register_keras_serializable(package="kerasplm")
@@ -76,12 +78,14 @@ def _cross_entropy_sums(labels, logits, weights):
 
 
 @keras.saving.register_keras_serializable(package="kerasplm")
-class BertPretrainer(Task):
+class BertPretrainer(UntrackedPreprocessor, ChecksBackboneVocabulary, Task):
     """MLM + NSP / SOP pretraining over a :class:`BertBackbone` (see the module docstring).
 
     Args:
       backbone: a :class:`BertBackbone` (ALBERT options included).
       sentence_task: ``"nsp"`` (BERT), ``"sop"`` (ALBERT) or ``"none"`` (RoBERTa: MLM only).
+      preprocessor: optional :class:`kerasplm.text.BertPreprocessor` over the tokenizer the corpus was tokenized
+        with (not part of the checkpoint).
     Call: dict with ``token_ids``, ``segment_ids``, ``padding_mask`` (each ``(B, L)``) and ``masked_positions``
     ``(B, P)`` -> ``{"mlm_logits": (B, P, V)}`` plus ``"sentence_logits": (B, 2)`` unless ``sentence_task="none"``
     (float32).

@@ -24,7 +24,8 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from kerasplm.models.base import Task
-from kerasplm.models.bert import BertBackbone
+from kerasplm.models.bert import BertBackbone, ChecksBackboneVocabulary, UntrackedPreprocessor
+from kerasplm.runs.serialization import serializable
 from kerasplm.text.preprocessing import Preprocessor
 from kerasplm.text.wordpiece import sanitize_utf8
 
@@ -37,11 +38,14 @@ _PADDING = {"token_start": NO_SPAN, "token_end": NO_SPAN, "max_context": False}
 
 
 @keras.saving.register_keras_serializable(package="kerasplm")
-class BertQuestionAnswerer(Task):
+class BertQuestionAnswerer(UntrackedPreprocessor, ChecksBackboneVocabulary, Task):
     """Start and end logits over a :class:`BertBackbone`'s sequence output.
 
     Args:
       backbone: the BERT encoder.
+      preprocessor: optional :class:`QuestionAnswerPreprocessor` (not part of the checkpoint).
+      max_answer_length, n_best: how :func:`decode_answers` searches the spans when this model answers
+        (:func:`answer_questions`' defaults for it; part of the config).
     Call: the backbone's input dict -> ``{"start_logits", "end_logits"}``, float32 ``(B, L)``; padding
     positions get -1e9 (no probability mass, so a row's logits do not depend on the batch's width).
     Loss (``compute_loss_sums``): ``batch`` is :class:`QuestionAnswerPreprocessor`'s dict with
@@ -51,8 +55,12 @@ class BertQuestionAnswerer(Task):
 
     backbone_class = BertBackbone
 
-    def __init__(self, backbone, preprocessor=None, **kwargs):
+    def __init__(self, backbone, preprocessor=None, max_answer_length=30, n_best=20, **kwargs):
         super().__init__(backbone, preprocessor, **kwargs)
+        for label, value in (("max_answer_length", max_answer_length), ("n_best", n_best)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{label} must be a positive integer, got {value!r}")
+        self.max_answer_length, self.n_best = max_answer_length, n_best
         init = keras.initializers.TruncatedNormal(stddev=backbone.config.initializer_range)
         self.span_head = keras.layers.Dense(2, kernel_initializer=init, name="span_head")
         self.span_head.build((None, None, backbone.config.hidden_size))
@@ -79,7 +87,11 @@ class BertQuestionAnswerer(Task):
             sums[f"{side}_accuracy"] = (tf.reduce_sum(tf.cast(correct, tf.float32)), count)
         return sums
 
+    def get_config(self):
+        return {**super().get_config(), "max_answer_length": self.max_answer_length, "n_best": self.n_best}
 
+
+@serializable
 class QuestionAnswerPreprocessor(Preprocessor):
     """Question + context strings -> BERT windows with character offsets (see the module docstring).
 
@@ -115,6 +127,15 @@ class QuestionAnswerPreprocessor(Preprocessor):
     @property
     def special_token_ids(self):
         return {"pad": self.pad_id, "cls": self.cls_id, "sep": self.sep_id}
+
+    def get_config(self):
+        return {"tokenizer": keras.saving.serialize_keras_object(self.tokenizer),
+                "sequence_length": self.sequence_length, "doc_stride": self.doc_stride,
+                "max_query_length": self.max_query_length, "pad_to_length": self.pad_to_length, "name": self.name}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**{**config, "tokenizer": keras.saving.deserialize_keras_object(config["tokenizer"])})
 
     @tf.autograph.experimental.do_not_convert
     def __call__(self, question, context, answer_start=None, answer_end=None):

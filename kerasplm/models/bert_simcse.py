@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from kerasplm.models.base import Task
-from kerasplm.models.bert import BertBackbone
+from kerasplm.models.bert import BertBackbone, ChecksBackboneVocabulary
 from kerasplm.models.bert_tasks import POOLINGS, pool_sequence, real_token_mask
 
 __all__ = ["BertSimCSE", "simcse_loss", "alignment_uniformity"]
@@ -42,7 +42,7 @@ def simcse_loss(first, second, temperature=0.05):
 
 
 @keras.saving.register_keras_serializable(package="kerasplm")
-class BertSimCSE(Task):
+class BertSimCSE(ChecksBackboneVocabulary, Task):
     """Unsupervised SimCSE over a :class:`BertBackbone` (see the module docstring).
 
     Args:

@@ -26,7 +26,9 @@ import tensorflow_text as tf_text
 from kerasplm.layers.crf import CRF
 from kerasplm.layers.dropout import Dropout
 from kerasplm.models.base import Task
-from kerasplm.models.bert import BertBackbone
+from kerasplm.models.bert import BertBackbone, ChecksBackboneVocabulary, UntrackedPreprocessor
+from kerasplm.models.bert_tasks import check_label_names
+from kerasplm.runs.serialization import serializable
 from kerasplm.text.preprocessing import Preprocessor, pack_segments, pad_packed
 from kerasplm.text.wordpiece import sanitize_utf8
 
@@ -37,7 +39,7 @@ IGNORED = -1            # word_index of the positions that carry no word's label
 
 
 @keras.saving.register_keras_serializable(package="kerasplm")
-class BertTokenClassifier(Task):
+class BertTokenClassifier(UntrackedPreprocessor, ChecksBackboneVocabulary, Task):
     """A linear tagging head over a :class:`BertBackbone`.
 
     Args:
@@ -45,6 +47,8 @@ class BertTokenClassifier(Task):
       num_labels: number of tags (``len(label_vocabulary)``).
       dropout: dropout on ``sequence_output`` before the head (BERT's 0.1).
       crf: a linear-chain CRF over the words' tags (see the module docstring).
+      preprocessor: optional :class:`BertTaggerPreprocessor` (not part of the checkpoint).
+      labels: the tag names by id (``O``, ``B-PER`` ...), part of the config.
     Call: the backbone's input dict -> float32 logits ``(batch, seq_len, num_labels)`` (with a CRF: its emissions).
     Loss (``compute_loss_sums``): ``batch`` is :class:`BertTaggerPreprocessor`'s dict (``token_ids``,
     ``segment_ids``, ``padding_mask``, ``labels``, ``label_weights``) or ``(inputs, labels, label_weights)``;
@@ -54,10 +58,11 @@ class BertTokenClassifier(Task):
 
     backbone_class = BertBackbone
 
-    def __init__(self, backbone, num_labels, dropout=0.1, preprocessor=None, crf=False, **kwargs):
+    def __init__(self, backbone, num_labels, dropout=0.1, preprocessor=None, crf=False, labels=None, **kwargs):
         super().__init__(backbone, preprocessor, **kwargs)
         if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
             raise ValueError(f"num_labels must be a positive integer, got {num_labels!r}")
+        self.labels = check_label_names(labels, num_labels)
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.num_labels, self.dropout_rate = num_labels, float(dropout)
@@ -98,14 +103,14 @@ class BertTokenClassifier(Task):
                 "accuracy": tf.reduce_sum(correct * weights)}
 
     @classmethod
-    def from_preset(cls, preset, num_labels, dropout=0.1, preprocessor=None, crf=False, **overrides):
+    def from_preset(cls, preset, num_labels, dropout=0.1, preprocessor=None, crf=False, labels=None, **overrides):
         """A tagger over ``BertBackbone.from_preset(preset, **overrides)`` (random weights)."""
         return cls(BertBackbone.from_preset(preset, **overrides), num_labels, dropout, preprocessor, crf=crf,
-                   name=preset)
+                   labels=labels, name=preset)
 
     def get_config(self):
         return {**super().get_config(), "num_labels": self.num_labels, "dropout": self.dropout_rate,
-                "crf": self.crf is not None}
+                "crf": self.crf is not None, "labels": list(self.labels)}
 
 
 def first_piece_sequences(values, first):
@@ -139,6 +144,7 @@ def piece_tags(logits, first, crf=None):
     return (tf.cast(tf.gather(tags, back, batch_dims=1), tf.int64), tf.gather(scores, back, batch_dims=1))
 
 
+@serializable
 class BertTaggerPreprocessor(Preprocessor):
     """Words (and their label ids) -> BERT inputs with labels on the first word piece of every word.
 
@@ -164,6 +170,14 @@ class BertTaggerPreprocessor(Preprocessor):
     @property
     def special_token_ids(self):
         return {"pad": self.pad_id, "cls": self.cls_id, "sep": self.sep_id}
+
+    def get_config(self):
+        return {"tokenizer": keras.saving.serialize_keras_object(self.tokenizer),
+                "sequence_length": self.sequence_length, "name": self.name}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**{**config, "tokenizer": keras.saving.deserialize_keras_object(config["tokenizer"])})
 
     def word_pieces(self, words):
         """``words [batch, (words)]`` -> int64 piece ids ragged ``[batch, (words), (pieces)]``; a word that

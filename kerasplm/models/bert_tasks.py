@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from kerasplm.layers.dropout import Dropout
 from kerasplm.models.base import Task
-from kerasplm.models.bert import BertBackbone
+from kerasplm.models.bert import BertBackbone, ChecksBackboneVocabulary
 from kerasplm.training.losses import classification_loss_sums
 
 POOLINGS = ("cls", "mean")
@@ -51,7 +51,7 @@ def classifier_head(num_labels, width, initializer_range, dropout):
 
 
 @keras.saving.register_keras_serializable(package="kerasplm")
-class BertClassifier(Task):
+class BertClassifier(ChecksBackboneVocabulary, Task):
     """BERT sequence classifier (or regressor when ``num_labels == 1``).
 
     Args:
@@ -62,16 +62,22 @@ class BertClassifier(Task):
       pooling: ``"cls"`` (the paper's: the backbone's tanh pooler on ``h_L[:, 0]``) or ``"mean"`` (the mean of
         ``h_L`` over real tokens, :func:`pool_sequence`; the pooler is then unused). Mean pooling reads the token
         states that masked-LM pretraining trains directly; the ``[CLS]`` state is trained only by the sentence task.
+      labels: the class names, in the order of the outputs (the training file's; empty for regression).
+      pair_input: the model was trained on sentence pairs (its preprocessor is called with ``text, text_pair``).
+    ``labels`` and ``pair_input`` are part of the config: a loaded run answers with the names it was trained on.
     Call: the backbone's input dict -> float32 logits ``(B, num_labels)`` (regression: ``(B, 1)`` values).
     Training batches are ``(inputs, labels)``: int labels ``(B,)``, or float targets ``(B,)`` for regression.
     """
 
     backbone_class = BertBackbone
 
-    def __init__(self, backbone, num_labels, preprocessor=None, dropout=0.1, pooling="cls", **kwargs):
+    def __init__(self, backbone, num_labels, preprocessor=None, dropout=0.1, pooling="cls", labels=None,
+                 pair_input=False, **kwargs):
         super().__init__(backbone, preprocessor=preprocessor, **kwargs)
         if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
             raise ValueError(f"num_labels must be a positive integer (1 = regression), got {num_labels!r}")
+        self.labels = check_label_names(labels, num_labels)
+        self.pair_input = bool(pair_input)
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
         if pooling not in POOLINGS:
@@ -112,7 +118,15 @@ class BertClassifier(Task):
 
     def get_config(self):
         return {**super().get_config(), "num_labels": self.num_labels, "dropout": self.dropout_rate,
-                "pooling": self.pooling}
+                "pooling": self.pooling, "labels": list(self.labels), "pair_input": self.pair_input}
+
+
+def check_label_names(labels, num_labels):
+    """``labels`` as a list of str: one name per output, or none (regression, or names not given)."""
+    labels = [str(name) for name in (labels or [])]
+    if labels and len(labels) != num_labels:
+        raise ValueError(f"{len(labels)} label names for {num_labels} outputs (num_labels)")
+    return labels
 
 
 def logits_for_texts(task, texts, pairs=None, batch_size=64):

@@ -166,7 +166,8 @@ def test_cli_convert_writes_a_run_that_load_run_restores(tmp_path, capsys):
     model = tiny(seed=3)
     source = tmp_path / "hf"
     write_hf_dir(model, source)
-    (source / "vocab.txt").write_text("".join(f"tok{i}\n" for i in range(40)))
+    (source / "vocab.txt").write_text("".join(f"{t}\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
+                                      + "".join(f"tok{i}\n" for i in range(5, 40)))
     (source / "modules.json").write_text(json.dumps([
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
@@ -179,7 +180,8 @@ def test_cli_convert_writes_a_run_that_load_run_restores(tmp_path, capsys):
     assert cli.main(["convert", "bert", "--from", str(source), "--out", str(out)]) == 0
     config = json.loads((out / "config.json").read_text())
     assert (config["family"], config["preset"], config["assets"]) == ("bert", "custom", {"vocab": "vocab.txt"})
-    assert config["model"]["hidden_size"] == 16
+    assert config["model"]["class_name"] == "BertBackbone" and config["model"]["config"]["hidden_size"] == 16
+    assert config["preprocessor"]["config"]["tokenizer"]["config"]["vocabulary"] == "vocab.txt"
     assert config["options"]["sentence_embedding"] == {"normalize": True, "pooling": ["mean_tokens"],
                                                         "max_seq_length": 10}
     assert (out / "vocab.txt").read_text() == (source / "vocab.txt").read_text()

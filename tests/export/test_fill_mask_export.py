@@ -1,6 +1,4 @@
 """The fill-mask SavedModel: outputs against the Keras model, the export contract, texts without [MASK], CLI."""
-import dataclasses
-
 import keras
 import numpy as np
 import pytest
@@ -8,7 +6,7 @@ import tensorflow as tf
 
 from kerasplm.data.pretraining import BERT_SPECIAL_TOKENS
 from kerasplm.export.bert import FillMaskModule, export_fill_mask
-from kerasplm.models.bert import BertBackbone
+from kerasplm.models.bert import BertBackbone, bert_run_preprocessor
 from kerasplm.models.bert_pretraining import BertPretrainer
 from kerasplm.runs import RunDir
 from kerasplm.text import WordPieceTokenizer
@@ -27,8 +25,9 @@ def run_dir(tmp_path_factory):
     pretrainer = BertPretrainer(BertBackbone(**TINY), sentence_task="nsp", name="tiny")
     run.write_text("vocab.txt", "\n".join([*BERT_SPECIAL_TOKENS, *WORDS]) + "\n")
     tf.train.CheckpointManager(tf.train.Checkpoint(model=pretrainer), run.checkpoint_dir, max_to_keep=1).save()
-    config = dataclasses.asdict(pretrainer.backbone.config)
-    run.write_config("bert", "pretraining", "custom", config, {"sentence_task": "nsp"}, assets={"vocab": "vocab.txt"})
+    preprocessor = bert_run_preprocessor(WordPieceTokenizer(run.file("vocab.txt")), pretrainer.backbone.config)
+    run.write_config("bert", "pretraining", "custom", pretrainer, {"sentence_task": "nsp"},
+                     assets={"vocab": "vocab.txt"}, preprocessor=preprocessor)
     return run.path, pretrainer
 
 

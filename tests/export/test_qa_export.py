@@ -8,7 +8,7 @@ import pytest
 from kerasplm import serving
 from kerasplm.cli import main
 from kerasplm.export.base import read_metadata
-from kerasplm.runs import load_run
+from kerasplm.jobs.bert_qa_job import load_bert_qa
 from tests.export.contract import check_bad_inputs, run_isolated
 from tests.serving.client import http
 from tests.jobs.test_bert_qa_job import qa_run  # noqa: F401 (session fixture)
@@ -22,7 +22,7 @@ CONTEXTS = ["John lives in Paris.", "Anna sleeps in the city of New York, and Jo
 def exported(qa_run, tmp_path_factory):
     base = str(tmp_path_factory.mktemp("qa_export"))
     assert main(["export", "qa", "--run", qa_run[0], "--to", base]) == 0
-    return os.path.join(base, "1"), load_run(qa_run[0]).answer(QUESTIONS, CONTEXTS)
+    return os.path.join(base, "1"), load_bert_qa(qa_run[0]).answer(QUESTIONS, CONTEXTS)
 
 
 def test_isolated_equals_in_process(exported):

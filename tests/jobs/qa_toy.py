@@ -1,12 +1,12 @@
 """A toy SQuAD file and a tiny BERT run for the question answering tests (shared by the job and export tests)."""
-import dataclasses
 import json
 
 import keras
 import tensorflow as tf
 
-from kerasplm.models.bert import BertBackbone
+from kerasplm.models.bert import BertBackbone, bert_run_preprocessor
 from kerasplm.runs import RunDir
+from kerasplm.text import BertTokenizer
 
 NAMES, PLACES, VERBS = ["john", "mary", "anna"], ["paris", "london", "rome", "oslo"], ["lives", "works", "sleeps"]
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", "?", ",", "where", "who", "does", "in", "the", "city",
@@ -48,6 +48,7 @@ def make_init_run(directory, seed=0):
     run = RunDir(str(directory))
     run.write_text("vocab.txt", "\n".join(VOCAB) + "\n")
     tf.train.CheckpointManager(tf.train.Checkpoint(model=backbone), run.checkpoint_dir, max_to_keep=1).save()
-    run.write_config("bert", "backbone", "custom", dataclasses.asdict(backbone.config), {"lower_case": True},
-                     assets={"vocab": "vocab.txt"})
+    preprocessor = bert_run_preprocessor(BertTokenizer(run.file("vocab.txt")), backbone.config)
+    run.write_config("bert", "backbone", "custom", backbone, {"lower_case": True}, assets={"vocab": "vocab.txt"},
+                     preprocessor=preprocessor)
     return str(directory)

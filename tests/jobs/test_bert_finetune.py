@@ -136,7 +136,9 @@ def test_resume_reaches_the_planned_total_and_a_budget_alone_fits_the_schedule(t
 def test_cli_pairs_and_errors(pair_run, learned_run, toy, tmp_path, capsys):
     model = load_bert_classifier(pair_run)
     assert model.pair_input and model.labels == ["0", "1"] and model.pooling == "mean"
-    assert json.load(open(os.path.join(pair_run, "config.json")))["model"]["pooling"] == "mean"
+    stored = json.load(open(os.path.join(pair_run, "config.json")))["model"]
+    assert stored["class_name"] == "BertClassifier" and stored["config"]["pooling"] == "mean"
+    assert stored["config"]["labels"] == ["0", "1"] and stored["config"]["pair_input"] is True
     assert load_bert_classifier(learned_run[0]).pooling == "cls"                  # the default
     assert json.load(open(os.path.join(pair_run, "metrics.json")))["dev"]["examples"] == 64
     assert main(["finetune", "bert-classifier", "--train", toy["train"], "--init", toy["init"], "--text-col", "text",

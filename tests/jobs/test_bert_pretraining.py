@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from kerasplm.data.pretraining import BERT_SPECIAL_TOKENS
+from kerasplm.export.embedder import bert_run_parts
 from kerasplm.models.bert import BertBackbone
+from kerasplm.models.bert_pretraining import BertPretrainer
 from kerasplm.jobs.bert_pretraining import BertPretrainingOptions, train_bert
-from kerasplm.models.bert_runs import load_bert_pretrainer
 from kerasplm.options import OptionsConflict
 from kerasplm.runs import load_run
 
@@ -50,16 +51,18 @@ def test_run_metrics_and_loaders(straight):
     config = json.loads((out / "config.json").read_text())
     assert (config["family"], config["task"], config["assets"]) == ("bert", "pretraining", {"vocab": "vocab.txt"})
     assert config["options"]["schedule_steps"] == 8 and config["options"]["sentence_task"] == "nsp"
-    # The family's loader gives the backbone restored from the pretrainer's checkpoint (model/backbone).
-    backbone = load_run(str(out))
-    assert isinstance(backbone, BertBackbone)
+    assert (config["model"]["class_name"], config["model"]["config"]["sentence_task"]) == ("BertPretrainer", "nsp")
+    # load_run gives the whole pretrainer (the checkpoint's model), the embedder its backbone (model/backbone).
     trained = summary["pretrainer"]
-    for a, b in zip(backbone.weights, trained.backbone.weights):
-        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
-    pretrainer, tokenizer, _ = load_bert_pretrainer(str(out))
+    pretrainer = load_run(str(out))
+    assert isinstance(pretrainer, BertPretrainer)
     for a, b in zip(pretrainer.weights, trained.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
-    assert tokenizer.vocab_size == len(BERT_SPECIAL_TOKENS) + len(WORDS) + 2
+    assert pretrainer.preprocessor.tokenizer.vocab_size == len(BERT_SPECIAL_TOKENS) + len(WORDS) + 2
+    backbone, tokenizer, _ = bert_run_parts(str(out))
+    assert isinstance(backbone, BertBackbone) and tokenizer.lower_case
+    for a, b in zip(backbone.weights, trained.backbone.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
 
 
 def test_weight_decay_skips_layer_norm_and_biases(straight, corpus):

@@ -1,12 +1,13 @@
 """finetune_bert_qa on a toy SQuAD file from a tiny BERT run: overfits three questions, scores them with EM/F1,
 writes metrics.json and predictions.json, resumes through the CLI, loads with load_run."""
 import json
+import shutil
 
 import pytest
 
 from kerasplm.cli import main
-from kerasplm.jobs.bert_qa_job import BertQA, BertQAOptions, _examples, finetune_bert_qa
-from kerasplm.runs import load_run
+from kerasplm.jobs.bert_qa_job import BertQA, BertQAOptions, _examples, finetune_bert_qa, load_bert_qa
+from kerasplm.runs import RunDirError, load_run
 from tests.jobs.qa_toy import make_init_run, write_squad
 
 # One question per context: a tiny model learns these three spans in a few steps.
@@ -49,8 +50,9 @@ def test_overfits_scores_and_resumes(qa_run, capsys):
     assert "resuming run" in printed and "dev exact match" in printed and "reaches 0 at step 22" in printed
     with open(f"{out}/metrics.json") as f:
         assert json.load(f)["step"] == 22
-    loaded = load_run(out)
+    loaded = load_bert_qa(out)
     assert isinstance(loaded, BertQA) and loaded.preprocessor.doc_stride == 4 and loaded.max_answer_length == 30
+    assert not loaded.preprocessor.pad_to_length and load_run(out).n_best == 20
 
 
 def test_holdout_splits_the_training_file_by_article(tmp_path):
@@ -61,3 +63,19 @@ def test_holdout_splits_the_training_file_by_article(tmp_path):
         BertQAOptions(train=train, dev=train, holdout_fraction=0.2)
     with pytest.raises(ValueError, match="--init"):
         finetune_bert_qa(str(tmp_path / "run"), train=train, steps=1)
+
+
+def test_a_vocabulary_of_another_size_is_refused_naming_the_file(qa_run, tmp_path, capsys):
+    """RunDir.build checks the stored preprocessor against the model (the task's backbone, or a `bert` run's
+    backbone itself): a vocabulary file with a token more is a one-line error naming it, for load_run and the CLI."""
+    for name, source in (("task", qa_run[0]), ("backbone", make_init_run(tmp_path / "init"))):
+        damaged = tmp_path / name
+        shutil.copytree(source, damaged)
+        with open(damaged / "vocab.txt", "a", encoding="utf-8") as f:
+            f.write("extra\n")
+        with pytest.raises(RunDirError, match=r"vocab.txt: 33 tokens, but the model was trained with 32; the file "
+                                              r"is damaged or from another run") as refused:
+            load_run(str(damaged))
+        assert str(damaged / "vocab.txt") in str(refused.value) and "\n" not in str(refused.value)
+    assert main(["export", "qa", "--run", str(tmp_path / "task"), "--to", str(tmp_path / "export")]) == 2
+    assert "vocab.txt: 33 tokens" in capsys.readouterr().err

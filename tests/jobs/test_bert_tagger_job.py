@@ -1,5 +1,4 @@
 """finetune_bert_tagger on hand-made CoNLL files from a tiny hand-made BERT run: trains, scores dev, resumes."""
-import dataclasses
 import json
 
 import keras
@@ -8,9 +7,11 @@ import pytest
 import tensorflow as tf
 
 from kerasplm.cli import main
-from kerasplm.models.bert import BertBackbone
-from kerasplm.jobs.bert_tagger_job import BertTagger, finetune_bert_tagger
+from kerasplm.models.bert import BertBackbone, bert_run_preprocessor
+from kerasplm.models.bert_tagger import BertTokenClassifier
+from kerasplm.jobs.bert_tagger_job import BertTagger, finetune_bert_tagger, load_bert_tagger
 from kerasplm.runs import RunDir, load_run
+from kerasplm.text import BertTokenizer
 from tests.models.test_bert_tagger import TINY, VOCAB
 
 SENTENCES = [
@@ -34,8 +35,9 @@ def init_run(tmp_path_factory):
     run = RunDir(str(directory))
     run.write_text("vocab.txt", "\n".join(VOCAB) + "\n")
     tf.train.CheckpointManager(tf.train.Checkpoint(model=backbone), run.checkpoint_dir, max_to_keep=1).save()
-    run.write_config("bert", "backbone", "custom", dataclasses.asdict(backbone.config), {"lower_case": True},
-                     assets={"vocab": "vocab.txt"})
+    preprocessor = bert_run_preprocessor(BertTokenizer(run.file("vocab.txt")), backbone.config)
+    run.write_config("bert", "backbone", "custom", backbone, {"lower_case": True}, assets={"vocab": "vocab.txt"},
+                     preprocessor=preprocessor)
     return str(directory), backbone
 
 
@@ -60,8 +62,13 @@ def test_finetune_scores_dev_resumes_and_loads(tmp_path, init_run, capsys):
     assert "dev entity F1" in capsys.readouterr().out
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["step"] == 30 and metrics["steps_this_run"] == 5
-    loaded = load_run(out)
+    loaded = load_bert_tagger(out)
     assert isinstance(loaded, BertTagger) and loaded.labels == tagger.labels
+    model = load_run(out)    # the labels are the model's config; its preprocessor is attached
+    assert isinstance(model, BertTokenClassifier) and model.labels == tagger.labels
+    assert model.preprocessor.sequence_length == 16
+    np.testing.assert_array_equal(loaded.tag(["Johanson lives in New York."])["start"].to_list(),
+                                  tagger.tag(["Johanson lives in New York."])["start"].to_list())
     with pytest.raises(ValueError, match="--init"):
         finetune_bert_tagger(str(tmp_path / "other"), train=train, steps=1)
 
@@ -74,5 +81,5 @@ def test_crf_tagger_trains_a_few_steps_and_loads(tmp_path, init_run):
     history = json.loads((tmp_path / "run" / "history.json").read_text())
     assert history["step"][-1] == 3 and all(loss > 0 for loss in history["loss"])       # an NLL: positive
     assert json.loads((tmp_path / "run" / "config.json").read_text())["options"]["crf"] is True
-    loaded = load_run(out)              # the CRF's weights come back from the checkpoint (export: test_tagger_export)
+    loaded = load_bert_tagger(out)      # the CRF's weights come back from the checkpoint (export: test_tagger_export)
     assert loaded.model.crf is not None and np.abs(loaded.model.crf.transitions.numpy()).sum() > 0
