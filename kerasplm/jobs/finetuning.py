@@ -439,7 +439,4 @@ class ClassificationJob(FineTuningJob):
         return "dev " + " ".join(f"{k} {dev[k]:.4f}" for k in shown) + f" ({dev['examples']} examples)"
 
     def result(self, trainer):
-        model = trainer.model
-        if not hasattr(model, "labels"):   # a classifier whose config does not hold its labels yet (transitional)
-            model.labels, model.pair_input = self.labels, self.pair_input
-        return model
+        return trainer.model   # its labels and pair_input are constructor arguments, in its config
