@@ -39,6 +39,7 @@ import shutil
 import time
 
 import numpy as np
+import keras
 import tensorflow as tf
 
 from kerasplm.export.embedder import bert_run_parts
@@ -220,7 +221,6 @@ def bert_init_parts(init, length, length_option="max_length"):
 class FineTuningJob(Job):
     """A :class:`Job` that fine-tunes a pretrained run and scores held-out data (see the module docstring)."""
 
-    builds_model_in_build_data = True   # the pretrained backbone is loaded in build_data
     checkpoint_every = 500
     clip_norm = 1.0
     log_every = 25
@@ -233,6 +233,15 @@ class FineTuningJob(Job):
         self.backbone_config = None   # the backbone's config (its depth: layer-wise learning-rate decay)
         self.dev_scores = None        # what score() added to the summary
         self._examples_read = False
+
+    @property
+    def builds_model_in_build_data(self):
+        """The pretrained backbone is loaded in ``build_data``, under the strategy's scope so that its variables are
+        the strategy's; but MultiWorkerMirroredStrategy's scope cannot hold the tokenizers loaded beside it (their
+        string tables would be made collective, and no collective op takes strings). Under ``multi-worker``,
+        ``build_data`` runs outside the scope and :meth:`starting_backbone` copies the loaded weights into a backbone
+        built under it (in ``build_model``)."""
+        return getattr(self.options, "distribute", "default") != "multi-worker"
 
     # ------------------------------------------------------------------ hooks of a fine-tuning job
     def read_examples(self, options):
@@ -251,12 +260,6 @@ class FineTuningJob(Job):
     def plan(self, options, overrides):
         """Options with ``epochs``: read the training data before the run opens and count the steps of ``epochs``
         epochs (``self.planned_steps``); without ``steps`` and ``time_budget`` the run trains that many."""
-        distribute = overrides.get("distribute", getattr(options, "distribute", "default"))
-        if distribute == "multi-worker":
-            # The tokenizers loaded beside the pretrained backbone hold string tables, which
-            # MultiWorkerMirroredStrategy's scope tries to broadcast (no collective op takes strings).
-            raise ValueError("distribute multi-worker is not supported by the fine-tuning jobs yet (their "
-                             "tokenizers' string tables cannot be made collective); use default or mirrored")
         if not hasattr(self.options_class, "epochs"):
             return overrides
         run = RunDir(self.out)
@@ -318,9 +321,17 @@ class FineTuningJob(Job):
     def starting_backbone(self, backbone_class):
         """The backbone to build the model on: a new run's ``init_backbone`` itself, or on a resume a fresh
         ``backbone_class`` of the stored config (its weights come from the run's checkpoint)."""
-        if self.init_backbone is not None:
+        if self.init_backbone is None:
+            return backbone_class.from_config_object(self.backbone_config)
+        if self.builds_model_in_build_data:
             return self.init_backbone
-        return backbone_class.from_config_object(self.backbone_config)
+        # Loaded outside the strategy's scope (multi-worker): the same backbone, its variables made under the scope.
+        backbone = backbone_class.from_config_object(self.backbone_config, name=self.init_backbone.name)
+        backbone.set_weights(self.init_backbone.get_weights())
+        # The copy's random initial draws are overwritten: reseed (as the Trainer did just before build_model), so
+        # that the head draws what it draws in one process.
+        keras.utils.set_random_seed(self.options.seed)
+        return backbone
 
     def with_starting_weights(self, model):
         """``model``, built whole by :meth:`build_model` (under the strategy's scope), with ``init_backbone``'s

@@ -57,8 +57,8 @@ def cli_env(**extra):
     return env
 
 
-def cli_command(family, args, distribute):
-    return [sys.executable, "-m", "kerasplm.cli", "train", family, *args, "--out", OUT, "--distribute", distribute]
+def cli_command(family, args, distribute, verb="train"):
+    return [sys.executable, "-m", "kerasplm.cli", verb, family, *args, "--out", OUT, "--distribute", distribute]
 
 
 @dataclasses.dataclass
@@ -89,15 +89,15 @@ class Outcome:
     cpu_seconds: float = None   # CPU time (user + system) they took together
 
 
-def train_single_and_two_workers(root, family, args, timeout=240):
-    """Run ``kerasplm train FAMILY ARGS --out run`` with ``--distribute default`` (in ``root/single``) and as two
+def train_single_and_two_workers(root, family, args, timeout=240, verb="train"):
+    """Run ``kerasplm VERB FAMILY ARGS --out run`` (VERB: train or finetune) with ``--distribute default`` (in ``root/single``) and as two
     workers with ``--distribute multi-worker`` (in ``root/node0`` and ``root/node1``), the three at once (each
     process alone leaves much of the machine idle: imports, tracing, the workers' collectives)."""
     root = Path(root)
     ports = free_ports(2)
-    launches = {"single": (cli_command(family, args, "default"), cli_env())}
+    launches = {"single": (cli_command(family, args, "default", verb), cli_env())}
     for index in range(2):
-        launches[f"node{index}"] = (cli_command(family, args, "multi-worker"),
+        launches[f"node{index}"] = (cli_command(family, args, "multi-worker", verb),
                                     cli_env(TF_CONFIG=tf_config(ports, index)))
     started, cpu_before = time.monotonic(), _children_cpu_seconds()
     procs = {}

@@ -212,13 +212,3 @@ def test_a_mirrored_strategy_fine_tunes_like_one_device(toy, tmp_path):
     mirrored = finetune_bert_classifier(str(tmp_path / "mirrored"), distribute="mirrored", **common)
     assert mirrored["step"] == default["step"] == 3
     assert mirrored["final_loss"] == pytest.approx(default["final_loss"], rel=1e-2)
-
-
-def test_multi_worker_fine_tuning_is_refused_in_one_line(toy, tmp_path, capsys):
-    from kerasplm import cli
-
-    assert cli.main(["finetune", "bert-classifier", "--train", toy["train"], "--init", toy["init"], "--steps", "1",
-                     "--out", str(tmp_path / "run"), "--distribute", "multi-worker"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "multi-worker is not supported by the fine-tuning jobs yet" in err[0]
-    assert not (tmp_path / "run").exists()

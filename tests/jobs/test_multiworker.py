@@ -125,3 +125,35 @@ def test_elmo_two_workers_match_one_process(elmo):
 
 def test_elmo_non_chief_writes_no_run_file(elmo):
     check_non_chief_wrote_nothing(elmo)
+
+
+# ------------------------------------------------------------------------------------------------ fine-tuning
+@pytest.fixture(scope="module")
+def bert_classifier(tmp_path_factory):
+    """``kerasplm finetune bert-classifier`` from a tiny converted BERT without dropout: the tokenizer is loaded outside
+    MultiWorkerMirroredStrategy's scope, the pretrained weights copied into a backbone built under it."""
+    import keras
+
+    from kerasplm.convert.bert import convert_bert_to_run, save_tf_bert
+    from kerasplm.models.bert import BertBackbone
+    from kerasplm.text import write_vocab
+    from tests.jobs.test_bert_finetune import NAMES, TINY, VOCAB, toy_examples, write_tsv
+
+    root = tmp_path_factory.mktemp("multiworker_bert_classifier")
+    keras.utils.set_random_seed(0)
+    save_tf_bert(BertBackbone(**TINY, dropout=0.0, attention_dropout=0.0), str(root / "google"))
+    write_vocab(VOCAB, str(root / "google" / "vocab.txt"))
+    init = convert_bert_to_run(str(root / "google"), str(root / "init")).path
+    train = write_tsv(root / "train.tsv", [(t, NAMES[y]) for t, y in toy_examples(64, 0)], ["sentence", "label"])
+    return train_single_and_two_workers(root, "bert-classifier", [
+        "--train", train, "--init", init, "--dropout", "0", "--max-length", "16", "--batch-size", "8",
+        "--learning-rate", "1e-3", "--steps", "3", "--quiet"], verb="finetune")
+
+
+def test_bert_classifier_two_workers_match_one_process(bert_classifier):
+    history, _ = check_matches_single(bert_classifier, keys=("loss",), rtol=RTOL)
+    assert bert_classifier.chief.json("metrics.json")["step"] == 3
+
+
+def test_bert_classifier_non_chief_writes_no_run_file(bert_classifier):
+    check_non_chief_wrote_nothing(bert_classifier)
