@@ -16,6 +16,7 @@ are silenced unless ``--verbose`` is given. Bad flags and unreadable inputs end 
 and exit status 2; a training job stopped by SIGTERM exits with 143 after saving its checkpoint.
 """
 import argparse
+import contextlib
 import functools
 import os
 import signal
@@ -127,7 +128,10 @@ def _run_command(command, args):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(128 + signal.SIGTERM)
-    print(f"wrote {args.out}: step {summary['step']}")
+    if summary.get("wrote_run", True):
+        print(f"wrote {args.out}: step {summary['step']}")
+    else:   # a multi-worker job's other workers write nothing
+        print(f"trained to step {summary['step']} (the chief writes the run in {args.out})")
     return 0
 
 
@@ -221,26 +225,66 @@ def _serve(args):
     return 0
 
 
-def _quiet_tensorflow(verbose):
-    """TensorFlow's C++ logging (oneDNN, CUDA stubs, CPU features) stays silent unless ``--verbose``.
+def _writes_to_standard_error(stream):
+    """True when ``stream`` writes to this process's file descriptor 2 (not a test's captured stream)."""
+    try:
+        return stream.fileno() == 2
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+@contextlib.contextmanager
+def _native_logs_silenced(verbose):
+    """TensorFlow's C++ logging (oneDNN, CUDA stubs, CPU features; SentencePiece's normalizer inside
+    tensorflow-text) and TensorFlow's Python warnings stay silent while a command runs, unless ``--verbose``.
 
     TF_CPP_MIN_LOG_LEVEL (an explicit value wins) silences what TensorFlow logs once it runs; the lines its
-    libraries print while loading come before absl's logging starts and ignore it, so TensorFlow is imported
-    here with the process's standard error pointed at /dev/null (a failing import still raises).
+    libraries print while loading, and those of libraries it links (SentencePiece), ignore it. So the process's
+    standard error (file descriptor 2) points at /dev/null for the whole command, while Python's ``sys.stderr`` (our
+    errors, tracebacks, the server's log) keeps writing to the terminal through a copy of the descriptor. When
+    ``sys.stderr`` is not descriptor 2 (a test capturing it), only the import of TensorFlow is silenced.
     """
     if verbose:
+        yield
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    sys.stderr.flush()
+    python_stderr = sys.stderr
+    python_stderr.flush()
+    whole_command = _writes_to_standard_error(python_stderr)
     saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 2)
+    os.close(devnull)
+    restored = False
+
+    def restore():
+        nonlocal restored
+        if not restored:
+            os.dup2(saved, 2)
+            os.close(saved)
+            restored = True
+
+    if whole_command:
+        sys.stderr = open(os.dup(saved), "w", encoding=getattr(python_stderr, "encoding", None) or "utf-8",
+                          errors="backslashreplace", buffering=1)
+    logger, level = None, None
     try:
-        import tensorflow  # noqa: F401, PLC0415  (CLI start-up: loaded only once a command runs)
+        import tensorflow  # noqa: PLC0415  (CLI start-up: loaded only once a command runs)
         import tensorflow_text  # noqa: F401, PLC0415
+
+        logger = tensorflow.get_logger()
+        level = logger.level
+        logger.setLevel("ERROR")
+        if not whole_command:
+            restore()
+        yield
     finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
+        if logger is not None:
+            logger.setLevel(level)
+        if whole_command:
+            sys.stderr.flush()
+            sys.stderr.close()
+            sys.stderr = python_stderr
+        restore()
 
 
 def main(argv=None):
@@ -250,15 +294,15 @@ def main(argv=None):
         print(f"kerasplm: error: {e}", file=sys.stderr)
         return 2
     args = parser.parse_args(argv)
-    _quiet_tensorflow(getattr(args, _VERBOSE_DEST, False))
-    try:
-        return args.handler(args)
-    except KeyboardInterrupt:
-        print("kerasplm: interrupted", file=sys.stderr)
-        return 130
-    except (CLIError, ValueError, FileNotFoundError, NotADirectoryError, FileExistsError, PermissionError) as e:
-        print(f"kerasplm: error: {e}", file=sys.stderr)
-        return 2
+    with _native_logs_silenced(getattr(args, _VERBOSE_DEST, False)):
+        try:
+            return args.handler(args)
+        except KeyboardInterrupt:
+            print("kerasplm: interrupted", file=sys.stderr)
+            return 130
+        except (CLIError, ValueError, FileNotFoundError, NotADirectoryError, FileExistsError, PermissionError) as e:
+            print(f"kerasplm: error: {e}", file=sys.stderr)
+            return 2
 
 
 if __name__ == "__main__":

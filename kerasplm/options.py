@@ -168,12 +168,17 @@ class JobOptions:
         return dataclasses.replace(self, **changes)
 
 
+# A generation request's length when it names none (capped by the model's context: DecodingRequestOptions).
+DEFAULT_MAX_NEW_TOKENS = 64
+
+
 @dataclasses.dataclass(frozen=True)
 class DecodingRequestOptions(JobOptions):
     """A text-generation request's options, declared once: ``kerasplm generate``'s flags are these fields, and the
     engine's request rules and defaults (:mod:`kerasplm.generation.options`, ``TextGenerator.generate``) read them.
     0 means "off" for every sampling option: temperature 0 = greedy decoding."""
-    max_new_tokens: int = option(64, "tokens to generate", kind=int, minimum=1)
+    max_new_tokens: int = option(None, f"tokens to generate (default {DEFAULT_MAX_NEW_TOKENS}, or as many as the "
+                                 f"model's context leaves when that is fewer)", kind=int, minimum=1)
     temperature: float = option(0.0, "sampling temperature; 0 = greedy", kind=float, minimum=0)
     top_k: int = option(None, "sample from the k most probable tokens (0 = no top-k filter)", kind=int, minimum=0)
     top_p: float = option(None, "nucleus sampling mass in [0, 1] (0 or 1 = no nucleus)", kind=float, minimum=0,

@@ -136,5 +136,5 @@ def print_fill_mask(texts, run, top_k=5):
 def export_fill_mask_run(run, to, top_k=5, version=None, overwrite=False):
     """``kerasplm export fill-mask``: prints and returns the version directory."""
     path = export_fill_mask(run, to, top_k=top_k, version=version, overwrite=overwrite)
-    print(f"exported {path}")
+    print(path)
     return path

@@ -69,5 +69,5 @@ def export_qa_run(run, to, version=None, overwrite=False):
     """``kerasplm export qa``: export a ``finetune bert-qa`` run; prints and returns the version directory."""
     qa = load_run(run, family=FAMILY, what="a BERT question answering run (written by `kerasplm finetune bert-qa`)")
     path = export_qa(qa, to, version=version, overwrite=overwrite)
-    print(f"exported {path}")
+    print(path)
     return path

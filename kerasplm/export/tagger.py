@@ -62,5 +62,5 @@ def export_tagger_run(run, to, version=None, overwrite=False):
     """``kerasplm export tagger``: export a ``finetune bert-tagger`` run; prints and returns the version directory."""
     tagger = load_run(run, family=FAMILY, what="a BERT tagger run (written by `kerasplm finetune bert-tagger`)")
     path = export_tagger(tagger, tagger.preprocessor, tagger.labels, to, version=version, overwrite=overwrite)
-    print(f"exported {path}")
+    print(path)
     return path

@@ -19,17 +19,23 @@ import numbers
 
 import tensorflow as tf
 
-from kerasplm.options import DecodingRequestOptions
+from kerasplm.options import DEFAULT_MAX_NEW_TOKENS, DecodingRequestOptions
 
 STRATEGIES = ("greedy", "sample", "beam")
 DEFAULT_STRATEGY = "greedy"
 DEFAULT_TEMPERATURE = 1.0        # the engine's sampling temperature (a request's default is 0: greedy)
 DEFAULT_BEAM_SIZE = 4
 DEFAULT_ALPHA = 0.6              # GNMT length penalty exponent (Wu et al., 2016)
-# A request's defaults: the declaration of ``kerasplm generate``'s options (kerasplm.options.DecodingRequestOptions).
+# A request's defaults: the declaration of ``kerasplm generate``'s options (kerasplm.options.DecodingRequestOptions);
+# max_new_tokens None = DEFAULT_MAX_NEW_TOKENS, or what the model's context leaves (max_new_tokens_for).
 REQUEST_DEFAULTS = DecodingRequestOptions.defaults()
 DEFAULT_SEED = REQUEST_DEFAULTS["seed"]
-DEFAULT_MAX_NEW_TOKENS = REQUEST_DEFAULTS["max_new_tokens"]
+
+
+def max_new_tokens_for(max_new_tokens, max_positions):
+    """A request's ``max_new_tokens``: as given, or (None) :data:`DEFAULT_MAX_NEW_TOKENS` capped at what a model of
+    ``max_positions`` positions can generate after a one-token prompt."""
+    return min(DEFAULT_MAX_NEW_TOKENS, max_positions - 1) if max_new_tokens is None else max_new_tokens
 
 # A request's rules, one message each (Python ValueErrors and the SavedModel's InvalidArgumentErrors).
 TEMPERATURE_RULE = "temperature must be >= 0 (0 = greedy)"

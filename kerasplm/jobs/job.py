@@ -324,6 +324,7 @@ class Job:
         if trainer.stop_reason == "sigterm":   # preemption: the grace period is short, so no evaluation
             self.log(f"stopped by SIGTERM; checkpoint saved at step {trainer.step}: run the same command to resume")
             trainer.close()
+            summary["wrote_run"] = self.run_dir.writer
             if self.result_key:
                 summary[self.result_key] = self.result(trainer)
             return summary
@@ -331,6 +332,7 @@ class Job:
         self.run_dir.write_json(self.run_dir.METRICS, summary)
         self.describe(summary)
         trainer.close()
+        summary["wrote_run"] = self.run_dir.writer   # False on a multi-worker job's other workers
         if self.result_key:
             summary[self.result_key] = self.result(trainer)
         self.after(summary)

@@ -278,14 +278,13 @@ def train_gpt(out, options=None, log=print, **overrides):
     return GPTJob(out, options, log, **overrides).run()
 
 
-def print_generations(run, prompts=(), max_new_tokens=64, temperature=0.0, top_k=None, top_p=None, num_beams=1,
-                      seed=0):
-    """``kerasplm generate``: print each prompt followed by its continuation (default prompts: stdin's lines)."""
+def print_generations(run, prompts=(), **request):
+    """``kerasplm generate``: print each prompt followed by its continuation (default prompts: stdin's lines);
+    ``request``: the decoding options of :class:`kerasplm.options.DecodingRequestOptions`."""
     prompts = list(prompts) or [line.rstrip("\n") for line in sys.stdin]
     if not prompts:
         raise ValueError("no prompts (give them as arguments or on stdin)")
-    texts = load_text_generator(run).generate(prompts, max_new_tokens=max_new_tokens, temperature=temperature,
-                                              top_k=top_k, top_p=top_p, num_beams=num_beams, seed=seed)
+    texts = load_text_generator(run).generate(prompts, **request)
     for prompt, text in zip(prompts, texts):
         print(prompt + text)
 

@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from kerasplm.generation.engine import generate
-from kerasplm.generation.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_SEED, resolve_request
+from kerasplm.generation.options import DEFAULT_SEED, max_new_tokens_for, resolve_request
 from kerasplm.runs import RunDirError, load_run
 from kerasplm.text.sentencepiece import END_OF_TEXT
 
@@ -144,18 +144,19 @@ class TextGenerator:
             ids[i, :len(r)] = r
         return ids, np.array([len(r) for r in rows], np.int32)
 
-    def generate_ids(self, prompts, max_new_tokens=DEFAULT_MAX_NEW_TOKENS, temperature=0.0, top_k=None, top_p=None,
+    def generate_ids(self, prompts, max_new_tokens=None, temperature=0.0, top_k=None, top_p=None,
                      num_beams=1, seed=DEFAULT_SEED, stop_ids=None, jit_compile=True):
         """:data:`kerasplm.generation.engine.GenerationOutput` for a list of prompt strings (options as
         :meth:`generate`)."""
         strategy, sampling = resolve_request(temperature, top_k, top_p, num_beams)
+        max_new_tokens = max_new_tokens_for(max_new_tokens, self.max_positions)
         if stop_ids is None:
             stop_ids = () if self.end_of_text_id is None else (self.end_of_text_id,)
         ids, lengths = self.encode_prompts(list(prompts), max_new_tokens)
         return generate(self.model, ids, lengths, max_new_tokens=max_new_tokens, seed=seed, strategy=strategy,
                         stop_ids=tuple(stop_ids), pad_id=self.pad_id, jit_compile=jit_compile, **sampling)
 
-    def generate(self, prompts, max_new_tokens=DEFAULT_MAX_NEW_TOKENS, temperature=0.0, top_k=None, top_p=None,
+    def generate(self, prompts, max_new_tokens=None, temperature=0.0, top_k=None, top_p=None,
                  num_beams=1, seed=DEFAULT_SEED, stop=None, stop_ids=None, jit_compile=True):
         """Continuations (list of str, the prompt not repeated) of ``prompts`` (list of str).
 
@@ -164,11 +165,12 @@ class TextGenerator:
         (:mod:`kerasplm.generation.options`: 0 = off), as the CLI's and the exported ``generate`` signature's,
         which decodes the same tokens for the same options and seed. Generation stops at
         ``<|endoftext|>`` (or ``stop_ids``) or after ``max_new_tokens``; the text is then cut before the first
-        of the ``stop`` strings.
+        of the ``stop`` strings; ``max_new_tokens`` None is 64, or what the model's context leaves when fewer.
         """
         prompts = list(prompts)
         if not prompts:
             return []
+        max_new_tokens = max_new_tokens_for(max_new_tokens, self.max_positions)
         out = self.generate_ids(prompts, max_new_tokens, temperature, top_k, top_p, num_beams, seed, stop_ids,
                                 jit_compile)
         if stop_ids is None:

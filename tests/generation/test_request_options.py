@@ -3,7 +3,7 @@ engine's request defaults and TextGenerator.generate's defaults all come from th
 import inspect
 
 from kerasplm.families.gpt import GenerateOptions
-from kerasplm.generation.options import DEFAULT_MAX_NEW_TOKENS, DEFAULT_SEED, REQUEST_DEFAULTS, resolve_request
+from kerasplm.generation.options import DEFAULT_SEED, REQUEST_DEFAULTS, max_new_tokens_for, resolve_request
 from kerasplm.models.gpt_generator import TextGenerator
 from kerasplm.options import DecodingRequestOptions
 
@@ -13,7 +13,14 @@ def test_the_cli_flags_are_the_request_declaration():
     declared = DecodingRequestOptions.specs()
     assert {name: GenerateOptions.specs()[name] for name in declared} == declared
     assert set(REQUEST_DEFAULTS) == {"max_new_tokens", "temperature", "top_k", "top_p", "num_beams", "seed"}
-    assert (DEFAULT_MAX_NEW_TOKENS, DEFAULT_SEED) == (REQUEST_DEFAULTS["max_new_tokens"], REQUEST_DEFAULTS["seed"])
+    assert DEFAULT_SEED == REQUEST_DEFAULTS["seed"]
+
+
+def test_an_unnamed_length_fits_the_models_context():
+    """``kerasplm generate`` without --max-new-tokens on a 64-position model (gpt_tiny, the README's) generates 63."""
+    assert REQUEST_DEFAULTS["max_new_tokens"] is None
+    assert max_new_tokens_for(None, 1024) == 64 and max_new_tokens_for(None, 64) == 63
+    assert max_new_tokens_for(10, 64) == 10
 
 
 def test_text_generator_defaults_equal_the_declaration():

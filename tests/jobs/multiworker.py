@@ -165,3 +165,5 @@ def check_non_chief_wrote_nothing(outcome):
     worker = outcome.worker
     assert worker.returncode == 0, worker.tail()
     assert files_under(worker.run) == [], f"the non-chief wrote run files: {files_under(worker.run)}"
+    assert "wrote run" not in worker.stdout and "(the chief writes the run in run)" in worker.stdout, worker.tail()
+    assert "wrote run: step" in outcome.chief.stdout, outcome.chief.tail()

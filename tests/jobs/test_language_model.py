@@ -120,6 +120,9 @@ def test_cli_generate_and_score(tiny_run, generator, tmp_path, capsys):
     printed = capsys.readouterr().out.splitlines()
     # The CLI decodes with XLA; the reference without (cheaper to trace): greedy tokens agree.
     assert printed[0] == "the king" + generator.generate(["the king"], max_new_tokens=5, **NO_XLA)[0]
+    # Without --max-new-tokens: 64 tokens, or as many as gpt_tiny's 64 positions leave (63) after the prompt.
+    assert cli.main(["generate", "--run", out, "--temperature", "0.8", "--top-k", "40", "--seed", "1", "the"]) == 0
+    assert capsys.readouterr().out.startswith("the")
     lines = tmp_path / "lines.txt"
     lines.write_text("the king speaks.\na castle\n", encoding="utf-8")
     assert cli.main(["score", "--run", out, str(lines)]) == 0
