@@ -15,7 +15,7 @@ with ``max_batch_size`` / ``batch_chunk_size``), so both front ends answer alike
 Serving's codes: NOT_FOUND (unknown model, version, label or signature), INVALID_ARGUMENT (unknown
 or missing inputs, a dtype other than the signature's, a shape that does not fit, values out of range
 for the dtype, non-UTF-8 bytes for a string input whose name does not end in ``_bytes``, a TensorProto
-whose values do not fill its shape), RESOURCE_EXHAUSTED (more rows than ``max_batch_size``; a message
+whose values do not fill its shape: one value per element, or a single value for all), RESOURCE_EXHAUSTED (more rows than ``max_batch_size``; a message
 over ``max_body_bytes``, refused by gRPC itself).  A TensorProto may give one value for its whole
 shape (``tf.make_tensor_proto(0, shape=[8])``) as long as the expanded tensor fits in
 ``max_body_bytes``.  On :meth:`GrpcServer.stop` new calls are refused and calls in flight get the
@@ -83,6 +83,11 @@ def tensor_from_proto(proto, spec: tf.TensorSpec, input_name: str, max_batch_siz
     elements = int(np.prod(shape, dtype=np.float64))  # float: no int64 overflow on absurd shapes
     count = _value_count(proto)
     itemsize = _STRING_ITEMSIZE if dtype == tf.string else max(1, dtype.size)
+    if not proto.tensor_content and not dtype.is_complex and count not in (0, 1, elements):
+        # TensorFlow would repeat the last value to fill the shape; a short list is more likely a client's bug.
+        raise api.RequestError(
+            400, f"Input '{input_name}' has {count} values for shape {shape} ({elements} elements): give one "
+                 "value per element (or a single value for all of them)")
     if count < elements and elements * itemsize > max_bytes:
         raise api.RequestError(
             400, f"Input '{input_name}' has {count} value(s) for shape {shape}; one value is expanded to the "

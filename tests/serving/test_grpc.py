@@ -18,7 +18,7 @@ import grpc
 import numpy as np
 import pytest
 import tensorflow as tf
-from tensorflow.core.framework import tensor_pb2, types_pb2
+from tensorflow.core.framework import tensor_pb2, tensor_shape_pb2, types_pb2
 from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2, get_model_status_pb2,
                                      model_management_pb2, model_service_pb2_grpc, predict_pb2,
                                      prediction_service_pb2_grpc)
@@ -117,6 +117,14 @@ def _tensor(value):
     return tf.make_tensor_proto(value)
 
 
+def _int64_values(values, shape):
+    """An int64 TensorProto with these values (int64_val) and this shape, whether or not they fill it."""
+    proto = tensor_pb2.TensorProto(dtype=types_pb2.DT_INT64)
+    proto.tensor_shape.dim.extend([tensor_shape_pb2.TensorShapeProto.Dim(size=n) for n in shape])
+    proto.int64_val.extend(values)
+    return proto
+
+
 def _request(model, signature="", inputs=None, version=None, label=None, output_filter=()):
     request = predict_pb2.PredictRequest()
     request.model_spec.name = model
@@ -170,6 +178,8 @@ def test_translator_predict_equals_rest(served):
     # 5 rows, 3 per signature call: chunked, ragged outputs padded across chunks, on both sides alike.
     ("split", {"inputs": ["a b c d", "e", "", "f g", "h i j"]}, {"inputs": ["a b c d", "e", "", "f g", "h i j"]}),
     ("total", {"inputs": ["x", "y"]}, {"inputs": ["x", "y"]}),  # a scalar output: one call
+    # One value for the whole shape (what tf.make_tensor_proto(7, shape=[3]) writes).
+    ("add", {"values": _int64_values([7], [3]), "delta": (1, tf.int8)}, {"values": [7, 7, 7], "delta": 1}),
 ])
 def test_toy_predict_equals_rest(served, signature, grpc_inputs, json_inputs):
     response = served.stub.Predict(_request("toy", signature, grpc_inputs, version=1), timeout=60)
@@ -252,6 +262,9 @@ BAD_PREDICTS = {
                        "UTF-8"),
     "int8 out of range": (_request("toy", "add", {"values": (np.array([1]), tf.int64),
                                                   "delta": _int8_out_of_range()}), "INVALID_ARGUMENT", "delta"),
+    "values that do not fill the shape": (_request("toy", "add", {"values": _int64_values([1, 2], [3]),
+                                                                  "delta": (0, tf.int8)}), "INVALID_ARGUMENT",
+                                          "2 values for shape [3]"),
     "model's own check": (_request("toy", "repeat", {"inputs": ["a"], "times": (-1, tf.int32)}),
                           "INVALID_ARGUMENT", "times must be >= 0"),
     "unknown output_filter": (_request("toy", inputs={"inputs": ["a"]}, output_filter=["nope"]),
