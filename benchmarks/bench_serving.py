@@ -92,7 +92,7 @@ def bench_export(path, requests, warmup):
     first_call = time.perf_counter() - t0
     tokens = int(loaded.signatures["translate_with_attention"](inputs=inputs)["target_length"][0])
     rows = [{"path": "in-process signature", **measure(lambda: fn(inputs=inputs), requests, warmup)}]
-    server = ModelServer(os.path.dirname(path), "translator", port=0, quiet=True).start()
+    server = ModelServer(os.path.dirname(path), "translator", rest_api_port=0, grpc_port=None, quiet=True).start()
     try:
         url = f"{server.url}/v1/models/translator:predict"
         body = json.dumps({"instances": [SENTENCE]}).encode()
@@ -123,7 +123,8 @@ def _start_cli_server(base, chunk_size, max_batch_size, log_path):
     log = open(log_path, "wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "kerasplm.cli", "serve", "--model-base-path", base, "--model-name", "translator",
-         "--port", "0", "--quiet", "--max-batch-size", str(max_batch_size), "--batch-chunk-size", str(chunk_size)],
+         "--rest_api_port", "0", "--port", "off", "--quiet", "--max-batch-size", str(max_batch_size),
+         "--batch-chunk-size", str(chunk_size)],
         stdout=subprocess.DEVNULL, stderr=log, cwd=repo, env={**os.environ, "PYTHONPATH": repo})
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and proc.poll() is None:

@@ -51,7 +51,6 @@ def _number(kind, minimum, inclusive):
 
 
 _positive_int = _number(int, 0, inclusive=False)
-_nonnegative_int = _number(int, 0, inclusive=True)
 _positive_float = _number(float, 0, inclusive=False)
 
 
@@ -135,20 +134,31 @@ def _run_command(command, args):
     return 0
 
 
+PORT_OFF = "off"
+
+
 def _port(text):
-    value = _nonnegative_int(text)
-    if value > 65535:
-        raise argparse.ArgumentTypeError(f"expected a port in [0, 65535], got {text!r}")
+    """A port in [0, 65535] (0: any free port) or ``off`` (that API is not served: returned as -1)."""
+    if text.strip().lower() == PORT_OFF:
+        return -1
+    try:
+        value = int(text)
+    except ValueError:
+        value = -2
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port in [0, 65535] or {PORT_OFF!r}, got {text!r}")
     return value
 
 
 def _add_serve_parser(commands):
     # TF Serving's underscore spellings are accepted too, so its users can paste their command lines.
     sv = commands.add_parser(
-        "serve", help="serve exported models over the TF Serving REST API",
-        description="A local server speaking the TensorFlow Serving REST API subset (status, metadata, "
-                    "predict; Prometheus metrics at /monitoring/prometheus/metrics) for machines without "
-                    "TensorFlow Serving. SIGTERM/Ctrl-C let requests in flight finish, then exit 0.")
+        "serve", help="serve exported models over TF Serving's gRPC and REST APIs",
+        description="A local server speaking the TensorFlow Serving APIs for machines without TensorFlow "
+                    "Serving: gRPC on --port (PredictionService Predict/GetModelMetadata, ModelService "
+                    "GetModelStatus) and REST on --rest_api_port (status, metadata, predict; Prometheus metrics "
+                    "at /monitoring/prometheus/metrics). SIGTERM/Ctrl-C let requests in flight finish, then "
+                    "exit 0.")
     models = sv.add_mutually_exclusive_group(required=True)
     models.add_argument("--model-config-file", "--model_config_file", type=_existing_file, metavar="FILE",
                         help="TF Serving text-format model_config_list: several models, version policies "
@@ -158,13 +168,17 @@ def _add_serve_parser(commands):
     sv.add_argument("--model-name", "--model_name",
                     help="with --model-base-path: name in the URL /v1/models/<name> (default: the directory's)")
     sv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    sv.add_argument("--port", type=_port, help=f"REST port (default {serving_defaults.DEFAULT_PORT}; 0 = any free port)")
-    sv.add_argument("--rest-api-port", "--rest_api_port", type=_port,
-                    help="TF Serving's name for the REST port (its --port is gRPC, which kerasplm serve lacks)")
+    sv.add_argument("--port", type=_port, default=serving_defaults.DEFAULT_GRPC_PORT,
+                    help=f"gRPC port, as in TF Serving (default {serving_defaults.DEFAULT_GRPC_PORT}; 0 = any free "
+                         f"port; {PORT_OFF} = REST only)")
+    sv.add_argument("--rest-api-port", "--rest_api_port", type=_port, default=serving_defaults.DEFAULT_REST_API_PORT,
+                    help=f"REST port (default {serving_defaults.DEFAULT_REST_API_PORT}; 0 = any free port; "
+                         f"{PORT_OFF} = gRPC only)")
     sv.add_argument("--max-body-bytes", type=_positive_int, default=serving_defaults.DEFAULT_MAX_BODY_BYTES,
-                    help=f"largest accepted request body in bytes (default {serving_defaults.DEFAULT_MAX_BODY_BYTES})")
+                    help="largest accepted REST request body and gRPC request message in bytes "
+                         f"(default {serving_defaults.DEFAULT_MAX_BODY_BYTES})")
     sv.add_argument("--max-batch-size", type=_positive_int, default=serving_defaults.DEFAULT_MAX_BATCH_SIZE,
-                    help="most rows (instances) per request; more gets HTTP 400 "
+                    help="most rows (instances) per request; more gets HTTP 400 / gRPC RESOURCE_EXHAUSTED "
                          f"(default {serving_defaults.DEFAULT_MAX_BATCH_SIZE})")
     sv.add_argument("--batch-chunk-size", type=_positive_int, default=serving_defaults.DEFAULT_BATCH_CHUNK_SIZE,
                     help="rows per signature call: larger requests run in chunks of this size, "
@@ -203,14 +217,13 @@ def _serve(args):
 
     if args.model_name is not None and args.model_config_file is not None:
         raise CLIError("--model-name goes with --model-base-path; a model config file names its models")
-    port = args.rest_api_port if args.rest_api_port is not None else args.port
-    if args.rest_api_port is not None and args.port is not None and args.port != args.rest_api_port:
-        print(f"kerasplm serve: no gRPC API; serving REST on --rest_api_port {args.rest_api_port} "
-              f"(--port {args.port} ignored)", file=sys.stderr)
+    grpc_port, rest_api_port = (None if p < 0 else p for p in (args.port, args.rest_api_port))
+    if grpc_port is None and rest_api_port is None:
+        raise CLIError(f"--port {PORT_OFF} and --rest_api_port {PORT_OFF}: nothing to serve")
     try:
         drained = serving.serve(
             args.model_base_path, args.model_name, model_config_file=args.model_config_file,
-            host=args.host, port=serving_defaults.DEFAULT_PORT if port is None else port,
+            host=args.host, rest_api_port=rest_api_port, grpc_port=grpc_port,
             max_body_bytes=args.max_body_bytes, max_batch_size=args.max_batch_size,
             batch_chunk_size=args.batch_chunk_size, poll_seconds=args.poll_seconds,
             shutdown_grace_seconds=args.shutdown_grace_seconds, quiet=args.quiet)

@@ -1,10 +1,18 @@
-"""TensorFlow Serving's REST API as plain functions: routes, JSON <-> tensors, predict, metadata.
+"""TensorFlow Serving's REST API as plain functions: routes, JSON <-> tensors, predict, metadata;
+and the core both front ends (REST here, gRPC in :mod:`kerasplm.serving.grpc_service`) share.
 
 Nothing here touches sockets; :mod:`kerasplm.serving.http` reads and writes the bytes and
 :class:`kerasplm.serving.ModelServer` ties the pieces together.  Every client mistake raises
-:class:`RequestError`, answered as ``{"error": message}`` with its HTTP status (400 bad request, 404
-unknown model/version/path, 405 wrong method; a model raising INVALID_ARGUMENT gives 400, as in TF
-Serving; other TensorFlow errors 500).
+:class:`RequestError`, answered over REST as ``{"error": message}`` with its HTTP status (400 bad
+request, 404 unknown model/version/path, 405 wrong method; a model raising INVALID_ARGUMENT gives 400,
+as in TF Serving; other TensorFlow errors 500) and over gRPC with its canonical ``code``
+(``NOT_FOUND``, ``INVALID_ARGUMENT``, ``RESOURCE_EXHAUSTED``...).
+
+The shared core: :func:`find_signature` (a signature by name), :func:`check_input_names`,
+:func:`check_rows` (``max_batch_size``), :func:`check_shape`, :func:`run_predict` (the checks, then
+:func:`run_signature` in ``batch_chunk_size`` chunks) and :func:`signature_tensors` (what metadata
+describes).  The REST side turns JSON into tensors first (:func:`to_tensor`), the gRPC side
+TensorProtos.
 
 Requests (TF Serving's paths; ``<N>`` a version, ``<L>`` a version label from the model config):
 
@@ -36,6 +44,7 @@ import tensorflow as tf
 from tensorflow.core.framework import types_pb2
 
 from kerasplm.serving.defaults import DEFAULT_BATCH_CHUNK_SIZE, DEFAULT_MAX_BATCH_SIZE, DEFAULT_SIGNATURE
+from kerasplm.serving.metrics import status_code_name
 
 PREDICT_METHOD = "tensorflow/serving/predict"
 METRICS_PATH = "/monitoring/prometheus/metrics"
@@ -48,12 +57,15 @@ _MODEL_PATH_RE = re.compile(
 
 
 class RequestError(Exception):
-    """An error answered to the client as ``{"error": message}`` with an HTTP status."""
+    """An error answered to the client: over REST ``{"error": message}`` with the HTTP ``status``, over
+    gRPC the canonical ``code`` (by default the one TF Serving pairs with ``status``, e.g. 404 ->
+    ``NOT_FOUND``) with ``message`` as details."""
 
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, code: str | None = None):
         super().__init__(message)
         self.status = int(status)
         self.message = message
+        self.code = code or status_code_name(self.status)
 
 
 def _short(value, limit: int = 40) -> str:
@@ -76,11 +88,16 @@ class Route:
 
     def servable(self) -> str:
         """TF Serving's name for the addressed servable, as its error messages write it."""
-        if self.version is not None:
-            return f"Specific({self.model_name}, {self.version})"
-        if self.label is not None:
-            return f"Label({self.model_name}, {self.label})"
-        return f"Latest({self.model_name})"
+        return servable_name(self.model_name, self.version, self.label)
+
+
+def servable_name(model_name: str, version: int | None = None, label: str | None = None) -> str:
+    """TF Serving's name for a servable in its error messages: ``Specific(m, 3)``, ``Latest(m)``..."""
+    if version is not None:
+        return f"Specific({model_name}, {version})"
+    if label is not None:
+        return f"Label({model_name}, {label})"
+    return f"Latest({model_name})"
 
 
 def parse_version(text: str) -> int:
@@ -140,6 +157,20 @@ def dtype_name(dtype: tf.DType) -> str:
     return types_pb2.DataType.Name(tf.as_dtype(dtype).as_datatype_enum)
 
 
+def signature_tensors(fn) -> tuple[dict, dict]:
+    """A signature's ``({input key: (TensorSpec, tensor name)}, {output key: (TensorSpec, tensor name)})``,
+    derived from its concrete function: what REST's and gRPC's metadata both describe."""
+    in_specs = fn.structured_input_signature[1]
+    out_specs = fn.structured_outputs
+    # Flattening a dict orders it by key, which is also the order of fn.inputs / fn.outputs.
+    in_names = [t.name for t in fn.inputs[: len(in_specs)]]
+    out_names = [t.name for t in fn.outputs]
+    inputs = {k: (in_specs[k], n) for k, n in zip(sorted(in_specs), in_names)}
+    outputs = {k: (tf.TensorSpec(out_specs[k].shape, out_specs[k].dtype), n)
+               for k, n in zip(sorted(out_specs), out_names)}
+    return inputs, outputs
+
+
 def _tensor_info(spec: tf.TensorSpec, tensor_name: str) -> dict:
     """A TensorInfo proto as TF Serving's JSON renders it."""
     shape = spec.shape
@@ -153,17 +184,10 @@ def _tensor_info(spec: tf.TensorSpec, tensor_name: str) -> dict:
 
 def signature_def_json(fn) -> dict:
     """TF Serving's JSON for one signature, derived from its concrete function."""
-    in_specs = fn.structured_input_signature[1]
-    out_specs = fn.structured_outputs
-    # Flattening a dict orders it by key, which is also the order of fn.inputs / fn.outputs.
-    in_names = [t.name for t in fn.inputs[: len(in_specs)]]
-    out_names = [t.name for t in fn.outputs]
-    inputs = {k: _tensor_info(in_specs[k], n) for k, n in zip(sorted(in_specs), in_names)}
-    outputs = {
-        k: _tensor_info(tf.TensorSpec(out_specs[k].shape, out_specs[k].dtype), n)
-        for k, n in zip(sorted(out_specs), out_names)
-    }
-    return {"inputs": inputs, "outputs": outputs, "method_name": PREDICT_METHOD}
+    inputs, outputs = signature_tensors(fn)
+    return {"inputs": {k: _tensor_info(*v) for k, v in inputs.items()},
+            "outputs": {k: _tensor_info(*v) for k, v in outputs.items()},
+            "method_name": PREDICT_METHOD}
 
 
 def metadata_json(model_name: str, loaded) -> dict:
@@ -257,13 +281,18 @@ def to_tensor(value, spec: tf.TensorSpec, input_name: str) -> tf.Tensor:
         raise RequestError(
             400, f"Input '{input_name}' cannot be converted to {dtype_name(spec.dtype)}: {_short(e, 300)}"
         ) from None
-    if not spec.shape.is_compatible_with(tensor.shape):
+    check_shape(tensor.shape, spec, input_name)
+    return tensor
+
+
+def check_shape(shape, spec: tf.TensorSpec, input_name: str):
+    """A 400 (INVALID_ARGUMENT) unless a request tensor's ``shape`` fits the signature input's."""
+    shape = tf.TensorShape(shape)
+    if not spec.shape.is_compatible_with(shape):
         raise RequestError(
             400,
-            f"Input '{input_name}' has shape {tensor.shape.as_list()}, "
-            f"the signature expects {spec.shape.as_list()}",
+            f"Input '{input_name}' has shape {shape.as_list()}, the signature expects {spec.shape.as_list()}",
         )
-    return tensor
 
 
 def _json_value(value, as_b64: bool):
@@ -286,7 +315,8 @@ def to_json(array: np.ndarray, output_name: str):
 # Request formats
 
 
-def _check_names(given, specs: dict, signature_name: str):
+def check_input_names(given, specs: dict, signature_name: str):
+    """A 400 (INVALID_ARGUMENT) naming unknown or missing inputs of a signature."""
     for problem, names in (("Unknown", sorted(set(given) - set(specs))),
                            ("Missing", sorted(set(specs) - set(given)))):
         if names:
@@ -297,18 +327,19 @@ def _check_names(given, specs: dict, signature_name: str):
             )
 
 
-def _check_rows(rows: int, max_batch_size: int, what: str):
+def check_rows(rows: int, max_batch_size: int, what: str):
+    """Over ``max_batch_size`` rows: HTTP 400 over REST, RESOURCE_EXHAUSTED over gRPC."""
     if rows > max_batch_size:
         raise RequestError(
             400, f"{what} has {rows} rows; the limit is {max_batch_size} per request "
-                 "(kerasplm serve --max-batch-size): split the request")
+                 "(kerasplm serve --max-batch-size): split the request", code="RESOURCE_EXHAUSTED")
 
 
 def _row_inputs(instances, specs: dict, signature_name: str, max_batch_size: int) -> tuple[dict, int]:
     """Row format -> ``({name: JSON value}, batch size)``."""
     if not isinstance(instances, list) or not instances:
         raise RequestError(400, "'instances' must be a non-empty list")
-    _check_rows(len(instances), max_batch_size, "'instances'")
+    check_rows(len(instances), max_batch_size, "'instances'")
     named = [isinstance(i, dict) and not _is_b64(i) for i in instances]
     if any(named) and not all(named):
         raise RequestError(400, "All instances must be objects or none of them")
@@ -325,7 +356,7 @@ def _row_inputs(instances, specs: dict, signature_name: str, max_batch_size: int
     for instance in instances:
         if set(instance) != keys:
             raise RequestError(400, "All instances must have the same input names")
-    _check_names(keys, specs, signature_name)
+    check_input_names(keys, specs, signature_name)
     columns = {}
     for name in keys:
         values = [instance[name] for instance in instances]
@@ -343,7 +374,7 @@ def _row_inputs(instances, specs: dict, signature_name: str, max_batch_size: int
 def _columnar_inputs(inputs, specs: dict, signature_name: str, max_batch_size: int) -> dict:
     """Columnar format -> ``{name: JSON value}``."""
     if isinstance(inputs, dict) and not _is_b64(inputs):
-        _check_names(inputs, specs, signature_name)
+        check_input_names(inputs, specs, signature_name)
         values = dict(inputs)
     elif len(specs) != 1:
         raise RequestError(
@@ -356,7 +387,7 @@ def _columnar_inputs(inputs, specs: dict, signature_name: str, max_batch_size: i
         values = {name: inputs}
     for name, value in values.items():
         if isinstance(value, list) and specs[name].shape.rank != 0:
-            _check_rows(len(value), max_batch_size, f"Input '{name}'")
+            check_rows(len(value), max_batch_size, f"Input '{name}'")
     return values
 
 
@@ -442,18 +473,44 @@ def run_signature(fn, tensors: dict, in_specs: dict, out_specs: dict, chunk_size
 # Predict
 
 
-def signature_name_of(body: dict, loaded) -> str:
-    """The signature a predict request names (default ``serving_default``), checked."""
-    signature_name = body.get("signature_name", DEFAULT_SIGNATURE)
-    if not isinstance(signature_name, str):
-        raise RequestError(400, "'signature_name' must be a string")
+def find_signature(loaded, signature_name: str) -> str:
+    """``signature_name`` (empty: ``serving_default``) if the loaded version has it; else HTTP 400 as
+    REST answers it, NOT_FOUND over gRPC."""
+    signature_name = signature_name or DEFAULT_SIGNATURE
     if signature_name not in loaded.signatures:
         raise RequestError(
             400,
             f"Serving signature name: \"{_short(signature_name)}\" not found in signature def; "
             f"available signatures: {', '.join(sorted(loaded.signatures))}",
+            code="NOT_FOUND",
         )
     return signature_name
+
+
+def signature_name_of(body: dict, loaded) -> str:
+    """The signature a predict request names (default ``serving_default``), checked."""
+    signature_name = body.get("signature_name", DEFAULT_SIGNATURE)
+    if not isinstance(signature_name, str):
+        raise RequestError(400, "'signature_name' must be a string")
+    return find_signature(loaded, signature_name)
+
+
+def run_predict(loaded, signature_name: str, tensors: dict, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+                batch_chunk_size: int = DEFAULT_BATCH_CHUNK_SIZE) -> dict:
+    """The predict core both front ends call: ``{output name: ndarray}`` for ``{input name: tensor}``.
+
+    Checks the input names, the rows (at most ``max_batch_size`` per batched input) and the shapes
+    against the signature, then runs it ``batch_chunk_size`` rows at a time (:func:`run_signature`).
+    Dtypes are the front end's business: each builds tensors of the signature's dtypes or refuses.
+    """
+    specs = loaded.input_specs(signature_name)
+    check_input_names(tensors, specs, signature_name)
+    for name, tensor in tensors.items():
+        if specs[name].shape.rank != 0 and tensor.shape.rank:
+            check_rows(int(tensor.shape[0]), max_batch_size, f"Input '{name}'")
+        check_shape(tensor.shape, specs[name], name)
+    return run_signature(loaded.signatures[signature_name], tensors, specs,
+                         loaded.output_specs(signature_name), batch_chunk_size)
 
 
 def predict(loaded, body: dict, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
@@ -475,8 +532,7 @@ def predict(loaded, body: dict, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
     else:
         values = _columnar_inputs(body["inputs"], specs, signature_name, max_batch_size)
     tensors = {name: to_tensor(values[name], specs[name], name) for name in specs}
-    arrays = run_signature(loaded.signatures[signature_name], tensors, specs,
-                           loaded.output_specs(signature_name), batch_chunk_size)
+    arrays = run_predict(loaded, signature_name, tensors, max_batch_size, batch_chunk_size)
 
     if not row_format:
         columns = {name: to_json(a, name) for name, a in arrays.items()}

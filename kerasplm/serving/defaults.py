@@ -1,7 +1,9 @@
 """The server's defaults, importable without TensorFlow (``kerasplm serve --help`` shows them)."""
 
 DEFAULT_SIGNATURE = "serving_default"
-DEFAULT_PORT = 8501
+# TF Serving's ports: --port is gRPC (8500), --rest_api_port REST (8501).
+DEFAULT_GRPC_PORT = 8500
+DEFAULT_REST_API_PORT = 8501
 DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024
 DEFAULT_POLL_SECONDS = 2.0
 # Below Kubernetes' default terminationGracePeriodSeconds (30 s), so the server finishes its requests
@@ -13,3 +15,5 @@ DEFAULT_MAX_BATCH_SIZE = 1024
 # Rows per signature call: bounds the memory of one request (a translator's attention and beam
 # tensors grow with the batch) while keeping the per-call overhead small.
 DEFAULT_BATCH_CHUNK_SIZE = 64
+# Threads answering gRPC calls (the REST side runs a thread per connection); more calls wait in line.
+DEFAULT_GRPC_WORKERS = 16

@@ -6,7 +6,7 @@ Named as TensorFlow Serving exports them, so dashboards written for it work unch
     :tensorflow:serving:request_latency{model_name, API, entrypoint, signature_name}  histogram (µs)
 
 ``API`` is ``predict``, ``status`` or ``metadata``; ``status`` is the canonical error code (``OK``,
-``INVALID_ARGUMENT``, ``NOT_FOUND``...); ``entrypoint`` is always ``REST``; latency is wall time in
+``INVALID_ARGUMENT``, ``NOT_FOUND``...); ``entrypoint`` is ``REST`` or ``GRPC``; latency is wall time in
 microseconds (TF Serving's unit) from the parsed request to the built response.  Only configured
 model names are recorded (a client cannot grow the label set with made-up names), and
 ``signature_name`` is empty unless the request named a signature the served version has.
@@ -53,16 +53,18 @@ class Metrics:
         self.buckets_us = tuple(buckets_us)
         self._lock = threading.Lock()
         self._counts: dict = {}  # (model, api, signature, status) -> requests
-        self._latency: dict = {}  # (model, api, signature) -> [bucket counts..., +Inf count, sum µs]
+        self._latency: dict = {}  # (model, api, entrypoint, signature) -> [bucket counts..., +Inf count, sum µs]
 
-    def record(self, model_name: str, api: str, signature_name: str, http_status: int, seconds: float):
-        """Count one request and add its latency."""
+    def record(self, model_name: str, api: str, signature_name: str, status, seconds: float,
+               entrypoint: str = "REST"):
+        """Count one request and add its latency; ``status`` is an HTTP status or a canonical code name."""
         micros = seconds * 1e6
-        status = status_code_name(http_status)
+        status = status_code_name(status) if isinstance(status, int) else str(status)
         with self._lock:
             key = (model_name, api, signature_name, status)
             self._counts[key] = self._counts.get(key, 0) + 1
-            hist = self._latency.setdefault((model_name, api, signature_name), [0] * (len(self.buckets_us) + 2))
+            hist = self._latency.setdefault((model_name, api, entrypoint, signature_name),
+                                            [0] * (len(self.buckets_us) + 2))
             hist[bisect.bisect_left(self.buckets_us, micros)] += 1
             hist[-1] += micros
 
@@ -79,8 +81,8 @@ class Metrics:
             lines.append(f"{REQUEST_COUNT}{labels} {n}")
         lines += [f"# HELP {REQUEST_LATENCY} Distribution of wall time (in microseconds) for requests.",
                   f"# TYPE {REQUEST_LATENCY} histogram"]
-        for (model, api, signature), hist in latency:
-            base = [("model_name", model), ("API", api), ("entrypoint", "REST"), ("signature_name", signature)]
+        for (model, api, entrypoint, signature), hist in latency:
+            base = [("model_name", model), ("API", api), ("entrypoint", entrypoint), ("signature_name", signature)]
             cumulative = 0
             for bound, n in zip(self.buckets_us + (float("inf"),), hist[:-1]):
                 cumulative += n

@@ -1,4 +1,4 @@
-"""ModelServer: several models behind TensorFlow Serving's REST API, polled, with graceful shutdown."""
+"""ModelServer: several models behind TensorFlow Serving's REST and gRPC APIs, polled, with graceful shutdown."""
 from __future__ import annotations
 
 import logging
@@ -8,8 +8,8 @@ import threading
 import time
 
 from kerasplm.serving import api
-from kerasplm.serving.defaults import (DEFAULT_MAX_BODY_BYTES, DEFAULT_POLL_SECONDS, DEFAULT_PORT,
-                                       DEFAULT_SHUTDOWN_GRACE_SECONDS)
+from kerasplm.serving.defaults import (DEFAULT_GRPC_PORT, DEFAULT_GRPC_WORKERS, DEFAULT_MAX_BODY_BYTES,
+                                       DEFAULT_POLL_SECONDS, DEFAULT_REST_API_PORT, DEFAULT_SHUTDOWN_GRACE_SECONDS)
 from kerasplm.serving.config import ModelConfig, read_model_config_file
 from kerasplm.serving.http import HTTPServer
 from kerasplm.serving.metrics import Metrics
@@ -18,13 +18,12 @@ from kerasplm.serving.models import ServedModel
 logger = logging.getLogger(__name__)
 
 
-
 class ServerStartError(RuntimeError):
     """The server could not start (e.g. the port is taken); the message is one line."""
 
 
 class ModelServer:
-    """Serves SavedModels over TF Serving's REST API from a background thread.
+    """Serves SavedModels over TF Serving's REST and gRPC APIs from background threads.
 
     Give the models as TF Serving does, exactly one of:
 
@@ -32,12 +31,16 @@ class ModelServer:
     * ``model_config_file``: a text-format ``model_config_list`` (see :mod:`kerasplm.serving.config`);
     * ``models``: a list of :class:`~kerasplm.serving.config.ModelConfig`.
 
-    ``start()`` binds ``host:port`` first (``port=0``: a free port, see :attr:`port` / :attr:`url`),
-    then loads every model's versions, then serves; base paths are polled every ``poll_seconds``.
-    ``stop()`` stops accepting, lets requests in flight finish for up to ``shutdown_grace_seconds``
-    and returns True if none had to be cut off.  Also a context manager.
+    The ports are TF Serving's: ``rest_api_port`` (default 8501) for REST and ``grpc_port`` (default
+    8500; the CLI's ``--port``) for gRPC; 0 picks a free port (see :attr:`rest_api_port`,
+    :attr:`grpc_port`, :attr:`url`, :attr:`grpc_target`), None leaves that API off (not both).
+    ``start()`` binds the ports first, then loads every model's versions, then serves; base paths are
+    polled every ``poll_seconds``.  ``stop()`` stops accepting, lets requests and calls in flight
+    finish for up to ``shutdown_grace_seconds`` and returns True if none had to be cut off.  Also a
+    context manager.
 
-    ``handle(method, path, body)`` answers one request without HTTP (``(status, payload)``).
+    ``handle(method, path, body)`` answers one REST request without HTTP (``(status, payload)``);
+    :meth:`resolve` is the model/version/label lookup both APIs use.
     """
 
     def __init__(
@@ -48,7 +51,8 @@ class ModelServer:
         model_config_file: str | None = None,
         models: list[ModelConfig] | None = None,
         host: str = "127.0.0.1",
-        port: int = DEFAULT_PORT,
+        rest_api_port: int | None = DEFAULT_REST_API_PORT,
+        grpc_port: int | None = DEFAULT_GRPC_PORT,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         max_batch_size: int = api.DEFAULT_MAX_BATCH_SIZE,
         batch_chunk_size: int = api.DEFAULT_BATCH_CHUNK_SIZE,
@@ -75,11 +79,15 @@ class ModelServer:
                 raise ValueError(f"{name} must be positive, got {value}")
         if shutdown_grace_seconds < 0:
             raise ValueError(f"shutdown_grace_seconds must be >= 0, got {shutdown_grace_seconds}")
-        if not 0 <= int(port) <= 65535:
-            raise ValueError(f"port must be in [0, 65535], got {port}")
+        if rest_api_port is None and grpc_port is None:
+            raise ValueError("rest_api_port and grpc_port are both None: serve at least one API")
+        for name, value in (("rest_api_port", rest_api_port), ("grpc_port", grpc_port)):
+            if value is not None and not 0 <= int(value) <= 65535:
+                raise ValueError(f"{name} must be in [0, 65535] (or None: off), got {value}")
         self.models = {m.name: ServedModel(m) for m in models}
         self.host = host
-        self.requested_port = int(port)
+        self.requested_rest_api_port = None if rest_api_port is None else int(rest_api_port)
+        self.requested_grpc_port = None if grpc_port is None else int(grpc_port)
         self.max_body_bytes = int(max_body_bytes)
         self.max_batch_size = int(max_batch_size)
         self.batch_chunk_size = int(batch_chunk_size)
@@ -89,12 +97,27 @@ class ModelServer:
         self.metrics = Metrics()
         self._stop = threading.Event()
         self._httpd: HTTPServer | None = None
+        self._grpc = None  # a kerasplm.serving.grpc_service.GrpcServer once bound
+        self._bound = False
         self._threads: list[threading.Thread] = []
 
     # -- versions -----------------------------------------------------------------------------
     def model(self, name: str) -> ServedModel:
         """The served model called ``name`` (KeyError if not configured)."""
         return self.models[name]
+
+    def find_model(self, name: str, servable: str | None = None) -> ServedModel:
+        """The served model called ``name``, or a RequestError 404 (NOT_FOUND) naming ``servable``."""
+        model = self.models.get(name)
+        if model is None:
+            raise api.RequestError(404, f"Servable not found for request: {servable or api.servable_name(name)}")
+        return model
+
+    def resolve(self, name: str, version: int | None = None, label: str | None = None) -> tuple:
+        """``(ServedModel, LoadedVersion)`` a request addresses (latest when neither version nor label is
+        given), or a RequestError 404 (NOT_FOUND): the lookup REST and gRPC share."""
+        model = self.find_model(name, api.servable_name(name, version, label))
+        return model, model.find(version, label)
 
     def refresh(self) -> dict:
         """Poll every base path once; returns ``{model name: loaded versions, newest first}``."""
@@ -123,12 +146,11 @@ class ModelServer:
             if route.api == "metrics":
                 return 200, self.metrics.render()
             model = self.models.get(route.model_name)
-            if model is None:
-                raise api.RequestError(404, f"Servable not found for request: {route.servable()}")
             if route.api == "status":
+                model = self.find_model(route.model_name, route.servable())
                 result = {"model_version_status": model.status(route.version, route.label)}
             else:
-                loaded = model.find(route.version, route.label)
+                model, loaded = self.resolve(route.model_name, route.version, route.label)
                 if route.api == "metadata":
                     result = api.metadata_json(model.name, loaded)
                 else:
@@ -148,34 +170,61 @@ class ModelServer:
         return status, result
 
     # -- lifecycle ----------------------------------------------------------------------------
-    @property
-    def port(self) -> int:
-        """The bound port (useful with ``port=0``)."""
-        if self._httpd is None:
+    def _check_bound(self):
+        if not self._bound:
             raise RuntimeError("server not started")
-        return self._httpd.server_address[1]
 
     @property
-    def address(self) -> tuple:
-        """The bound ``(host, port)``."""
-        if self._httpd is None:
-            raise RuntimeError("server not started")
-        return tuple(self._httpd.server_address[:2])
+    def rest_api_port(self) -> int | None:
+        """The bound REST port (useful with ``rest_api_port=0``); None when REST is off."""
+        self._check_bound()
+        return None if self._httpd is None else self._httpd.server_address[1]
+
+    @property
+    def grpc_port(self) -> int | None:
+        """The bound gRPC port (useful with ``grpc_port=0``); None when gRPC is off."""
+        self._check_bound()
+        return None if self._grpc is None else self._grpc.port
 
     @property
     def url(self) -> str:
-        """Base URL, e.g. ``http://127.0.0.1:8501``."""
+        """REST base URL, e.g. ``http://127.0.0.1:8501``."""
+        if self.rest_api_port is None:
+            raise RuntimeError("REST is off (rest_api_port=None)")
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"http://{host}:{self.rest_api_port}"
+
+    @property
+    def grpc_target(self) -> str:
+        """gRPC target for ``grpc.insecure_channel``, e.g. ``127.0.0.1:8500``."""
+        if self.grpc_port is None:
+            raise RuntimeError("gRPC is off (grpc_port=None)")
+        return self._grpc.target
 
     def bind(self) -> "ModelServer":
-        """Bind the listening socket (before loading anything); :class:`ServerStartError` if it cannot."""
-        if self._httpd is None:
+        """Bind the listening sockets (before loading anything); :class:`ServerStartError` if one cannot be."""
+        if self._bound:
+            return self
+        if self.requested_rest_api_port is not None:
             try:
-                self._httpd = HTTPServer((self.host, self.requested_port), self)
+                self._httpd = HTTPServer((self.host, self.requested_rest_api_port), self)
             except (OSError, OverflowError) as e:
                 reason = getattr(e, "strerror", None) or str(e)
-                raise ServerStartError(f"cannot listen on {self.host}:{self.requested_port}: {reason}") from None
+                raise ServerStartError(
+                    f"cannot listen on {self.host}:{self.requested_rest_api_port} (REST): {reason}") from None
+        if self.requested_grpc_port is not None:
+            from kerasplm.serving.grpc_service import GrpcServer  # grpcio and the serving protos: only for gRPC
+
+            try:
+                self._grpc = GrpcServer(self, self.host, self.requested_grpc_port, self.max_body_bytes,
+                                        DEFAULT_GRPC_WORKERS)
+            except OSError as e:
+                if self._httpd is not None:
+                    self._httpd.server_close()
+                    self._httpd = None
+                raise ServerStartError(
+                    f"cannot listen on {self.host}:{self.requested_grpc_port} (gRPC): {e}") from None
+        self._bound = True
         return self
 
     def start(self) -> "ModelServer":
@@ -188,28 +237,39 @@ class ModelServer:
                 logger.warning("No loadable version of %s under %s yet; waiting for one",
                                name, self.models[name].config.base_path)
         self._stop.clear()
-        self._threads = [
-            threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1},
-                             name="kerasplm-serve-http", daemon=True),
-            threading.Thread(target=self._poll, name="kerasplm-serve-poll", daemon=True),
-        ]
+        self._threads = [threading.Thread(target=self._poll, name="kerasplm-serve-poll", daemon=True)]
+        if self._httpd is not None:
+            self._threads.append(threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1},
+                                                  name="kerasplm-serve-http", daemon=True))
         for thread in self._threads:
             thread.start()
+        if self._grpc is not None:
+            self._grpc.start()
         return self
 
     def stop(self, grace_seconds: float | None = None) -> bool:
-        """Stop accepting, let requests in flight finish (up to ``grace_seconds``, default
-        ``shutdown_grace_seconds``), stop polling.  Returns False if requests had to be cut off."""
-        if self._httpd is None:
+        """Stop accepting, let REST requests and gRPC calls in flight finish (up to ``grace_seconds``,
+        default ``shutdown_grace_seconds``), stop polling.  Returns False if some had to be cut off."""
+        if not self._bound:
             return True
         grace = self.shutdown_grace_seconds if grace_seconds is None else grace_seconds
+        deadline = time.monotonic() + grace
         self._stop.set()
+        started = bool(self._threads)
         httpd, self._httpd = self._httpd, None
+        grpc_server, self._grpc = self._grpc, None
+        self._bound = False
         cut = 0
-        if self._threads:
-            httpd.stop_accepting()
-            cut = httpd.drain(grace)
-        httpd.server_close()
+        grpc_stopped = grpc_server.stop(grace if started else 0) if grpc_server is not None else None
+        if httpd is not None:
+            if started:
+                httpd.stop_accepting()
+                cut += httpd.drain(grace)
+            httpd.server_close()
+        if grpc_server is not None:
+            grpc_stopped.wait(max(0.0, deadline - time.monotonic()) + 5)
+            cut += grpc_server.cut_off()
+            grpc_server.close()
         for thread in self._threads:
             thread.join(timeout=10)
         self._threads = []
@@ -232,11 +292,14 @@ class ModelServer:
 def serve(*args, **kwargs) -> bool:
     """Run a :class:`ModelServer` (same arguments) until SIGTERM or Ctrl-C; blocking.
 
-    The port is bound before any model loads (a taken port fails at once with
-    :class:`ServerStartError`).  On SIGTERM/SIGINT the server stops accepting connections, lets
-    requests in flight finish (``shutdown_grace_seconds``; a second signal cuts them off) and
-    returns True if none was cut off.  The REST API is TF Serving's:
-    ``POST http://host:port/v1/models/<model_name>:predict``.
+    The ports are bound before any model loads (a taken port fails at once with
+    :class:`ServerStartError`).  On SIGTERM/SIGINT the server stops accepting connections and calls,
+    lets requests and calls in flight finish (``shutdown_grace_seconds``; a second signal cuts them
+    off) and returns True if none was cut off.  The APIs are TF Serving's: REST
+    ``POST http://host:rest_api_port/v1/models/<model_name>:predict``, gRPC
+    ``tensorflow.serving.PredictionService`` / ``ModelService`` on ``host:grpc_port``.  One line per
+    API on standard error says where it listens (``Serving gRPC on 127.0.0.1:8500 ...``, ``Serving
+    http://127.0.0.1:8501/v1/models/<name> ...``).
     """
     server = ModelServer(*args, **kwargs)
     if not logging.getLogger().handlers:
@@ -253,8 +316,13 @@ def serve(*args, **kwargs) -> bool:
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         server.start()
-        names = ", ".join(f"{server.url}/v1/models/{name}" for name in server.models)
-        print(f"Serving {names} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+        lines = []
+        if server.grpc_port is not None:
+            lines.append(f"Serving gRPC on {server.grpc_target} (models: {', '.join(server.models)})")
+        if server.rest_api_port is not None:
+            lines.append("Serving " + ", ".join(f"{server.url}/v1/models/{name}" for name in server.models))
+        # One write: a reader who sees the last line sees them all.
+        print("\n".join(lines) + " (Ctrl-C to stop)", file=sys.stderr, flush=True)
         while not received:
             time.sleep(0.2)
         logger.info("Received %s: finishing requests in flight (up to %.0f s), then exiting",

@@ -60,7 +60,8 @@ def test_bad_inputs(exported):
 
 
 def test_served_and_cli(runs, exported, tmp_path, capsys):
-    server = serving.ModelServer(os.path.dirname(exported["single"]), "sentiment", port=0, quiet=True)
+    server = serving.ModelServer(os.path.dirname(exported["single"]), "sentiment",
+                                 rest_api_port=0, grpc_port=None, quiet=True)
     server.start()
     try:
         status, body = predict(f"{server.url}/v1/models/sentiment", {"instances": TEXTS[:2]})

@@ -64,7 +64,7 @@ def test_bad_inputs(exported):
 
 
 def test_served(exported, expected):
-    server = serving.ModelServer(os.path.dirname(exported), "minilm", port=0, quiet=True)
+    server = serving.ModelServer(os.path.dirname(exported), "minilm", rest_api_port=0, grpc_port=None, quiet=True)
     server.start()
     try:
         status, body = predict(f"{server.url}/v1/models/minilm", {"instances": SENTENCES[:2]})

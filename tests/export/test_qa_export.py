@@ -52,7 +52,7 @@ def test_bad_inputs(exported):
 
 def test_served(exported):
     path, expected = exported
-    server = serving.ModelServer(os.path.dirname(path), "qa", port=0, quiet=True)
+    server = serving.ModelServer(os.path.dirname(path), "qa", rest_api_port=0, grpc_port=None, quiet=True)
     server.start()
     try:
         # a long timeout: the first request runs the model's first call (slow on a loaded 2-core machine)

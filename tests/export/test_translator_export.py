@@ -263,7 +263,7 @@ def _post(url, payload):
 def test_serving_end_to_end(exported, reference):
     from kerasplm.serving import ModelServer
 
-    server = ModelServer(os.path.dirname(exported), "translator", port=0, quiet=True).start()
+    server = ModelServer(os.path.dirname(exported), "translator", rest_api_port=0, grpc_port=None, quiet=True).start()
     try:
         url = f"{server.url}/v1/models/translator"
         status, body = _post(url + ":predict", {"instances": SENTENCES})

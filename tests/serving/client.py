@@ -66,38 +66,46 @@ def parse_prometheus(text: str) -> dict:
 
 
 class CLIServer:
-    """``python -m kerasplm.cli serve ARGS --port 0`` in a subprocess; the OS picks the port, which is
-    read from the server's start-up line.  stderr goes to ``log_path`` (read it with :meth:`log`)."""
+    """``python -m kerasplm.cli serve ARGS --rest_api_port 0 --port 0`` in a subprocess; the OS picks the
+    ports, which are read from the server's start-up lines (``grpc=False``: ``--port off``, REST only).
+    stderr goes to ``log_path`` (read it with :meth:`log`)."""
 
-    def __init__(self, args, log_path):
+    def __init__(self, args, log_path, grpc=True):
         self.log_path = str(log_path)
         self._log = open(self.log_path, "wb")
+        self.grpc = grpc
         env = {**os.environ, "PYTHONPATH": REPO_ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"}
-        self.proc = subprocess.Popen([sys.executable, "-m", "kerasplm.cli", "serve", *args, "--port", "0"],
+        ports = ["--rest_api_port", "0", "--port", "0" if grpc else "off"]
+        self.proc = subprocess.Popen([sys.executable, "-m", "kerasplm.cli", "serve", *args, *ports],
                                      stdout=subprocess.DEVNULL, stderr=self._log, env=env, cwd=REPO_ROOT)
         self.url = None
+        self.grpc_target = None
 
     def log(self) -> str:
         with open(self.log_path, "rb") as f:
             return f.read().decode("utf-8", errors="replace")
 
     def wait_ready(self, timeout=180.0) -> "CLIServer":
-        """Wait (bounded) for the 'Serving http://127.0.0.1:PORT/...' line."""
+        """Wait (bounded) for the 'Serving http://127.0.0.1:PORT/...' line (and, with gRPC, the
+        'Serving gRPC on 127.0.0.1:PORT' line printed with it)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and self.proc.poll() is None:
-            match = re.search(r"Serving (http://127\.0\.0\.1:\d+)/", self.log())
-            if match:
+            log = self.log()
+            match = re.search(r"Serving (http://127\.0\.0\.1:\d+)/", log)
+            grpc_match = re.search(r"Serving gRPC on (127\.0\.0\.1:\d+) ", log)
+            if match and (grpc_match or not self.grpc):
                 self.url = match.group(1)
+                self.grpc_target = grpc_match.group(1) if grpc_match else None
                 return self
             time.sleep(0.1)
         raise AssertionError(f"kerasplm serve did not start (exit {self.proc.poll()}):\n{self.log()[-3000:]}")
 
     @property
-    def port(self) -> int:
+    def rest_api_port(self) -> int:
         return int(self.url.rsplit(":", 1)[1])
 
     def connect(self, timeout=30.0) -> socket.socket:
-        return socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
+        return socket.create_connection(("127.0.0.1", self.rest_api_port), timeout=timeout)
 
     def close(self):
         if self.proc.poll() is None:

@@ -11,7 +11,9 @@ def _parse(*argv):
 def test_defaults_come_from_the_server():
     args = _parse("--model-base-path", "export/translator")
     assert (args.model_base_path, args.model_name, args.model_config_file) == ("export/translator", None, None)
-    assert (args.host, args.port, args.rest_api_port) == ("127.0.0.1", None, None)
+    # TF Serving's ports: --port is gRPC (8500), --rest_api_port REST (8501).
+    assert (args.host, args.port, args.rest_api_port) == ("127.0.0.1", 8500, 8501)
+    assert (args.port, args.rest_api_port) == (serving.DEFAULT_GRPC_PORT, serving.DEFAULT_REST_API_PORT)
     assert args.max_body_bytes == serving.DEFAULT_MAX_BODY_BYTES
     assert args.max_batch_size == serving.DEFAULT_MAX_BATCH_SIZE == 1024
     assert args.batch_chunk_size == serving.DEFAULT_BATCH_CHUNK_SIZE == 64
@@ -28,6 +30,15 @@ def test_tf_serving_spellings(tmp_path):
     assert (args.model_base_path, args.model_name, args.rest_api_port, args.port, args.poll_seconds) == (
         "/models/m", "m", 8601, 8600, 1.0)
     assert _parse(f"--model_config_file={config}").model_config_file == str(config)
+    assert _parse("--model-base-path", "x", "--rest-api-port", "0").rest_api_port == 0  # the dashed alias
+
+
+def test_off_turns_an_api_off(tmp_path, capsys):
+    assert (_parse("--model-base-path", "x", "--port", "off").port, _parse("--model-base-path", "x").rest_api_port
+            ) == (-1, 8501)
+    assert _parse("--model-base-path", "x", "--rest_api_port", "OFF").rest_api_port == -1
+    assert cli.main(["serve", "--model-base-path", str(tmp_path), "--port", "off", "--rest_api_port", "off"]) == 2
+    assert capsys.readouterr().err == "kerasplm: error: --port off and --rest_api_port off: nothing to serve\n"
 
 
 @pytest.mark.parametrize("argv", [
@@ -35,6 +46,8 @@ def test_tf_serving_spellings(tmp_path):
     ["--model-base-path", "x", "--batch-chunk-size", "-3"],
     ["--model-base-path", "x", "--shutdown-grace-seconds", "-1"],
     ["--model-base-path", "x", "--rest_api_port", "65536"],
+    ["--model-base-path", "x", "--port", "-1"],
+    ["--model-base-path", "x", "--port", "of"],
     ["--model-base-path", "x", "--model_config_file", "y"],
 ])
 def test_bad_flags_exit_2_with_one_line(argv, capsys):
@@ -44,5 +57,6 @@ def test_bad_flags_exit_2_with_one_line(argv, capsys):
 
 
 def test_missing_base_path_is_exit_2(tmp_path, capsys):
-    assert cli.main(["serve", "--model-base-path", str(tmp_path / "nowhere"), "--port", "0"]) == 2
+    assert cli.main(["serve", "--model-base-path", str(tmp_path / "nowhere"), "--rest_api_port", "0",
+                     "--port", "0"]) == 2
     assert capsys.readouterr().err == f"kerasplm: error: model base path {tmp_path / 'nowhere'} is not a directory\n"

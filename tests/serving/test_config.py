@@ -112,7 +112,7 @@ def test_errors_name_file_line_and_problem(text, line, fragment):
 def test_cli_malformed_config_is_one_line_exit_2(tmp_path, capsys):
     path = tmp_path / "models.config"
     path.write_text('model_config_list {\n  config {\n    name: "m"\n    base_pth: "/x"\n  }\n}\n')
-    assert cli.main(["serve", "--model_config_file", str(path), "--port", "0"]) == 2
+    assert cli.main(["serve", "--model_config_file", str(path), "--rest_api_port", "0", "--port", "0"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err
     assert err.startswith(f"kerasplm: error: {path}:4: unknown field 'base_pth' in config"), err
@@ -121,7 +121,7 @@ def test_cli_malformed_config_is_one_line_exit_2(tmp_path, capsys):
 def test_cli_config_with_missing_base_path_and_bad_flags(tmp_path, capsys):
     path = tmp_path / "models.config"
     path.write_text('model_config_list {\n  config { name: "m" base_path: "nowhere" }\n}\n')
-    assert cli.main(["serve", "--model-config-file", str(path), "--port", "0"]) == 2
+    assert cli.main(["serve", "--model-config-file", str(path), "--rest_api_port", "0", "--port", "0"]) == 2
     err = capsys.readouterr().err
     assert err == f"kerasplm: error: {path}:2: model base path {tmp_path / 'nowhere'} is not a directory\n"
     # The config file and a base path are alternatives; --model-name goes with the base path only.

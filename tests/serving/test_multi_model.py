@@ -39,7 +39,8 @@ def multi(tmp_path_factory, toy_saved_models):
     for version, kind in ((1, "upper"), (2, "reverse")):
         install_toy_version(str(root / "base_bc"), version, toy_saved_models[kind])
     (root / "models.config").write_text(CONFIG)
-    server = ModelServer(model_config_file=str(root / "models.config"), port=0, quiet=True).start()
+    server = ModelServer(model_config_file=str(root / "models.config"),
+                         rest_api_port=0, grpc_port=None, quiet=True).start()
     yield server
     server.stop()
 
@@ -134,7 +135,8 @@ def test_latest_policy_follows_new_versions(tmp_path, toy_saved_models):
     config = tmp_path / "models.config"
     config.write_text('model_config_list { config { name: "m" base_path: "m" '
                       'model_version_policy { latest { num_versions: 2 } } } }')
-    with ModelServer(model_config_file=str(config), port=0, poll_seconds=0.2, quiet=True) as server:
+    with ModelServer(model_config_file=str(config),
+                     rest_api_port=0, grpc_port=None, poll_seconds=0.2, quiet=True) as server:
         assert server.model("m").versions == [2, 1]
         install_toy_version(base, 3, toy_saved_models["reverse"])
         deadline = time.monotonic() + 60

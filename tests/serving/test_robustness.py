@@ -45,7 +45,7 @@ def _raw(server, request: bytes, check_closed=True):
 def test_serves_both_configured_models(cli_server):
     assert predict(f"{cli_server.url}/v1/models/toy", {"instances": ["abc"]}) == (200, {"predictions": ["ABC"]})
     assert predict(f"{cli_server.url}/v1/models/rev", {"instances": ["abc"]}) == (200, {"predictions": ["CBA"]})
-    with socket.create_connection(("127.0.0.1", cli_server.port)) as sock:
+    with socket.create_connection(("127.0.0.1", cli_server.rest_api_port)) as sock:
         sock.sendall(b"GET /monitoring/prometheus/metrics HTTP/1.1\r\nHost: x\r\n\r\n")
         status, headers, body = read_response(sock)
     samples = parse_prometheus(body.decode())
@@ -213,7 +213,7 @@ def test_sigterm_lets_requests_in_flight_finish_then_exits_0(tmp_path, toy_saved
             assert closed_by_server(idle)  # the idle keep-alive connection was closed, not left hanging
             idle.close()
             with pytest.raises(OSError):  # no longer accepting
-                socket.create_connection(("127.0.0.1", server.port), timeout=5).close()
+                socket.create_connection(("127.0.0.1", server.rest_api_port), timeout=5).close()
             assert "Traceback" not in server.log()
     finally:
         for server in servers:
@@ -232,14 +232,20 @@ def test_port_in_use_is_one_line_exit_2_before_loading(tmp_path, toy_saved_model
         taken.listen(1)
         port = taken.getsockname()[1]
         started = time.monotonic()
-        proc = subprocess.run([sys.executable, "-m", "kerasplm.cli", "serve", "--model-base-path", base,
-                               "--rest_api_port", str(port)], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2, proc.stderr
-    # TensorFlow's own start-up log lines (absl format "I0000 00:00:... file.cc:N] ...": CUDA stubs, and oneDNN
-    # on AVX-512 CPUs) are not kerasplm's output.
+        # The REST port taken, then the gRPC port (--port): each refused in one line, before loading.
+        runs = [(["--rest_api_port", str(port), "--port", "0"], "REST"),
+                (["--rest_api_port", "0", "--port", str(port)], "gRPC")]
+        procs = [subprocess.Popen([sys.executable, "-m", "kerasplm.cli", "serve", "--model-base-path", base, *ports],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for ports, _ in runs]
+        outputs = [proc.communicate(timeout=120) for proc in procs]
+    # TensorFlow's and gRPC's own log lines (absl format "I0000 00:00:... file.cc:N] ...": CUDA stubs, oneDNN
+    # on AVX-512 CPUs, gRPC's bind failure) are not kerasplm's output.
     tf_log = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ \S+:\d+\] |^WARNING: All log messages before absl::")
-    lines = [line for line in proc.stderr.splitlines() if not tf_log.match(line)]
-    assert lines == [f"kerasplm: error: cannot listen on 127.0.0.1:{port}: Address already in use"], proc.stderr
+    for proc, (_, stderr), (_, api_name) in zip(procs, outputs, runs):
+        assert proc.returncode == 2, stderr
+        lines = [line for line in stderr.splitlines() if not tf_log.match(line)]
+        assert lines == [f"kerasplm: error: cannot listen on 127.0.0.1:{port} ({api_name}): Address already in use"
+                         ], stderr
     assert time.monotonic() - started < 120
 
 

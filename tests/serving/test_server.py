@@ -20,7 +20,8 @@ def toy_model_server(tmp_path_factory, toy_saved_models):
     """A server for the toy model (version 3) shared by this module's read-only tests."""
     base = str(tmp_path_factory.mktemp("served") / "toy")
     install_toy_version(base, 3, toy_saved_models["upper"])
-    server = srv.ModelServer(base, "toy", port=0, max_body_bytes=MAX_BODY, poll_seconds=0.2, quiet=True)
+    server = srv.ModelServer(base, "toy", rest_api_port=0, grpc_port=None, max_body_bytes=MAX_BODY,
+                             poll_seconds=0.2, quiet=True)
     server.start()
     yield server
     server.stop()
@@ -32,7 +33,10 @@ def toy_url(toy_model_server):
 
 
 def test_binds_loopback(toy_model_server):
-    assert toy_model_server.address == ("127.0.0.1", toy_model_server.port)
+    assert toy_model_server.url == f"http://127.0.0.1:{toy_model_server.rest_api_port}"
+    assert toy_model_server.grpc_port is None  # gRPC off
+    with pytest.raises(RuntimeError, match="gRPC is off"):
+        toy_model_server.grpc_target
 
 
 def test_model_status(toy_url):
@@ -213,7 +217,8 @@ def test_concurrent_requests(toy_url):
 
 
 def test_new_version_is_picked_up_without_restart(toy_export_dir, toy_saved_models):
-    server = srv.ModelServer(toy_export_dir, "toy", port=0, poll_seconds=0.2, quiet=True).start()
+    server = srv.ModelServer(toy_export_dir, "toy",
+                             rest_api_port=0, grpc_port=None, poll_seconds=0.2, quiet=True).start()
     try:
         url = f"{server.url}/v1/models/toy"
         assert predict(url, {"instances": ["abc"]}) == (200, {"predictions": ["ABC"]})
@@ -254,7 +259,7 @@ def test_new_version_is_picked_up_without_restart(toy_export_dir, toy_saved_mode
 
 
 def test_request_lines_logged_unless_quiet(toy_export_dir, capsys):
-    server = srv.ModelServer(toy_export_dir, "toy", port=0, quiet=False).start()
+    server = srv.ModelServer(toy_export_dir, "toy", rest_api_port=0, grpc_port=None, quiet=False).start()
     try:
         http("GET", f"{server.url}/v1/models/toy")
     finally:
