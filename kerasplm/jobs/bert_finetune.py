@@ -58,10 +58,9 @@ class BertClassifierJob(ClassificationJob):
         super().build_data()   # the training file, the schedule
         o = self.options
         if self.resumed:
-            # Built here, under the strategy's scope (a fine-tuning job's build_data is): build_model returns it.
-            self.stored = self.stored_model()
-            self.backbone_config, self.labels = self.stored.backbone.config, list(self.stored.labels)
-            preprocessor = self.stored.preprocessor
+            stored = self.stored_model()
+            self.backbone_config, self.labels = stored.backbone.config, list(stored.labels)
+            preprocessor = stored.preprocessor
         else:
             tokenizer, _ = self.start_from_bert(o.max_length)
             if o.random_init:   # the same architecture, fresh weights
@@ -74,8 +73,6 @@ class BertClassifierJob(ClassificationJob):
         self.classification_data(preprocessor)
 
     def build_model(self):
-        if self.resumed:
-            return self.stored
         o = self.options
         return BertClassifier(self.starting_backbone(BertBackbone), self.num_labels, preprocessor=self.preprocessor,
                               dropout=o.dropout, pooling=o.pooling, labels=self.labels, pair_input=self.pair_input)

@@ -79,10 +79,10 @@ class BertPretrainingJob(Job):
             raise ValueError("option corpus: give the text to pretrain on (--corpus PATH)")
         train_docs, dev_docs = _documents(o, self.log)
         if self.resumed:
-            # Built here, outside the strategy's scope (its tokenizer's string tables cannot be made collective);
-            # build_model makes the model to train under the scope from its config.
+            # Read here, outside the strategy's scope (its tokenizer's string tables cannot be made collective); the
+            # base rebuilds the model to train under the scope, with this preprocessor.
             stored = self.stored_model()
-            self.model_config, self.model_settings = stored.backbone.config, stored.get_config()
+            self.model_config = stored.backbone.config
             self.preprocessor = stored.preprocessor
             self.tokenizer = self.preprocessor.tokenizer
         else:
@@ -123,11 +123,8 @@ class BertPretrainingJob(Job):
             self.write_config(o.preset, assets=ASSETS)
 
     def build_model(self):
-        if self.resumed:
-            model = BertPretrainer.from_config(self.model_settings)
-        else:
-            model = BertPretrainer(BertBackbone.from_config_object(self.model_config),
-                                   sentence_task=self.options.sentence_task, name=self.config["preset"])
+        model = BertPretrainer(BertBackbone.from_config_object(self.model_config),
+                               sentence_task=self.options.sentence_task, name=self.config["preset"])
         return attach_preprocessor(model, self.preprocessor)
 
     def build_optimizer(self):

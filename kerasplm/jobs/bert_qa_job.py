@@ -124,10 +124,9 @@ class BertQAJob(FineTuningJob):
         super().build_data()   # the questions, the schedule
         o = self.options
         if self.resumed:
-            # Built here, under the strategy's scope (a fine-tuning job's build_data is): build_model returns it.
-            self.stored = self.stored_model()
-            self.backbone_config = self.stored.backbone.config
-            serving = self.stored.preprocessor
+            stored = self.stored_model()
+            self.backbone_config = stored.backbone.config
+            serving = stored.preprocessor
         else:
             tokenizer, _ = self.start_from_bert(o.sequence_length, "sequence_length")
             self.write_config("custom", assets=BERT_ASSETS)
@@ -147,8 +146,6 @@ class BertQAJob(FineTuningJob):
         self.qa = None
 
     def build_model(self):
-        if self.resumed:
-            return self.stored
         o = self.options
         return BertQuestionAnswerer(self.starting_backbone(BertBackbone), preprocessor=self.preprocessor,
                                     max_answer_length=o.max_answer_length, n_best=o.n_best)

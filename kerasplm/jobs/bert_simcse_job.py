@@ -85,9 +85,8 @@ class BertSimCSEJob(FineTuningJob):
         super().build_data()   # the training sentences, the schedule
         o = self.options
         if self.resumed:
-            # Built here, under the strategy's scope (a fine-tuning job's build_data is): build_model returns it.
-            self.stored = self.stored_model()
-            self.backbone_config, self.preprocessor = self.stored.backbone.config, self.stored.preprocessor
+            stored = self.stored_model()
+            self.backbone_config, self.preprocessor = stored.backbone.config, stored.preprocessor
         else:
             tokenizer, _ = self.start_from_bert(o.max_length)
             recorded = {"pooling": [_RECORDED_POOLING[o.pooling]], "normalize": o.normalize}
@@ -97,8 +96,6 @@ class BertSimCSEJob(FineTuningJob):
         self.train_dataset = make_sentence_dataset(self.preprocessor, self.sentences, o.batch_size, o.seed)
 
     def build_model(self):
-        if self.resumed:
-            return self.stored
         o = self.options
         model = BertSimCSE(BertBackbone.from_config_object(self.backbone_config), o.pooling, o.temperature,
                            o.mlp and o.pooling == "cls", preprocessor=self.preprocessor)

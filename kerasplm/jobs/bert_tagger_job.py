@@ -105,10 +105,9 @@ class BertTaggerJob(FineTuningJob):
         super().build_data()   # the CoNLL files, the schedule
         o = self.options
         if self.resumed:
-            # Built here, under the strategy's scope (a fine-tuning job's build_data is): build_model returns it.
-            self.stored = self.stored_model()
-            self.backbone_config, self.labels = self.stored.backbone.config, list(self.stored.labels)
-            self.preprocessor = self.stored.preprocessor
+            stored = self.stored_model()
+            self.backbone_config, self.labels = stored.backbone.config, list(stored.labels)
+            self.preprocessor = stored.preprocessor
         else:
             bert_tokenizer, init_config = self.start_from_bert(o.sequence_length, "sequence_length")
             self.labels = label_vocabulary(self.train)
@@ -123,8 +122,6 @@ class BertTaggerJob(FineTuningJob):
             self.eval_dataset = _dataset(self.preprocessor, self.dev, label_ids, o.batch_size)
 
     def build_model(self):
-        if self.resumed:
-            return self.stored
         o = self.options
         model = BertTokenClassifier(BertBackbone.from_config_object(self.backbone_config), len(self.labels),
                                     dropout=o.dropout, preprocessor=self.preprocessor, crf=o.crf, labels=self.labels)

@@ -148,7 +148,7 @@ class ElmoJob(Job):
     def build_data(self):
         o, run, t0 = self.options, self.run_dir, time.time()
         train_sentences, heldout_sentences = corpus_splits(o)
-        if self.resumed:   # the stored model's config and vocabulary (its weights: the checkpoint, in build_model)
+        if self.resumed:   # the stored model's config and vocabulary (its weights: the checkpoint)
             stored = self.stored_model()
             self.bilm_config, self.preprocessor = stored.backbone.config, stored.preprocessor
         else:
@@ -174,8 +174,6 @@ class ElmoJob(Job):
         self.eval_dataset = lambda: self.heldout.dataset(o.batch_size, limit=o.eval_windows)
 
     def build_model(self):
-        if self.resumed:
-            return self.stored_model()
         bilm = ElmoBiLM.from_config_object(self.bilm_config, name=self.config["preset"])
         return ElmoLanguageModel(bilm, len(self.vocab), self.options.num_sampled, preprocessor=self.preprocessor)
 

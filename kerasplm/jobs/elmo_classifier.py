@@ -65,9 +65,9 @@ class ElmoClassifierJob(ClassificationJob):
         super().build_data()   # the training file
         o, run = self.options, self.run_dir
         if self.resumed:   # under the strategy's scope (a fine-tuning job): this is the model the checkpoint restores
-            self.stored = self.stored_model()
-            self.labels, preprocessor = list(self.stored.labels), self.stored.preprocessor
-            uses_elmo = self.stored.backbone is not None
+            stored = self.stored_model()
+            self.labels, preprocessor = list(stored.labels), stored.preprocessor
+            uses_elmo = stored.backbone is not None
         else:
             self.labels = self.new_labels()
             self.bilm = None
@@ -88,8 +88,6 @@ class ElmoClassifierJob(ClassificationJob):
                                  + (f"ELMo from {o.elmo}" if uses_elmo else "static embeddings only"))
 
     def build_model(self):
-        if self.resumed:
-            return self.stored
         o = self.options
         embedder = None
         if self.bilm is not None:

@@ -54,11 +54,9 @@ class GPTClassifierJob(ClassificationJob):
     def build_data(self):
         super().build_data()   # the training file, the schedule
         if self.resumed:
-            # The stored classifier (no weights: the run's checkpoint restores them), built under the strategy's
-            # scope (FineTuningJob builds its model in build_data): build_model hands it to the Trainer.
-            self.stored = self.stored_model()
-            self.backbone_config, self.labels = self.stored.backbone.config, list(self.stored.labels)
-            preprocessor = self.stored.preprocessor
+            stored = self.stored_model()   # its labels and preprocessor (the base rebuilds the model to train)
+            self.backbone_config, self.labels = stored.backbone.config, list(stored.labels)
+            preprocessor = stored.preprocessor
         else:
             preprocessor = self._start_run()
         self.classification_data(preprocessor)
@@ -94,8 +92,6 @@ class GPTClassifierJob(ClassificationJob):
         return GPTClassifierPreprocessor(tokenizer, special_ids, o.max_length, o.task)
 
     def build_model(self):
-        if self.resumed:
-            return self.stored
         o = self.options
         return GPTClassifier(self.starting_backbone(GPTBackbone), len(self.labels), task_type=o.task, dropout=o.dropout,
                              lm_weight=o.lm_weight, labels=self.labels, pair_input=self.preprocessor.pair_input,

@@ -9,7 +9,8 @@ rest::
 
         def build_data(self):         # data, tokenizers, model config; self.write_config(...) for a new run;
             ...                       # sets self.train_dataset (and self.eval_dataset, self.schedule)
-        def build_model(self):        # the model (built under the strategy's scope)
+        def build_model(self):        # a new run's model (built under the strategy's scope; a resumed run's is rebuilt
+                                      # from its config.json by the base)
         def build_optimizer(self):    # its optimizer, with self.schedule
         def evaluate(self, trainer, summary):   # the family's figures, added to the summary (not after SIGTERM)
         def result(self, trainer):    # the trained object the summary hands back (summary[result_key])
@@ -201,6 +202,7 @@ class Job:
         self.out, self.log = out, log
         self.given_options, self.overrides = options, overrides
         self._new_config = None
+        self._stored_preprocessor = None   # a resumed run's preprocessor, once stored_model() has rebuilt it
         self.train_dataset = self.eval_dataset = None
         self.schedule = None       # a schedule with set_total_steps (BudgetSchedule ...): fitted to a time budget
         self.most_steps = None     # the longest schedule a time budget may be fitted to
@@ -265,8 +267,17 @@ class Job:
 
     def stored_model(self):
         """A resumed run's task model rebuilt from its config.json (no weights: the checkpoint restores them), with its
-        preprocessor as ``model.preprocessor``."""
-        return self.run_dir.build(self.stored_config)
+        preprocessor as ``model.preprocessor``: what ``build_data`` reads a resumed run's labels, configs and
+        tokenizers from. (The base builds the model it trains itself: :meth:`trainer_model`.)"""
+        model = self.run_dir.build(self.stored_config, preprocessor=self._stored_preprocessor)
+        self._stored_preprocessor = getattr(model, "preprocessor", None)
+        return model
+
+    def trainer_model(self):
+        """The model the Trainer builds under the strategy's scope: :meth:`build_model` for a new run; for a resumed
+        run the model its config.json stores, carrying the preprocessor ``build_data`` read (built outside the scope,
+        which under MultiWorkerMirroredStrategy cannot hold a tokenizer's string tables)."""
+        return self.stored_model() if self.resumed else self.build_model()
 
     def run(self):
         previous_policy = keras.mixed_precision.global_policy()
@@ -294,7 +305,7 @@ class Job:
         with strategy.scope() if self.builds_model_in_build_data else contextlib.nullcontext():
             self.build_data()
         o = self.options   # build_data may have settled options a new run records (a schedule's length ...)
-        trainer = Trainer(model=self.build_model, optimizer=self.build_optimizer, compute_loss=self.compute_loss,
+        trainer = Trainer(model=self.trainer_model, optimizer=self.build_optimizer, compute_loss=self.compute_loss,
                           strategy=strategy, jit_compile=o.jit_compile, clip_norm=self.clip_norm,
                           checkpoint_dir=self.run_dir.checkpoint_dir, checkpoint_every=self.checkpoint_every,
                           log_dir=self.run_dir.log_dir, seed=o.seed, verbose=o.verbose)

@@ -45,7 +45,7 @@ from kerasplm.models.gpt_generator import TextGenerator, load_text_generator, ru
 from kerasplm.families.gpt import GPTOptions
 from kerasplm.jobs.job import Job
 from kerasplm.runs import attach_run_info
-from kerasplm.runs.serialization import attach_preprocessor, deserialize
+from kerasplm.runs.serialization import attach_preprocessor
 from kerasplm.text.sentencepiece import SentencePieceTokenizer, train_sentencepiece
 from kerasplm.training import WarmupCosineDecay
 from kerasplm.training.optimizers import FusedAdamW
@@ -201,8 +201,8 @@ class GPTJob(Job):
         o, run, t0 = self.options, self.run_dir, time.time()
         train_text, self.held_out_text = read_corpus(o)
         if self.resumed:
-            # The stored model and tokenizer (checked against each other); the model itself is built again under
-            # the strategy's scope (build_model), this one only tells its config.
+            # The stored model and tokenizer (checked against each other); the base rebuilds the model to train under
+            # the strategy's scope, with this tokenizer.
             stored = self.stored_model()
             self.tokenizer, self.model_config = run_tokenizer(stored), stored.backbone.config
         else:
@@ -229,11 +229,7 @@ class GPTJob(Job):
                                              alpha=0.1)
 
     def build_model(self):
-        if self.resumed:   # the stored model (deserialized: no weights yet, the checkpoint restores them)
-            model = deserialize(self.config["model"], self.run_dir.path)
-        else:
-            model = build_gpt(self.model_config, self.config["preset"])
-        return attach_preprocessor(model, self.tokenizer)
+        return attach_preprocessor(build_gpt(self.model_config, self.config["preset"]), self.tokenizer)
 
     def build_optimizer(self):
         return adamw(self.lr_schedule, self.options.weight_decay)

@@ -251,8 +251,6 @@ class TranslatorJob(Job):
         self.schedule = self.lr_schedule if isinstance(self.lr_schedule, BudgetSchedule) else None
 
     def build_model(self):
-        if self.resumed:
-            return self.stored_model()
         model = Transformer.from_config_object(self.model_config, name=self.config["preset"])
         return attach_preprocessor(model, self.preprocessor)
 

@@ -223,14 +223,16 @@ class RunDir:
             raise self.error(self.CONFIG, f"a {config['family']} run, not a {family} run")
         return config
 
-    def build(self, config):
+    def build(self, config, preprocessor=None):
         """The task model and preprocessor ``config`` stores (no weights yet), the preprocessor attached to the model
         as ``model.preprocessor``; a one-line :class:`RunDirError` when either cannot be rebuilt, or when the model's
-        ``check_preprocessor(preprocessor)`` (if it has one) finds they do not fit (a damaged vocabulary file)."""
-        try:
-            preprocessor = deserialize(config.get("preprocessor"), self.path)
-        except (ValueError, OSError) as e:
-            raise self.error(self.CONFIG, f"'preprocessor' cannot be rebuilt ({e})") from None
+        ``check_preprocessor(preprocessor)`` (if it has one) finds they do not fit (a damaged vocabulary file).
+        ``preprocessor``: one already rebuilt from this config, attached instead of a new one."""
+        if preprocessor is None:
+            try:
+                preprocessor = deserialize(config.get("preprocessor"), self.path)
+            except (ValueError, OSError) as e:
+                raise self.error(self.CONFIG, f"'preprocessor' cannot be rebuilt ({e})") from None
         try:
             model = deserialize(config["model"], self.path)
         except (ValueError, OSError) as e:
