@@ -7,22 +7,25 @@ the tokenizer (SentencePiece or GPT-2 BPE, a ``tf.Module`` whose files are asset
 
 ``serving_default``  prompt -> text string [B]: greedy continuation of ``max_new_tokens`` (the export's default)
                      tokens, the prompt not repeated, stopped at <|endoftext|>
-``generate``         prompt, max_new_tokens int32 [], temperature float32 [], top_k int32 [], top_p float32 [],
-                     seed int32 [] -> text string [B]. 0 means "the default" for every option: max_new_tokens 0 =
-                     the export's default (at most its cap), temperature 0 = greedy, top_k 0 / top_p 0 (or 1) =
-                     no filter. Sampling is seeded: the same request gives the same text.
+``generate``         prompt, max_new_tokens int32 [B], temperature float32 [B], top_k int32 [B], top_p float32 [B],
+                     seed int32 [B] -> text string [B]: one value of each option per prompt, so the signature is
+                     batch-safe (TF Serving's batching concatenates requests along the 0th dimension of every
+                     input). 0 means "the default" for every option: max_new_tokens 0 = the export's default (at
+                     most its cap), temperature 0 = greedy, top_k 0 / top_p 0 (or 1) = no filter. Sampling is
+                     seeded per row: a prompt's text depends on its own options and seed only, not on the other
+                     rows of the batch, and equals ``TextGenerator.generate([prompt], seed=seed, ...)``.
 ``score``            text -> log_likelihood float32 [B] (nats, log P(text | <|endoftext|>)), num_tokens int32 [B],
                      perplexity float32 [B] (exp(-log P / num_tokens); 1 for text without tokens)
 ``metadata``         (no inputs) -> the export's JSON metadata (added by save_version)
 
 TF Serving signatures have no optional inputs, hence two generation signatures: ``serving_default`` for the
-plain call, ``generate`` with every option (the REST API's row format takes a scalar option once per request).
+plain call, ``generate`` with every option (REST's row format: each instance an object with every option).
 
 Decoding is the engine of :mod:`kerasplm.generation`, the code ``TextGenerator.generate`` runs in process:
 ``causal_lm_search`` (one prefill, key/value cache) with its greedy path (the screened one,
 :class:`kerasplm.generation.screened_argmax.ScreenedArgmax`, where the engine uses it: XLA-compiled, two or more
 rows, a float32 tied output table) and its sampler, :func:`kerasplm.generation.sampling.make_sampler`, which
-takes the ``generate`` signature's scalar options as tensors (a request's rules, checked by
+takes a group's options as scalar tensors and the rows' seeds (a request's rules, checked by
 :func:`kerasplm.generation.options.request_checks`: 0 = off, temperature 0 = the greedy path), so a request
 decodes the tokens ``TextGenerator.generate`` does for the same options and seed. Prompts are cut to their last
 ``max_prompt_tokens`` tokens and padded to the smallest of a few static widths (one traced decoding branch
@@ -37,9 +40,10 @@ import os
 
 import tensorflow as tf
 
-from kerasplm.export.base import ExportModule, save_version
+from kerasplm.export.base import ExportModule, map_option_groups, save_version
 from kerasplm.generation.engine import causal_lm_search
 from kerasplm.generation.options import request_checks
+from kerasplm.generation.sampling import row_seeds
 from kerasplm.models.gpt_generator import (TextGenerator, load_text_generator, perplexity, score_token_ids,
                                            trim_generated)
 
@@ -100,7 +104,8 @@ class GeneratorModule(ExportModule):
         return self._search(prompt_ids, prompt_lengths, max_lengths, strategy="greedy")
 
     def _request_impl(self, prompt_ids, prompt_lengths, max_lengths, temperature, top_k, top_p, seed):
-        """A request's options as scalar tensors (0 = off; temperature 0 = the greedy path)."""
+        """A request's options as scalar tensors (0 = off; temperature 0 = the greedy path); ``seed`` one pair per
+        row (:func:`kerasplm.generation.sampling.row_seeds`)."""
         return self._search(prompt_ids, prompt_lengths, max_lengths, strategy="sample", temperature=temperature,
                             top_k=top_k, top_p=top_p, seed=seed)
 
@@ -117,14 +122,15 @@ class GeneratorModule(ExportModule):
         return tf.concat([tf.RaggedTensor.from_tensor(column, lengths=empty), ids], axis=1)
 
     def _decode(self, prompt, max_new_tokens, request=None):
-        """Text of the continuations: prompts padded to the smallest traced width that holds them; greedy, or
-        ``request = (temperature, top_k, top_p, seed)`` scalar tensors."""
+        """Text of the continuations: prompts padded to the smallest traced width that holds them;
+        ``max_new_tokens`` a scalar or one per row; greedy, or ``request = (temperature, top_k, top_p, seeds)``:
+        scalar tensors and per-row seeds ``(B, 2)``."""
         ids = self._prompt_ids(prompt)
         lengths = tf.cast(ids.row_lengths(), tf.int32)
         longest = tf.reduce_max(tf.concat([lengths, [1]], axis=0))
         branch = tf.reduce_sum(tf.cast(tf.constant(self.prompt_widths) < longest, tf.int32))
         batch = tf.shape(lengths)[0]
-        row_caps = tf.fill([batch], max_new_tokens)
+        row_caps = max_new_tokens if max_new_tokens.shape.rank else tf.fill([batch], max_new_tokens)
 
         def decode_at(width):
             def run():
@@ -147,14 +153,19 @@ class GeneratorModule(ExportModule):
         return {"text": self._decode(prompt, tf.constant(self.max_new_tokens))}
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="prompt"),
-                                  tf.TensorSpec([], tf.int32, name="max_new_tokens"),
-                                  tf.TensorSpec([], tf.float32, name="temperature"),
-                                  tf.TensorSpec([], tf.int32, name="top_k"),
-                                  tf.TensorSpec([], tf.float32, name="top_p"),
-                                  tf.TensorSpec([], tf.int32, name="seed")])
+                                  tf.TensorSpec([None], tf.int32, name="max_new_tokens"),
+                                  tf.TensorSpec([None], tf.float32, name="temperature"),
+                                  tf.TensorSpec([None], tf.int32, name="top_k"),
+                                  tf.TensorSpec([None], tf.float32, name="top_p"),
+                                  tf.TensorSpec([None], tf.int32, name="seed")])
     def generate(self, prompt, max_new_tokens, temperature, top_k, top_p, seed):
-        """Greedy or seeded sampling with every option (0 = default, see the module docstring) -> ``{"text"}``."""
+        """Greedy or seeded sampling with every option, one value per row (0 = default, see the module
+        docstring) -> ``{"text": string [B]}``. Rows are decoded in groups of equal temperature, top_k and top_p
+        (:func:`kerasplm.export.base.map_option_groups`); ``max_new_tokens`` and ``seed`` act per row."""
+        rows = tf.shape(prompt)[0]
         checks = [
+            tf.debugging.assert_equal(tf.stack([tf.size(o) for o in (max_new_tokens, temperature, top_k, top_p, seed)]),
+                                      rows, message="every option needs one value per prompt (a [batch] vector)"),
             tf.debugging.assert_greater_equal(max_new_tokens, 0, message="max_new_tokens must be >= 0 (0 = default)"),
             tf.debugging.assert_less_equal(max_new_tokens, self.max_new_tokens,
                                            message=f"max_new_tokens must be <= {self.max_new_tokens}"),
@@ -162,7 +173,13 @@ class GeneratorModule(ExportModule):
         ]
         with tf.control_dependencies(checks):
             steps = tf.where(max_new_tokens > 0, max_new_tokens, self.max_new_tokens)
-        return {"text": self._decode(prompt, steps, (temperature, top_k, top_p, seed))}
+
+        def decode_group(rows_of_group, options):
+            group_prompt, group_steps, group_seed = rows_of_group
+            return {"text": self._decode(group_prompt, group_steps, (*options, row_seeds(group_seed)))}
+
+        return map_option_groups(decode_group, [prompt, steps, seed], [temperature, top_k, top_p],
+                                 {"text": tf.string})
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
     def score(self, text):

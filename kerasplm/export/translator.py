@@ -6,8 +6,9 @@ decoding functions. Signatures (every
 ``inputs`` is ``tf.string [None]``, one sentence per row):
 
 ``serving_default``           inputs -> translation string [batch]                 (greedy)
-``translate``                 inputs, beam_size int32 [], max_length int32 [] -> translation, score float32
-                              (0 = default for both options: greedy / the length rule)
+``translate``                 inputs, beam_size int32 [batch], max_length int32 [batch] -> translation, score
+                              float32 (one value of each option per sentence, so that the signature is
+                              batch-safe; 0 = default for both: greedy / the length rule)
 ``translate_with_attention``  inputs -> translation, tokens string [batch, T], source_tokens string
                               [batch, S], attention float32 [batch, heads, T, S], target_length int32,
                               source_length int32
@@ -26,7 +27,7 @@ import os
 import keras
 import tensorflow as tf
 
-from kerasplm.export.base import ExportModule, save_version
+from kerasplm.export.base import ExportModule, map_option_groups, save_version
 from kerasplm.generation.options import DEFAULT_ALPHA
 from kerasplm.generation.seq2seq import Seq2SeqDecoder
 from kerasplm.runs import load_run
@@ -95,18 +96,32 @@ class TranslatorModule(ExportModule):
         return {"translation": self.decoder.detokenize(ids, has_words)}
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs"),
-                                  tf.TensorSpec([], tf.int32, name="beam_size"),
-                                  tf.TensorSpec([], tf.int32, name="max_length")])
+                                  tf.TensorSpec([None], tf.int32, name="beam_size"),
+                                  tf.TensorSpec([None], tf.int32, name="max_length")])
     def translate(self, inputs, beam_size, max_length):
         """Beam search (``beam_size`` 0 or 1: one beam, the greedy tokens) with an optional cap ``max_length``
-        (0: length rule) -> ``{"translation": string [B], "score": float32 [B]}`` (score = log P / GNMT length
-        penalty)."""
-        with tf.control_dependencies(self._check_options(beam_size, max_length)):
-            src_ids, has_words = self.decoder.encode(inputs)
-        buffer = self.decoder.decode_buffer(src_ids, max_length)
-        ids, scores = self.decoder.search(src_ids, buffer, beam_size=beam_size, max_beam_size=self.max_beam_size)
-        return {"translation": self.decoder.detokenize(ids, has_words),
-                "score": tf.where(has_words, scores, tf.zeros_like(scores))}
+        (0: length rule), one value of each per sentence (batch-safe) -> ``{"translation": string [B], "score":
+        float32 [B]}`` (score = log P / GNMT length penalty). Sentences of equal options are decoded together
+        (:func:`kerasplm.export.base.map_option_groups`)."""
+        rows = tf.shape(inputs)[0]
+        checks = [tf.debugging.assert_equal(tf.stack([tf.size(beam_size), tf.size(max_length)]), rows,
+                                            message="beam_size and max_length need one value per sentence "
+                                                    "(a [batch] vector)"),
+                  *self._check_options(beam_size, max_length)]
+        with tf.control_dependencies(checks):
+            inputs = tf.identity(inputs)
+
+        def translate_group(rows_of_group, options):
+            (texts,), (group_beam_size, group_max_length) = rows_of_group, options
+            src_ids, has_words = self.decoder.encode(texts)
+            buffer = self.decoder.decode_buffer(src_ids, group_max_length)
+            ids, scores = self.decoder.search(src_ids, buffer, beam_size=group_beam_size,
+                                              max_beam_size=self.max_beam_size)
+            return {"translation": self.decoder.detokenize(ids, has_words),
+                    "score": tf.where(has_words, scores, tf.zeros_like(scores))}
+
+        return map_option_groups(translate_group, [inputs], [beam_size, max_length],
+                                 {"translation": tf.string, "score": tf.float32})
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
     def translate_with_attention(self, inputs):
@@ -200,7 +215,7 @@ def load_and_translate(path, sentences, signature="serving_default", **options):
     accepted = fn.structured_input_signature[1]
     for name in ("beam_size", "max_length"):
         if name in accepted:
-            kwargs[name] = tf.constant(int(options.pop(name, 0) or 0), tf.int32)
+            kwargs[name] = tf.fill([len(sentences)], tf.constant(int(options.pop(name, 0) or 0), tf.int32))
     if options:
         raise TypeError(f"signature {signature!r} takes no options {sorted(options)}")
     return [s.decode("utf-8") for s in fn(**kwargs)["translation"].numpy()]

@@ -102,9 +102,12 @@ def resolve_request(temperature=0.0, top_k=None, top_p=None, num_beams=1):
 
 
 def request_checks(temperature, top_k, top_p):
-    """A request's rules for scalar tensors (a signature's inputs): the assert ops, for
+    """A request's rules for tensors (a signature's inputs; scalars or one value per row): the assert ops, for
     ``tf.control_dependencies`` (an InvalidArgumentError naming the option)."""
     return [
+        # NaN fails every comparison below; infinity passes >= 0 and would turn the logits into NaN.
+        tf.debugging.assert_less(temperature, tf.fill(tf.shape(temperature), float("inf")),
+                                 message="temperature must be finite"),
         tf.debugging.assert_greater_equal(temperature, tf.zeros_like(temperature), message=TEMPERATURE_RULE),
         tf.debugging.assert_greater_equal(top_k, tf.zeros_like(top_k), message=TOP_K_RULE),
         tf.debugging.assert_greater_equal(top_p, tf.zeros_like(top_p), message=TOP_P_RULE),

@@ -35,20 +35,47 @@ from kerasplm.generation.search import argmax_token
 NEG_INF = float("-inf")
 
 __all__ = ["as_seed", "filter_logits", "inverse_cdf_sample", "make_chooser", "make_sampler", "nucleus_mask",
-           "top_k_padded", "validate_sampling"]
+           "row_seeds", "top_k_padded", "validate_sampling"]
 
 
 def as_seed(seed):
     """An int32 ``(2,)`` seed tensor from an int or a scalar tensor (``[0, seed]``), or from two ints / a
-    ``(2,)`` tensor."""
+    ``(2,)`` tensor; an int32 ``(n, 2)`` tensor is one seed per row (see :func:`row_seeds`)."""
     if isinstance(seed, int):
         return tf.constant([0, seed], tf.int32)
     seed = tf.cast(tf.convert_to_tensor(seed), tf.int32)
     if seed.shape.rank == 0:
         return tf.stack([0, seed])
+    if seed.shape.rank == 2 and seed.shape[1] == 2:
+        return seed
     if seed.shape != (2,):
-        raise ValueError(f"seed must be an int or two ints, got shape {seed.shape}")
+        raise ValueError(f"seed must be an int, two ints or one pair per row, got shape {seed.shape}")
     return seed
+
+
+def row_seeds(seeds):
+    """int32 ``(n, 2)`` per-row seeds (``[0, seed]``) from int ``(n,)`` seeds.
+
+    With per-row seeds a row's draws depend on its own seed only, not on its position in the batch or on the
+    other rows: what a batch-safe SavedModel signature needs, since TF Serving's batching may merge several
+    requests into one call. Row r's draw at step t is ``stateless_uniform([1], fold_in([0, seed_r], t))``, the
+    draw of a one-row call seeded ``seed_r``: a prompt decodes the same alone, in a batch or in process."""
+    seeds = tf.cast(seeds, tf.int32)
+    return tf.stack([tf.zeros_like(seeds), seeds], axis=1)
+
+
+def _step_uniforms(seed, step, rows):
+    """float32 ``(rows,)`` uniforms for loop step ``step``: from one ``(2,)`` seed (row r takes the r-th number of
+    the step's stream), or one per row from ``(rows, 2)`` seeds (:func:`row_seeds`)."""
+    if seed.shape.rank == 1:
+        step_seed = tf.random.experimental.stateless_fold_in(seed, step, alg="philox")
+        return tf.random.stateless_uniform(tf.reshape(rows, [1]), seed=step_seed, alg="philox")
+
+    def one_row(row_seed):
+        step_seed = tf.random.experimental.stateless_fold_in(row_seed, step, alg="philox")
+        return tf.random.stateless_uniform([1], seed=step_seed, alg="philox")[0]
+
+    return tf.map_fn(one_row, seed, fn_output_signature=tf.float32)
 
 
 def nucleus_mask(probs, top_p, iterations=32):
@@ -111,27 +138,33 @@ def filter_logits(logits, top_k=None, top_p=None):
     return logits, token_ids
 
 
-def inverse_cdf_sample(logits, seed):
-    """One sample per row from softmax(logits) (``-inf`` logits are never drawn): int32 ``(n,)``."""
+def inverse_cdf_sample(logits, seed, step=None):
+    """One sample per row from softmax(logits) (``-inf`` logits are never drawn): int32 ``(n,)``.
+
+    ``seed``: the step's ``(2,)`` seed (``step`` None), or, with the loop ``step``, a ``(2,)`` seed or per-row
+    ``(n, 2)`` seeds that :func:`_step_uniforms` folds the step into."""
     cdf = tf.math.cumsum(tf.nn.softmax(logits, axis=-1), axis=-1)                      # (n, V)
-    u = tf.random.stateless_uniform(tf.shape(cdf)[:1], seed=seed, alg="philox") * cdf[:, -1]
+    if step is None:
+        u = tf.random.stateless_uniform(tf.shape(cdf)[:1], seed=seed, alg="philox")
+    else:
+        u = _step_uniforms(seed, step, tf.shape(cdf)[0])
+    u = u * cdf[:, -1]
     return tf.reduce_sum(tf.cast(cdf <= u[:, tf.newaxis], tf.int32), axis=-1)
 
 
 def make_sampler(seed, temperature=DEFAULT_TEMPERATURE, top_k=None, top_p=None):
     """The seeded sampling chooser of kerasplm (in process and in exports).
 
-    ``seed``: an int or a scalar tensor (``[0, seed]``), or two ints / an int32 ``(2,)`` tensor.
-    ``temperature``, ``top_k``, ``top_p``: Python values or scalar tensors (see the module docstring).
+    ``seed``: an int or a scalar tensor (``[0, seed]``), or two ints / an int32 ``(2,)`` tensor, or int32
+    ``(n, 2)`` per-row seeds (:func:`row_seeds`). ``temperature``, ``top_k``, ``top_p``: Python values or scalar tensors (see the module docstring).
     """
     validate_sampling(temperature, top_k, top_p)
     seed = as_seed(seed)
 
     def choose(logits, step):
         logits = logits / temperature
-        step_seed = tf.random.experimental.stateless_fold_in(seed, step, alg="philox")
         values, token_ids = filter_logits(logits, top_k, top_p)
-        sample = inverse_cdf_sample(values, step_seed)
+        sample = inverse_cdf_sample(values, seed, step)
         return sample if token_ids is None else tf.gather(token_ids, sample, batch_dims=1)
 
     return choose

@@ -63,14 +63,25 @@ def _texts(tensor):
     return [t.decode("utf-8") for t in tensor.numpy()]
 
 
+def _options(rows, **values):
+    """The generate signature's options: one value per row (its inputs are [batch] vectors)."""
+    return {k: tf.fill([rows], tf.constant(v, tf.float32 if isinstance(v, float) else tf.int32))
+            for k, v in values.items()}
+
+
+def _each_alone(generator, prompts, **options):
+    """TextGenerator.generate of each prompt alone: a batch-safe signature samples each row with its own seed."""
+    return [generator.generate([p], **options)[0] for p in prompts]
+
+
 def test_signatures_equal_the_text_generator(generator, loaded, exported):
     assert max(len(ids) for ids in generator.tokenizer.tokenize(tf.constant(PROMPTS)).to_list()) <= 16
     greedy = generator.generate(PROMPTS, max_new_tokens=MAX_NEW, jit_compile=False)
     assert _texts(loaded.signatures["serving_default"](prompt=tf.constant(PROMPTS))["text"]) == greedy
-    options = {k: tf.constant(v, tf.float32 if isinstance(v, float) else tf.int32) for k, v in SAMPLING.items()}
+    options = _options(len(PROMPTS), **SAMPLING)
     sampled = _texts(loaded.signatures["generate"](prompt=tf.constant(PROMPTS), **options)["text"])
-    assert sampled == generator.generate(PROMPTS, jit_compile=False, **SAMPLING)
-    zeros = {k: tf.zeros([], v.dtype) for k, v in options.items()}  # 0 = defaults: greedy, MAX_NEW tokens
+    assert sampled == _each_alone(generator, PROMPTS, jit_compile=False, **SAMPLING)
+    zeros = {k: tf.zeros_like(v) for k, v in options.items()}  # 0 = defaults: greedy, MAX_NEW tokens
     assert _texts(loaded.signatures["generate"](prompt=tf.constant(PROMPTS), **zeros)["text"]) == greedy
     scores = loaded.signatures["score"](text=tf.constant(PROMPTS))
     for i, expected in enumerate(generator.score(PROMPTS)):
@@ -85,11 +96,12 @@ def test_signatures_equal_the_text_generator(generator, loaded, exported):
 
 
 def test_loads_and_runs_without_kerasplm(loaded, exported):
+    per_row = {k: [v] * len(PROMPTS) for k, v in SAMPLING.items()}
     outputs = run_isolated(exported[1], [("serving_default", {"prompt": PROMPTS}),
-                                         ("generate", {"prompt": PROMPTS, **SAMPLING}),
+                                         ("generate", {"prompt": PROMPTS, **per_row}),
                                          ("score", {"text": PROMPTS})])
     assert outputs[0]["text"] == _texts(loaded.signatures["serving_default"](prompt=tf.constant(PROMPTS))["text"])
-    options = {k: tf.constant(v, tf.float32 if isinstance(v, float) else tf.int32) for k, v in SAMPLING.items()}
+    options = _options(len(PROMPTS), **SAMPLING)
     assert outputs[1]["text"] == _texts(loaded.signatures["generate"](prompt=tf.constant(PROMPTS), **options)["text"])
     assert outputs[2]["num_tokens"] == loaded.signatures["score"](text=tf.constant(PROMPTS))["num_tokens"].numpy().tolist()
 
@@ -116,10 +128,12 @@ def test_bad_input_battery(loaded):
     ("temperature", -1.0, "temperature must be >= 0"),
     ("top_p", 1.5, "top_p must be in [0, 1]"),
     ("top_k", -2, "top_k must be >= 0"),
+    ("temperature", float("inf"), "temperature must be finite"),
+    ("temperature", float("nan"), "temperature must be"),
 ])
 def test_bad_options_name_the_option(loaded, option, value, message):
     options = {"max_new_tokens": 0, "temperature": 0.0, "top_k": 0, "top_p": 0.0, "seed": 0, option: value}
-    options = {k: tf.constant(v, tf.float32 if isinstance(v, float) else tf.int32) for k, v in options.items()}
+    options = _options(1, **options)
     with pytest.raises(tf.errors.InvalidArgumentError, match=message.replace("[", r"\[").replace("]", r"\]")):
         loaded.signatures["generate"](prompt=tf.constant(["the king"]), **options)
 
@@ -130,7 +144,7 @@ def test_kerasplm_serve_answers_generate_and_score(exported, generator):
     assert greedy == {"predictions": generator.generate(PROMPTS, max_new_tokens=MAX_NEW, jit_compile=False)}
     rows = [{"prompt": p, **SAMPLING} for p in PROMPTS]
     sampled = api.predict(version, {"signature_name": "generate", "instances": rows})
-    assert sampled == {"predictions": generator.generate(PROMPTS, jit_compile=False, **SAMPLING)}
+    assert sampled == {"predictions": _each_alone(generator, PROMPTS, jit_compile=False, **SAMPLING)}
     scored = api.predict(version, {"signature_name": "score", "inputs": {"text": PROMPTS[:1]}})
     assert scored["outputs"]["num_tokens"] == [generator.score(PROMPTS[:1])[0]["num_tokens"]]
 
@@ -141,24 +155,43 @@ REQUESTS = [(1.0, 0, 0.0, 0), (0.7, 5, 0.0, 3), (1.3, 0, 0.8, 11), (0.9, 12, 0.9
             (2.0, 0, 0.0, -7), (0.0, 7, 0.5, 9)]
 
 
-def _request(temperature, top_k, top_p, seed, max_new_tokens=MAX_NEW):
-    return {"max_new_tokens": tf.constant(max_new_tokens), "temperature": tf.constant(temperature, tf.float32),
-            "top_k": tf.constant(top_k), "top_p": tf.constant(top_p, tf.float32), "seed": tf.constant(seed)}
+def _request(temperature, top_k, top_p, seed, max_new_tokens=MAX_NEW, rows=len(PROMPTS)):
+    return _options(rows, max_new_tokens=max_new_tokens, temperature=float(temperature), top_k=top_k,
+                    top_p=float(top_p), seed=seed)
 
 
-def _in_process(generator, temperature, top_k, top_p, seed, jit_compile=False):
-    """TextGenerator.generate (engine.generate) with the same request spelled in Python (0 = off)."""
+def _in_process(generator, temperature, top_k, top_p, seed, jit_compile=False, prompts=PROMPTS):
+    """TextGenerator.generate (engine.generate) of each prompt alone, the same request spelled in Python (0 = off)."""
     if temperature == 0:
         top_k = top_p = 0  # ignored by the export's greedy path; TextGenerator refuses them without sampling
-    return generator.generate(PROMPTS, max_new_tokens=MAX_NEW, temperature=temperature, top_k=top_k, top_p=top_p,
-                              seed=seed, jit_compile=jit_compile)
+    return _each_alone(generator, prompts, max_new_tokens=MAX_NEW, temperature=temperature, top_k=top_k,
+                       top_p=top_p, seed=seed, jit_compile=jit_compile)
 
 
 def test_generate_signature_equals_the_engine_for_every_request(generator, loaded):
     for temperature, top_k, top_p, seed in REQUESTS:
-        out = loaded.signatures["generate"](prompt=tf.constant(PROMPTS), **_request(temperature, top_k, top_p, seed))
-        assert _texts(out["text"]) == _in_process(generator, temperature, top_k, top_p, seed), (temperature, top_k,
-                                                                                                top_p, seed)
+        out = loaded.signatures["generate"](prompt=tf.constant(PROMPTS[:1]),
+                                            **_request(temperature, top_k, top_p, seed, rows=1))
+        assert _texts(out["text"]) == _in_process(generator, temperature, top_k, top_p, seed, prompts=PROMPTS[:1]), \
+            (temperature, top_k, top_p, seed)
+
+
+def test_generate_rows_with_different_options_equal_each_row_alone(loaded):
+    """Batch-safe: a batch whose rows ask for different requests (as TF Serving's batching merges them) answers
+    each row as that row alone; rows of equal options are decoded together, each with its own seed."""
+    rows = [(p, request) for request in REQUESTS for p in PROMPTS[::2]]
+    columns = {name: [request[i] for _, request in rows] for i, name in
+               enumerate(("temperature", "top_k", "top_p", "seed"))}
+    merged = loaded.signatures["generate"](
+        prompt=tf.constant([p for p, _ in rows]), max_new_tokens=tf.constant([MAX_NEW - i % 3 for i in range(len(rows))]),
+        temperature=tf.constant(columns["temperature"], tf.float32), top_k=tf.constant(columns["top_k"]),
+        top_p=tf.constant(columns["top_p"], tf.float32), seed=tf.constant(columns["seed"]))
+    alone = [loaded.signatures["generate"](prompt=tf.constant([p]),
+                                           **_request(*request, max_new_tokens=MAX_NEW - i % 3, rows=1))["text"][0]
+             for i, (p, request) in enumerate(rows)]
+    assert merged["text"].numpy().tolist() == alone
+    twice = loaded.signatures["generate"](prompt=tf.constant(PROMPTS[:1] * 2), **_request(1.0, 0, 0.0, 3, rows=2))
+    assert len(set(twice["text"].numpy().tolist())) == 1   # the same prompt, options and seed: the same text
 
 
 def test_generate_signature_calls_the_engines_sampler(generator, monkeypatch):
@@ -199,7 +232,7 @@ def test_greedy_export_takes_the_engines_screened_path(generator, monkeypatch, t
     request = _texts(module.generate(tf.constant(PROMPTS), **_request(0.0, 0, 0.0, 0))["text"])
     assert len(screens) == 3 and request == expected                                    # temperature 0: the same path
     sampled = _texts(module.generate(tf.constant(PROMPTS), **_request(0.9, 12, 0.9, 5))["text"])
-    assert sampled == _in_process(generator, 0.9, 12, 0.9, 5, jit_compile=True)
+    assert sampled[:1] == _in_process(generator, 0.9, 12, 0.9, 5, jit_compile=True, prompts=PROMPTS[:1])
     plain = GeneratorModule(generator, max_new_tokens=MAX_NEW, max_prompt_tokens=16)       # no XLA: full logits
     assert _texts(plain.serving_default(tf.constant(PROMPTS))["text"]) == \
         generator.generate(PROMPTS, max_new_tokens=MAX_NEW, jit_compile=False)

@@ -91,8 +91,10 @@ def _greedy(loaded, texts):
 
 
 def _translate(loaded, texts, beam_size=0, max_length=0):
+    # One value of each option per sentence: the signature is batch-safe.
     out = loaded.signatures["translate"](inputs=tf.constant(texts, tf.string, shape=[len(texts)]),
-                                         beam_size=tf.constant(beam_size), max_length=tf.constant(max_length))
+                                         beam_size=tf.fill([len(texts)], beam_size),
+                                         max_length=tf.fill([len(texts)], max_length))
     return _strings(out["translation"]), out["score"].numpy()
 
 
@@ -129,6 +131,18 @@ def test_beam_equals_translator(loaded, reference, beam_size):
     assert scores.shape == (len(SENTENCES),) and (scores < 0).all()
 
 
+def test_rows_with_different_options_equal_each_row_alone(loaded, reference):
+    """Batch-safe: one batch whose sentences ask for different beam sizes (as TF Serving's batching merges
+    requests) answers each sentence as its own request would."""
+    beams = [(1, 2, 3)[i % 3] for i in range(len(SENTENCES))]
+    out = loaded.signatures["translate"](inputs=tf.constant(SENTENCES), beam_size=tf.constant(beams),
+                                         max_length=tf.zeros([len(SENTENCES)], tf.int32))
+    assert _strings(out["translation"]) == [reference[k][i] for i, k in enumerate(beams)]
+    with pytest.raises(tf.errors.InvalidArgumentError, match="one value per sentence"):
+        loaded.signatures["translate"](inputs=tf.constant(SENTENCES), beam_size=tf.constant([2]),
+                                       max_length=tf.constant([0]))
+
+
 def test_max_length_caps_output(loaded, tiny_translator):
     capped, _ = _translate(loaded, SENTENCES, max_length=3)
     assert capped == tiny_translator.translate(SENTENCES, max_length=3)
@@ -163,7 +177,8 @@ def test_bad_inputs_beam_search(exported, reference):
     # The 5,000-word rows are not compared: their ~1,000-step random-weight beam search has near-ties that
     # last-bit differences of batch-size-dependent matmul kernels can flip (greedy above compares them exactly).
     alone = check_bad_inputs(exported, "translate", "inputs", _empty_like_rows_are_empty, normal=SENTENCES[1],
-                             extra_inputs={"beam_size": 2, "max_length": 0}, extra_bad=EXTRA_BAD,
+                             extra_inputs={"beam_size": lambda texts: [2] * len(texts),
+                                           "max_length": lambda texts: [0] * len(texts)}, extra_bad=EXTRA_BAD,
                              compare_rows=set(EXTRA_BAD) | {"empty", "whitespace", "invalid_utf8"})
     assert alone["normal"]["translation"][0].decode() == reference[2][1]
 
@@ -215,7 +230,7 @@ def test_the_translator_and_its_export_share_one_decoder(tiny_translator, loaded
 def test_loads_without_kerasplm_and_uses_only_registered_ops(exported, reference):
     greedy, beam, metadata = run_isolated(exported, [
         ("serving_default", {"inputs": SENTENCES}),
-        ("translate", {"inputs": SENTENCES, "beam_size": 2, "max_length": 0}),
+        ("translate", {"inputs": SENTENCES, "beam_size": [2] * len(SENTENCES), "max_length": [0] * len(SENTENCES)}),
         ("metadata", {})])
     assert greedy["translation"] == reference[1]
     assert beam["translation"] == reference[2]
@@ -271,7 +286,8 @@ def test_serving_end_to_end(exported, reference):
         status, body = _post(url + ":predict", {"inputs": SENTENCES})
         assert status == 200 and body == {"outputs": reference[1]}
         status, body = _post(url + ":predict", {"signature_name": "translate",
-                                                "inputs": {"inputs": SENTENCES, "beam_size": 2, "max_length": 0}})
+                                                "inputs": {"inputs": SENTENCES, "beam_size": [2] * len(SENTENCES),
+                                                           "max_length": [0] * len(SENTENCES)}})
         assert status == 200 and body["outputs"]["translation"] == reference[2]
         status, body = _post(url + ":predict", {"signature_name": "translate", "instances": [
             {"inputs": s, "beam_size": 3, "max_length": 0} for s in SENTENCES]})
@@ -279,7 +295,8 @@ def test_serving_end_to_end(exported, reference):
         status, body = _post(url + ":predict", {"inputs": ["", LONG[:2000], SENTENCES[0]]})
         assert status == 200 and body["outputs"][0] == "" and body["outputs"][2] == reference[1][0]
         status, body = _post(url + ":predict", {"signature_name": "translate",
-                                                "inputs": {"inputs": SENTENCES, "beam_size": 99, "max_length": 0}})
+                                                "inputs": {"inputs": SENTENCES, "beam_size": [99] * len(SENTENCES),
+                                                           "max_length": [0] * len(SENTENCES)}})
         # INVALID_ARGUMENT is the client's error: 400, as TF Serving answers.
         assert status == 400 and "beam_size must be <= 8" in body["error"]
         with urllib.request.urlopen(url, timeout=30) as response:
