@@ -160,11 +160,13 @@ def test_translator_predict_equals_rest(served):
     assert got == _rest_outputs(served, "translator", {"inputs": SENTENCES}, got)
     assert len(got["translation"]) == len(SENTENCES)
 
-    inputs = {"inputs": SENTENCES, "beam_size": (2, tf.int32), "max_length": (0, tf.int32)}
+    rows = len(SENTENCES)
+    inputs = {"inputs": SENTENCES, "beam_size": ([2] * rows, tf.int32), "max_length": ([0] * rows, tf.int32)}
     response = served.stub.Predict(_request("translator", "translate", inputs), timeout=120)
     got = _json_outputs(response)
     rest = _rest_outputs(served, "translator", {"signature_name": "translate",
-                                                "inputs": {"inputs": SENTENCES, "beam_size": 2, "max_length": 0}},
+                                                "inputs": {"inputs": SENTENCES, "beam_size": [2] * rows,
+                                                           "max_length": [0] * rows}},
                          got)
     assert set(got) == {"translation", "score"} and got == rest
 
@@ -333,7 +335,7 @@ def test_readme_grpc_client_runs(served):
         exec(compile(code.replace("localhost:8500", served.cli.grpc_target), "export/README.md", "exec"), {})
     lines = printed.getvalue().splitlines()
     status, body = rest_predict(f"{served.cli.url}/v1/models/translator", {
-        "signature_name": "translate", "inputs": {"inputs": ["Hace mucho frío aquí."], "beam_size": 2, "max_length": 0}})
+        "signature_name": "translate", "inputs": {"inputs": ["Hace mucho frío aquí."], "beam_size": [2], "max_length": [0]}})
     assert status == 200
     assert lines == [repr(body["outputs"]["translation"]),
                      repr(["metadata", "serving_default", "translate", "translate_with_attention"]),
