@@ -7,6 +7,8 @@ and calls :func:`save_version`; everything else is here:
 * the ``metadata`` signature and ``assets.extra/kerasplm.json`` (the same JSON): common fields
   (``family``, ``version``, ``signatures``, ``export_time``, kerasplm / TensorFlow / tensorflow-text
   versions) plus the family's own;
+* TF Serving's warmup records, ``assets.extra/tf_serving_warmup_requests`` (:mod:`kerasplm.export.warmup`):
+  :meth:`ExportModule.warmup_requests`, every signature by default;
 * TF Serving's ``<model_base_path>/<version>/`` layout, written atomically (:mod:`kerasplm.export.atomic`):
   next free version by default, an existing version refused unless ``overwrite=True``.
 """
@@ -20,7 +22,7 @@ import tensorflow_text
 
 import kerasplm
 
-from kerasplm.export import atomic
+from kerasplm.export import atomic, warmup
 
 METADATA_FILE = "kerasplm.json"
 METADATA_SIGNATURE = "metadata"
@@ -65,6 +67,13 @@ class ExportModule(tf.Module):
     def signatures(self):
         """``{signature name: tf.function}`` for TF Serving; must contain ``serving_default``."""
         raise NotImplementedError(f"{type(self).__name__} must define its signatures()")
+
+    def warmup_requests(self):
+        """The requests written to ``assets.extra/tf_serving_warmup_requests`` (a list of
+        :class:`kerasplm.export.warmup.WarmupRequest`), replayed by TF Serving and ``kerasplm serve`` before the
+        version is served. Default: every signature with one sentence and with a batch of several lengths; a
+        family extends it with the inputs its graph branches on (beam sizes, prompt widths...)."""
+        return warmup.default_requests(self.signatures())
 
 
 def map_option_groups(fn, rows, options, output_dtypes):
@@ -134,7 +143,8 @@ def common_metadata(module, version, signature_names):
 
 
 def save_version(module, model_base_path, version=None, overwrite=False, metadata=None):
-    """Writes ``module`` as ``model_base_path/<version>/`` (SavedModel + ``assets.extra/kerasplm.json``) atomically.
+    """Writes ``module`` as ``model_base_path/<version>/`` (SavedModel, ``assets.extra/kerasplm.json`` and TF Serving's
+    ``assets.extra/tf_serving_warmup_requests``) atomically.
 
     Args:
       module: an :class:`ExportModule`.
@@ -168,8 +178,8 @@ def save_version(module, model_base_path, version=None, overwrite=False, metadat
     try:
         tf.saved_model.save(module, tmp, signatures=signatures,
                             options=tf.saved_model.SaveOptions(experimental_custom_gradients=False))
+        warmup.write_warmup_file(tmp, module.warmup_requests(), signatures)
         extra = os.path.join(tmp, "assets.extra")
-        os.makedirs(extra, exist_ok=True)
         with open(os.path.join(extra, METADATA_FILE), "w", encoding="utf-8") as f:
             json.dump(info, f, indent=2, ensure_ascii=False, sort_keys=True)
         atomic.fsync_tree(tmp)

@@ -40,6 +40,7 @@ import os
 
 import tensorflow as tf
 
+from kerasplm.export import warmup
 from kerasplm.export.base import ExportModule, map_option_groups, save_version
 from kerasplm.generation.engine import causal_lm_search
 from kerasplm.generation.options import request_checks
@@ -188,6 +189,19 @@ class GeneratorModule(ExportModule):
                                                      self.max_positions)
         return {"log_likelihood": log_likelihood, "num_tokens": num_tokens,
                 "perplexity": perplexity(log_likelihood, num_tokens)}
+
+    def warmup_requests(self):
+        """Every signature (:func:`kerasplm.export.warmup.default_requests`: greedy), then, for each traced prompt
+        width, a prompt of about that many tokens through ``serving_default`` and a sampled ``generate``: each width
+        is its own branch of the graph (with ``jit_compile``, its own XLA compilation)."""
+        requests = super().warmup_requests()
+        sample = {"max_new_tokens": [0], "temperature": [1.0], "top_k": [0], "top_p": [0.0], "seed": [0]}
+        tokens_per_word = max(1.0, len(self.tokenizer.tokenize(tf.constant(["the"] * 64)).flat_values) / 64)
+        for width in self.prompt_widths:
+            prompt = " ".join(["the"] * max(1, int((width - 1) / tokens_per_word)))
+            requests += [warmup.WarmupRequest("serving_default", {"prompt": [prompt]}),
+                         warmup.WarmupRequest("generate", {"prompt": [prompt], **sample})]
+        return requests
 
     def signatures(self):
         return {"serving_default": self.serving_default, "generate": self.generate, "score": self.score}

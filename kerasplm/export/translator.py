@@ -27,6 +27,7 @@ import os
 import keras
 import tensorflow as tf
 
+from kerasplm.export import warmup
 from kerasplm.export.base import ExportModule, map_option_groups, save_version
 from kerasplm.generation.options import DEFAULT_ALPHA
 from kerasplm.generation.seq2seq import Seq2SeqDecoder
@@ -136,6 +137,14 @@ class TranslatorModule(ExportModule):
         src_ids, ids, has_words = self._greedy(inputs)
         return {"translation": self.decoder.detokenize(ids, has_words),
                 **self.decoder.attention(src_ids, ids, has_words)}
+
+    def warmup_requests(self):
+        """Every signature (:func:`kerasplm.export.warmup.default_requests`), then ``translate`` once per beam size
+        1..``max_beam_size``: each size is its own branch of the graph, instantiated when first run."""
+        sentence = [warmup.WARMUP_SENTENCES[1]]
+        return super().warmup_requests() + [
+            warmup.WarmupRequest("translate", {"inputs": sentence, "beam_size": [k], "max_length": [0]})
+            for k in range(2, self.max_beam_size + 1)]
 
     def signatures(self):
         return {"serving_default": self.serving_default, "translate": self.translate,

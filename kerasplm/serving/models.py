@@ -13,7 +13,11 @@ Serving follows a ``base_path``:
   error) and skipped (not retried until its ``saved_model.pb`` changes); the policy then falls back
   on the next loadable versions, so a broken export never replaces a working one;
 * if the base path holds no loadable version at all any more (deleted, being rsynced), the loaded
-  versions keep serving rather than leaving the model with none.
+  versions keep serving rather than leaving the model with none;
+* a version's warmup records (``assets.extra/tf_serving_warmup_requests``, TF Serving's format: a TFRecord of
+  ``PredictionLog`` protos, at most 1,000) are replayed when it loads, before requests can reach it
+  (:func:`replay_warmup`), so the first request does not pay for a fresh graph's one-time work; a record that
+  fails fails the load, as in TF Serving.
 
 A request without a version gets the largest loaded version ("latest"), as in TF Serving.
 """
@@ -26,6 +30,8 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the tensorflow-text ops the exported graphs use)
+from tensorflow.core.example import example_pb2
+from tensorflow_serving.apis import prediction_log_pb2
 
 from kerasplm.export.atomic import SAVED_MODEL_FILES as _SAVED_MODEL_FILES, list_version_numbers
 from kerasplm.serving.api import RequestError
@@ -33,7 +39,8 @@ from kerasplm.serving.config import ModelConfig
 
 logger = logging.getLogger(__name__)
 
-
+WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
+MAX_WARMUP_RECORDS = 1000  # TF Serving's limit: a version with more fails to load
 
 @dataclass
 class LoadedVersion:
@@ -59,14 +66,99 @@ def list_versions(model_base_path: str) -> list[int]:
     return list_version_numbers(model_base_path, complete=True)[::-1]
 
 
-def load_version(model_base_path: str, version: int) -> LoadedVersion:
-    """Load one version directory with ``tf.saved_model.load``."""
+def load_version(model_base_path: str, version: int, warmup: bool = True) -> LoadedVersion:
+    """Load one version directory with ``tf.saved_model.load`` and replay its warmup records (``warmup``)."""
     path = os.path.join(model_base_path, str(version))
     model = tf.saved_model.load(path)
     signatures = dict(model.signatures)
     if not signatures:
         raise ValueError(f"SavedModel at {path} has no signatures")
-    return LoadedVersion(version=version, path=path, model=model, signatures=signatures)
+    loaded = LoadedVersion(version=version, path=path, model=model, signatures=signatures)
+    if warmup:
+        replay_warmup(loaded)
+    return loaded
+
+
+def _examples_tensor(request_input, what: str) -> tf.Tensor:
+    """Serialized tf.Examples of a ``tensorflow.serving.Input`` (context features merged into each example)."""
+    kind = request_input.WhichOneof("kind")
+    if kind == "example_list":
+        examples = list(request_input.example_list.examples)
+    elif kind == "example_list_with_context":
+        context = request_input.example_list_with_context.context
+        examples = []
+        for example in request_input.example_list_with_context.examples:
+            merged = example_pb2.Example()
+            merged.CopyFrom(context)
+            merged.MergeFrom(example)
+            examples.append(merged)
+    else:
+        raise ValueError(f"{what}: the request's input holds no examples")
+    return tf.constant([e.SerializeToString() for e in examples], tf.string, shape=[len(examples)])
+
+
+def _warmup_call(loaded: LoadedVersion, log, what: str):
+    """Run one ``PredictionLog``'s request (predict, classify or regress) on ``loaded``."""
+    kind = log.WhichOneof("log_type")
+    if kind == "predict_log":
+        request = log.predict_log.request
+        tensors = {name: tf.constant(tf.make_ndarray(proto)) for name, proto in request.inputs.items()}
+    elif kind in ("classify_log", "regress_log"):
+        request = getattr(log, kind).request
+        tensors = {"inputs": _examples_tensor(request.input, what)}
+    else:
+        raise ValueError(f"{what}: unsupported warmup log type {kind!r} (predict, classify and regress are replayed)")
+    name = request.model_spec.signature_name or "serving_default"
+    if name not in loaded.signatures:
+        raise ValueError(f"{what}: unknown signature {name!r}")
+    specs = loaded.input_specs(name)
+    if set(tensors) != set(specs):
+        raise ValueError(f"{what}: inputs {sorted(tensors)} for signature {name!r}, which takes {sorted(specs)}")
+    try:
+        loaded.signatures[name](**{k: tf.cast(t, specs[k].dtype) if t.dtype != specs[k].dtype else t
+                                   for k, t in tensors.items()})
+    except tf.errors.OpError as e:
+        raise ValueError(f"{what}: signature {name!r} failed: {op_error_summary(e)}") from None
+
+
+def op_error_summary(error: tf.errors.OpError) -> str:
+    """The line of a TensorFlow error that says what went wrong (e.g. ``assertion failed: [times must be >= 0]
+    ...``), without the "Graph execution error:" header and the traceback of where the node was defined."""
+    lines = [line.strip() for line in error.message.splitlines()]
+    for line in [x for x in lines if x.startswith("assertion failed:")] + lines:
+        if line and line not in ("Graph execution error:", "<stack traces unavailable>") \
+                and not line.startswith(("Detected at node", "File ")):
+            return line[:300]
+    return type(error).__name__
+
+
+def replay_warmup(loaded: LoadedVersion) -> int:
+    """Replay the version's ``assets.extra/tf_serving_warmup_requests`` (if any); returns the records replayed.
+
+    ValueError (naming the file and record) for a file of more than 1,000 records, a record that is not a
+    ``PredictionLog``, or a request naming an unknown signature or inputs; a TensorFlow error of the model
+    propagates. Either fails the load of the version.
+    """
+    path = os.path.join(loaded.path, WARMUP_FILE)
+    if not os.path.exists(path):
+        return 0
+    try:
+        records = [bytes(r.numpy()) for r in tf.data.TFRecordDataset(path).take(MAX_WARMUP_RECORDS + 1)]
+    except tf.errors.OpError as e:
+        raise ValueError(f"{path}: not a TFRecord file ({e.message.splitlines()[0]})") from None
+    if len(records) > MAX_WARMUP_RECORDS:
+        raise ValueError(f"{path}: more than {MAX_WARMUP_RECORDS} warmup records (TF Serving's limit)")
+    for index, record in enumerate(records):
+        what = f"{path}, record {index}"
+        log = prediction_log_pb2.PredictionLog()
+        try:
+            log.ParseFromString(record)
+        except Exception:  # protobuf's DecodeError
+            raise ValueError(f"{what}: not a tensorflow.serving.PredictionLog") from None
+        _warmup_call(loaded, log, what)
+    if records:
+        logger.info("Replayed %d warmup record(s) of %s", len(records), loaded.path)
+    return len(records)
 
 
 def _saved_model_mtime(version_path: str) -> float:

@@ -3,6 +3,9 @@
 * :func:`run_isolated`: run signatures of a SavedModel in a ``python -I`` process where ``import kerasplm``
   raises; asserts that kerasplm was neither importable nor imported and that every op in the graph is
   registered by tensorflow + tensorflow_text alone (what TF Serving links); returns the outputs.
+* :func:`check_batch_safe`: TF Serving's batching rule (every input and output shares the 0th dimension) for every
+  signature; :func:`check_warmup`: ``assets.extra/tf_serving_warmup_requests`` in TF Serving's format, covering every
+  signature, replayed as ``kerasplm serve`` does at load;
 * :func:`check_bad_inputs`: the bad-input battery (empty string, whitespace only, 5,000 words, invalid UTF-8,
   a mixed batch of all of them with a normal sentence, an empty batch): no exception, one output row per
   input row, and per-row independence (a row's output is the same alone and inside the mixed batch).
@@ -26,6 +29,9 @@ import threading
 
 import numpy as np
 import tensorflow as tf
+from tensorflow_serving.apis import prediction_log_pb2
+
+from kerasplm.serving.models import load_version, replay_warmup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ISOLATED_RUNNER = os.path.join(HERE, "isolated_run.py")
@@ -196,3 +202,42 @@ def check_bad_inputs(model, signature, input_name, output_check=None, normal=NOR
                 assert_same_row(alone[label][name][0], value[row], f"{signature}/{name}, row {row} ({label})")
     run([])
     return alone
+
+
+def check_batch_safe(model):
+    """TF Serving's batching rule for every signature of an export (``metadata``, which takes no input, aside):
+    every input and every output has an unknown 0th dimension, the batch, so that concurrent requests can be
+    concatenated along it and the answers split back. Returns the signatures checked."""
+    checked = []
+    for name, fn in _load(model).signatures.items():
+        inputs = fn.structured_input_signature[1]
+        if not inputs:
+            continue
+        shapes = {f"input {k}": spec.shape for k, spec in inputs.items()}
+        shapes.update({f"output {k}": spec.shape for k, spec in fn.structured_outputs.items()})
+        for what, shape in shapes.items():
+            assert shape.rank is not None and shape.rank >= 1 and shape[0] is None, \
+                f"signature {name!r}: {what} has shape {shape}, not [batch, ...] (TF Serving's batching rule)"
+        checked.append(name)
+    assert "serving_default" in checked
+    return sorted(checked)
+
+
+def check_warmup(version_dir):
+    """The export's ``assets.extra/tf_serving_warmup_requests``: TF Serving's format (a TFRecord of PredictionLog
+    protos, at most 1,000), every signature with inputs warmed at least once, and every record replays on the loaded
+    model (:func:`kerasplm.serving.models.replay_warmup`, what ``kerasplm serve`` runs at load). Returns
+    ``{signature: number of records}``."""
+    path = os.path.join(version_dir, "assets.extra", "tf_serving_warmup_requests")
+    records = [prediction_log_pb2.PredictionLog.FromString(r.numpy()) for r in tf.data.TFRecordDataset(path)]
+    assert 0 < len(records) <= 1000
+    counts = {}
+    for log in records:
+        request = getattr(log, log.WhichOneof("log_type")).request
+        counts[request.model_spec.signature_name] = counts.get(request.model_spec.signature_name, 0) + 1
+    loaded = load_version(os.path.dirname(os.path.abspath(version_dir)), int(os.path.basename(version_dir)),
+                          warmup=False)
+    with_inputs = {name for name, fn in loaded.signatures.items() if fn.structured_input_signature[1]}
+    assert set(counts) == with_inputs, (sorted(counts), sorted(with_inputs))
+    assert replay_warmup(loaded) == len(records)
+    return counts

@@ -4,6 +4,7 @@ The atomic-version rules are family-independent (``kerasplm.export.atomic``), so
 model that exports in a fraction of a second, rather than once per family."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,9 +14,12 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow_serving.apis import prediction_log_pb2
 
-from kerasplm.export import ExportModule, read_metadata, save_version
-from tests.export.contract import assert_same_row, check_bad_inputs, run_isolated
+from kerasplm.export import ExportModule, read_metadata, save_version, warmup
+from kerasplm.export.base import map_option_groups
+from kerasplm.serving.models import load_version
+from tests.export.contract import assert_same_row, check_bad_inputs, check_warmup, run_isolated
 
 
 class _Scorer(ExportModule):
@@ -190,3 +194,74 @@ def test_assert_same_row_crops_padding():
         assert_same_row(np.ones([2]), np.ones([3]))
     with pytest.raises(AssertionError, match="shape"):
         assert_same_row(np.ones([3]), np.ones([2]))
+
+
+# ---- warmup records and per-row option groups ----
+def test_warmup_records_are_tf_servings_format_and_replay(saved):
+    _, path = saved
+    records = list(tf.data.TFRecordDataset(os.path.join(path, "assets.extra", "tf_serving_warmup_requests")))
+    logs = [prediction_log_pb2.PredictionLog.FromString(r.numpy()) for r in records]
+    # One sentence, then a batch of sentences of several lengths: TF Serving's PredictLog records.
+    assert [log.WhichOneof("log_type") for log in logs] == ["predict_log"] * 2
+    requests = [log.predict_log.request for log in logs]
+    assert {r.model_spec.signature_name for r in requests} == {"serving_default"}
+    batches = [tf.make_ndarray(r.inputs["inputs"]) for r in requests]
+    assert [b.shape for b in batches] == [(1,), (len(warmup.WARMUP_SENTENCES),)]
+    assert check_warmup(path) == {"serving_default": 2}
+
+
+class _Extra(_Scorer):
+    def __init__(self, requests):
+        super().__init__()
+        self.extra = requests
+
+    def warmup_requests(self):
+        return super().warmup_requests() + self.extra
+
+
+@pytest.mark.parametrize("requests, message", [
+    ([warmup.WarmupRequest("nope", {"inputs": ["x"]})], "unknown signature 'nope'"),
+    ([warmup.WarmupRequest("serving_default", {"text": ["x"]})], "takes \\['inputs'\\]"),
+    ([warmup.WarmupRequest("serving_default", {"inputs": ["x"]})] * 1000, "TF Serving replays at most 1000"),
+])
+def test_a_warmup_file_tf_serving_would_refuse_fails_the_export(tmp_path, requests, message):
+    with pytest.raises(ValueError, match=message):
+        save_version(_Extra(requests), str(tmp_path / "scorer"))
+    assert not [p for p in os.listdir(tmp_path / "scorer") if not p.startswith(".")]   # nothing published
+
+
+def test_replay_refuses_damaged_warmup_files(saved, tmp_path):
+    _, path = saved
+    base = tmp_path / "copy"
+    shutil.copytree(path, base / "1")
+    warmup_file = base / "1" / "assets.extra" / "tf_serving_warmup_requests"
+    with tf.io.TFRecordWriter(str(warmup_file)) as writer:
+        writer.write(b"\x08\x01not a prediction log")
+    with pytest.raises(ValueError, match="record 0: not a tensorflow.serving.PredictionLog"):
+        load_version(str(base), 1)
+    assert load_version(str(base), 1, warmup=False).version == 1
+    warmup_file.write_bytes(b"garbage that is no TFRecord")
+    with pytest.raises(ValueError, match="not a TFRecord file"):
+        load_version(str(base), 1)
+
+
+def test_map_option_groups_runs_each_combination_once_in_batch_order():
+    calls = []
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int32),
+                                  tf.TensorSpec([None], tf.float32)])
+    def tag(texts, beam, temperature):
+        def fn(rows, options):
+            (group_texts,), (group_beam, group_temperature) = rows, options
+            calls.append(1)   # traced once: the loop body is one function whatever the number of groups
+            label = tf.strings.format("{}/{}", (group_beam, group_temperature))
+            return {"tagged": tf.strings.join([group_texts, tf.fill(tf.shape(group_texts), label)], ":"),
+                    "size": tf.fill(tf.shape(group_texts), tf.size(group_texts))}
+        return map_option_groups(fn, [texts], [beam, temperature], {"tagged": tf.string, "size": tf.int32})
+
+    out = tag(tf.constant(["a", "b", "c", "d", "e"]), tf.constant([1, 2, 1, 1, 2]),
+              tf.constant([0.5, 0.5, 0.5, 0.25, 0.5]))
+    assert out["tagged"].numpy().tolist() == [b"a:1/0.5", b"b:2/0.5", b"c:1/0.5", b"d:1/0.25", b"e:2/0.5"]
+    assert out["size"].numpy().tolist() == [2, 2, 2, 1, 2]   # a, c together; b, e together; d alone
+    empty = tag(tf.constant([], tf.string), tf.constant([], tf.int32), tf.constant([], tf.float32))
+    assert empty["tagged"].shape == (0,) and len(calls) == 1

@@ -10,7 +10,7 @@ from kerasplm.cli import main
 from kerasplm.export import read_metadata
 from kerasplm.export.classifier import export_classifier
 from kerasplm.jobs.bert_finetune import load_bert_classifier
-from tests.export.contract import check_bad_inputs, run_isolated
+from tests.export.contract import check_bad_inputs, check_batch_safe, check_warmup, run_isolated
 from tests.serving.client import predict
 from tests.jobs.test_bert_finetune import learned_run, pair_run, toy  # noqa: F401 (session fixtures)
 
@@ -75,3 +75,11 @@ def test_served_and_cli(runs, exported, tmp_path, capsys):
     assert capsys.readouterr().out.strip().endswith(os.path.join("cli", "1"))
     assert main(["export", "classifier", "--run", runs["single"], "--to", str(tmp_path / "cli"), "--version", "1"]) == 2
     assert "version 1 exists" in capsys.readouterr().err
+
+
+def test_batch_safe_with_warmup_records(exported):
+    """TF Serving's batching rule holds for every signature, and the warmup records cover and replay on each."""
+    check_batch_safe(exported["single"])
+    check_warmup(exported["single"])
+    check_batch_safe(exported["pair"])
+    check_warmup(exported["pair"])

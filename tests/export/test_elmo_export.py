@@ -10,7 +10,7 @@ from kerasplm.export import read_metadata
 from kerasplm.export.elmo import export_elmo
 from kerasplm.models.elmo import ElmoBiLM, ElmoEmbedder
 from kerasplm.models.elmo_runs import Elmo
-from tests.export.contract import check_bad_inputs, run_isolated
+from tests.export.contract import check_bad_inputs, check_batch_safe, check_warmup, run_isolated
 
 SENTENCES = ["the play was good", "a dog", "naïve"]
 
@@ -81,3 +81,9 @@ def test_kerasplm_serve_answers_predict(exported, elmo):
     assert rows[1]["tokens"] == ["a", "dog", "", ""] and rows[2]["mask"] == [True, False, False, False]
     ref = elmo.embed(SENTENCES)["elmo_layers"]
     np.testing.assert_allclose(np.array([r["layer_2"] for r in rows]), ref[:, 2], atol=1e-5)
+
+
+def test_batch_safe_with_warmup_records(exported):
+    """TF Serving's batching rule holds for every signature, and the warmup records cover and replay on each."""
+    check_batch_safe(exported)
+    check_warmup(exported)

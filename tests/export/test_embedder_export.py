@@ -16,7 +16,7 @@ from kerasplm.cli import main  # noqa: E402
 from kerasplm.convert.bert import convert_bert_to_run  # noqa: E402
 from kerasplm.export import read_metadata  # noqa: E402
 from kerasplm.export.embedder import export_embedder  # noqa: E402
-from tests.export.contract import check_bad_inputs, run_isolated  # noqa: E402
+from tests.export.contract import check_bad_inputs, check_batch_safe, check_warmup, run_isolated  # noqa: E402
 from tests.serving.client import predict  # noqa: E402
 from tests.jobs.test_bert_finetune import toy  # noqa: E402,F401 (a session fixture: the tiny BERT run)
 
@@ -94,3 +94,9 @@ def test_cli_cls_pooling_without_normalization(toy, tmp_path, capsys):
     np.testing.assert_allclose(got.numpy(), cls, atol=1e-4)
     assert main(["export", "embedder", "--run", str(tmp_path / "missing"), "--to", base]) == 2
     assert "no config.json" in capsys.readouterr().err
+
+
+def test_batch_safe_with_warmup_records(exported):
+    """TF Serving's batching rule holds for every signature, and the warmup records cover and replay on each."""
+    check_batch_safe(exported)
+    check_warmup(exported)

@@ -10,7 +10,7 @@ from kerasplm.models.bert import BertBackbone, bert_run_preprocessor
 from kerasplm.models.bert_pretraining import BertPretrainer
 from kerasplm.runs import RunDir
 from kerasplm.text import WordPieceTokenizer
-from tests.export.contract import check_bad_inputs, run_isolated
+from tests.export.contract import check_bad_inputs, check_batch_safe, check_warmup, run_isolated
 
 WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "this", "is", "normal", "sentence", ".", "word", "##s"]
 TINY = dict(vocab_size=len(BERT_SPECIAL_TOKENS) + len(WORDS), num_layers=1, hidden_size=16, num_heads=2,
@@ -84,3 +84,9 @@ def test_cli_fill_mask_and_export(run_dir, tmp_path, capsys):
     assert main(["export", "fill-mask", "--run", run_dir[0], "--to", str(tmp_path / "fm")]) == 0
     assert (tmp_path / "fm" / "1" / "saved_model.pb").exists()
     assert main(["fill-mask", "--run", str(tmp_path / "missing"), "x"]) == 2
+
+
+def test_batch_safe_with_warmup_records(exported):
+    """TF Serving's batching rule holds for every signature, and the warmup records cover and replay on each."""
+    check_batch_safe(exported)
+    check_warmup(exported)

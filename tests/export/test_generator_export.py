@@ -16,7 +16,7 @@ from kerasplm.serving import api, load_version
 from kerasplm.jobs.language_model import ASSETS, load_text_generator
 from kerasplm.runs import RunDir, load_run
 from kerasplm.text import SentencePieceTokenizer, train_sentencepiece
-from tests.export.contract import check_bad_inputs, run_isolated
+from tests.export.contract import check_bad_inputs, check_batch_safe, check_warmup, run_isolated
 
 PROMPTS = ["the king speaks", "", "a garden"]  # each within the export's 16 prompt tokens
 SAMPLING = dict(max_new_tokens=4, temperature=0.9, top_k=12, top_p=0.9, seed=5)
@@ -243,3 +243,9 @@ def test_greedy_export_takes_the_engines_screened_path(generator, monkeypatch, t
     assert _texts(xla.signatures["serving_default"](prompt=tf.constant(PROMPTS))["text"]) == expected
     assert _texts(xla.signatures["serving_default"](prompt=tf.constant(PROMPTS[:1]))["text"]) == \
         generator.generate(PROMPTS[:1], max_new_tokens=MAX_NEW)
+
+
+def test_batch_safe_with_warmup_records(exported):
+    """TF Serving's batching rule holds for every signature, and the warmup records cover and replay on each."""
+    check_batch_safe(exported[1])
+    check_warmup(exported[1])

@@ -9,7 +9,7 @@ from kerasplm import serving
 from kerasplm.cli import main
 from kerasplm.export.base import read_metadata
 from kerasplm.jobs.bert_qa_job import load_bert_qa
-from tests.export.contract import check_bad_inputs, run_isolated
+from tests.export.contract import check_bad_inputs, check_batch_safe, check_warmup, run_isolated
 from tests.serving.client import http
 from tests.jobs.test_bert_qa_job import qa_run  # noqa: F401 (session fixture)
 
@@ -63,3 +63,9 @@ def test_served(exported):
     assert status == 200, body
     assert [row["answer"] for row in body["predictions"]] == expected["answer"][:2]
     assert [row["start"] for row in body["predictions"]] == expected["start"][:2].tolist()
+
+
+def test_batch_safe_with_warmup_records(exported):
+    """TF Serving's batching rule holds for every signature, and the warmup records cover and replay on each."""
+    check_batch_safe(exported[0])
+    check_warmup(exported[0])

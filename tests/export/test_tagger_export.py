@@ -6,7 +6,7 @@ from kerasplm.export.base import read_metadata
 from kerasplm.export.tagger import export_tagger
 from kerasplm.models.bert_tagger import BertTaggerPreprocessor, tag_texts
 from kerasplm.text import WordPieceTokenizer
-from tests.export.contract import check_bad_inputs, run_isolated
+from tests.export.contract import check_bad_inputs, check_batch_safe, check_warmup, run_isolated
 from tests.models.test_bert_tagger import TAGS, VOCAB, tiny_tagger
 
 TEXTS = ["Johanson lives in New York.", "in new york in 1996", ""]
@@ -77,3 +77,9 @@ def test_crf_tagger_exports_with_viterbi_in_graph(tagger, tmp_path):
         assert [row[:n] for row, n in zip(served[name], served["count"])] == eager[name].to_list()
     np.testing.assert_allclose(served["score"][0][:served["count"][0]], eager["score"][0].numpy(), rtol=1e-5)
     assert read_metadata(path)["crf"] is True
+
+
+def test_batch_safe_with_warmup_records(exported):
+    """TF Serving's batching rule holds for every signature, and the warmup records cover and replay on each."""
+    check_batch_safe(exported)
+    check_warmup(exported)

@@ -22,7 +22,7 @@ from kerasplm.models.transformer import Transformer
 from kerasplm.jobs.translation import Translator
 from kerasplm.runs import attach_run_info
 from kerasplm.text import TranslatorPreprocessor, WordPieceTokenizer, build_wordpiece_vocab, write_vocab
-from tests.export.contract import check_bad_inputs, run_isolated
+from tests.export.contract import check_bad_inputs, check_batch_safe, check_warmup, run_isolated
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -316,3 +316,9 @@ def test_serving_end_to_end(exported, reference):
         assert chunked == whole
     finally:
         server.stop()
+
+
+def test_batch_safe_with_warmup_records(exported):
+    """TF Serving's batching rule holds for every signature, and the warmup records cover and replay on each."""
+    check_batch_safe(exported)
+    check_warmup(exported)

@@ -7,6 +7,8 @@ import time
 from http.client import HTTPConnection
 
 import pytest
+import tensorflow as tf
+from tensorflow_serving.apis import prediction_log_pb2
 
 from kerasplm import serving as srv
 from tests.serving.client import http, predict, wait_for
@@ -265,3 +267,48 @@ def test_request_lines_logged_unless_quiet(toy_export_dir, capsys):
     finally:
         server.stop()
     assert '"GET /v1/models/toy HTTP/1.1" 200' in capsys.readouterr().err
+
+
+def _write_warmup(version_dir, logs):
+    path = os.path.join(version_dir, "assets.extra", "tf_serving_warmup_requests")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with tf.io.TFRecordWriter(path) as writer:
+        for log in logs:
+            writer.write(log.SerializeToString())
+
+
+def _predict_log(signature, **inputs):
+    log = prediction_log_pb2.PredictionLog()
+    log.predict_log.request.model_spec.signature_name = signature
+    for name, value in inputs.items():
+        log.predict_log.request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
+    return log
+
+
+def test_warmup_records_replay_before_a_version_is_available(tmp_path, toy_saved_models, caplog):
+    """TF Serving's warmup file is replayed while the version loads: the version is AVAILABLE only afterwards (here the
+    record sleeps 600 ms in the graph); a record the model rejects fails the version (END, the error named), and the
+    previous version keeps serving."""
+    base = str(tmp_path / "toy")
+    _write_warmup(install_toy_version(base, 1, toy_saved_models["upper"]), [
+        _predict_log("slow", inputs=tf.constant(["warm"]), milliseconds=tf.constant(600, tf.int64)),
+        _predict_log("", inputs=tf.constant(["a", "b"]))])
+    server = srv.ModelServer(base, "toy", rest_api_port=0, grpc_port=None, poll_seconds=0.2, quiet=True)
+    started = time.monotonic()
+    with caplog.at_level("INFO", logger="kerasplm.serving.models"):
+        server.start()
+    try:
+        assert time.monotonic() - started >= 0.6
+        assert any("Replayed 2 warmup record(s)" in r.getMessage() for r in caplog.records)
+        status, body = http("GET", f"{server.url}/v1/models/toy")
+        assert status == 200 and body["model_version_status"][0]["state"] == "AVAILABLE"
+        _write_warmup(install_toy_version(base, 2, toy_saved_models["reverse"]),
+                      [_predict_log("repeat", inputs=tf.constant(["x"]), times=tf.constant(-1))])
+        assert wait_for(lambda: 2 in server.model("toy").failed_versions, timeout=30)
+        status, body = http("GET", f"{server.url}/v1/models/toy/versions/2")
+        assert status == 200 and body["model_version_status"][0]["state"] == "END"
+        assert "times must be >= 0" in body["model_version_status"][0]["status"]["error_message"]
+        status, body = predict(f"{server.url}/v1/models/toy", {"instances": ["ok"]})
+        assert status == 200 and body == {"predictions": ["OK"]}   # version 1 (upper-casing) still serves
+    finally:
+        server.stop()
