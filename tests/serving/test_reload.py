@@ -6,6 +6,8 @@ that cannot be applied leaves the running one in place (one log line; a gRPC sta
 
 One server process for the module (file polled every 0.2 s). The tests run in order: the gRPC test leaves
 the config file broken so that the poller keeps what gRPC applies."""
+import contextlib
+import io
 import os
 import re
 import threading
@@ -20,7 +22,7 @@ from tensorflow_serving.apis import (get_model_status_pb2, model_management_pb2,
                                      prediction_service_pb2_grpc)
 from tensorflow_serving.config import model_server_config_pb2
 
-from tests.serving.client import CLIServer, http, predict, wait_for
+from tests.serving.client import REPO_ROOT, CLIServer, http, predict, wait_for
 from tests.serving.conftest import install_toy_version
 
 POLL = 0.2
@@ -55,7 +57,7 @@ def served(tmp_path_factory, toy_saved_models):
     try:
         server.wait_ready()
         channel = grpc.insecure_channel(server.grpc_target)
-        yield SimpleNamespace(cli=server, root=root, config=config,
+        yield SimpleNamespace(cli=server, root=root, config=config, channel=channel,
                               model_stub=model_service_pb2_grpc.ModelServiceStub(channel),
                               stub=prediction_service_pb2_grpc.PredictionServiceStub(channel))
     finally:
@@ -203,3 +205,19 @@ def test_grpc_handle_reload_config_request(served):
     assert [(s["version"], s["state"]) for s in status] == [("1", "END")]
     assert _answer(served, "d")[0] == 404 and "Traceback" not in served.cli.log()
 
+
+
+def test_readme_reload_block_runs(served):
+    """export/README.md's HandleReloadConfigRequest block, verbatim but for the base path (the file is still
+    broken from the test above, so the poller leaves the result alone)."""
+    with open(os.path.join(REPO_ROOT, "export", "README.md"), encoding="utf-8") as f:
+        block = re.search(r"<!-- grpc-reload -->\s*```python\n(.*?)```", f.read(), re.S)
+    assert block, "export/README.md lacks the <!-- grpc-reload --> block"
+    code = block.group(1)
+    assert '"/abs/path/export/translator"' in code
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(code.replace("/abs/path/export/translator", str(served.root / "d")), "export/README.md",
+                     "exec"), {"channel": served.channel})
+    assert printed.getvalue() == "0\n"
+    assert _grpc_predict(served, "translator") == "CBA" and _answer(served, "a")[0] == 404
