@@ -112,7 +112,7 @@ def test_a_removed_model_is_404_while_a_request_already_on_it_finishes(served):
     url = f"{served.cli.url}/v1/models/b"
     result = {}
     request = threading.Thread(target=lambda: result.update(answer=predict(url, {
-        "signature_name": "slow", "inputs": {"inputs": ["late"], "milliseconds": 3000}})))
+        "signature_name": "slow", "inputs": {"inputs": ["late"], "milliseconds": 1500}})))  # ~3 s: SleepDataset also sleeps before end
     request.start()
     time.sleep(0.8)  # the request is now sleeping inside the graph
     _write(served.config, REMOVED)
