@@ -111,8 +111,9 @@ def test_a_removed_model_is_404_while_a_request_already_on_it_finishes(served):
     assert _answer(served, "b") == (200, "CBA")
     url = f"{served.cli.url}/v1/models/b"
     result = {}
+    # ~3 s in flight: the slow signature's SleepDataset sleeps before its element and again before the end.
     request = threading.Thread(target=lambda: result.update(answer=predict(url, {
-        "signature_name": "slow", "inputs": {"inputs": ["late"], "milliseconds": 1500}})))  # ~3 s: SleepDataset also sleeps before end
+        "signature_name": "slow", "inputs": {"inputs": ["late"], "milliseconds": 1500}})))
     request.start()
     time.sleep(0.8)  # the request is now sleeping inside the graph
     _write(served.config, REMOVED)
