@@ -172,12 +172,14 @@ def test_grpc_handle_reload_config_request(served):
     root = served.root
     a = {"name": "a", "base_path": str(root / "a"), "model_platform": "tensorflow",
          "model_version_policy": {"all": {}}, "version_labels": {"stable": 2}}
+    assert _grpc_predict(served, "c") == "ABC"
     code, _, response = _reload(served, a, {"name": "d", "base_path": str(root / "d")},
-                                {"name": "b", "base_path": str(root / "c")})
+                                {"name": "c", "base_path": str(root / "b")})
     assert code == grpc.StatusCode.OK and response.status.error_code == 0 and not response.status.error_message
-    # Loaded before the answer: d and the re-added b (from c's base path: upper-casing) answer at once.
-    assert (_grpc_predict(served, "d"), _grpc_predict(served, "b"), _grpc_predict(served, "a")) == ("CBA", "ABC", "CBA")
-    assert _answer(served, "c")[0] == 404 and _loads(served, "a") == {1: 1, 2: 1}
+    # Loaded before the answer: the new d, and c from its new base path (b's reversing model), answer at once.
+    assert (_grpc_predict(served, "d"), _grpc_predict(served, "c"), _grpc_predict(served, "a")) == ("CBA", "CBA", "CBA")
+    assert _loads(served, "a") == {1: 1, 2: 1} and _loads(served, "c") == {1: 2}  # a untouched, c from b's path
+    assert "Updated model c" in served.cli.log()
 
     any_config = any_pb2.Any()
     any_config.Pack(model_server_config_pb2.ModelConfig(name="z"))
@@ -197,7 +199,7 @@ def test_grpc_handle_reload_config_request(served):
     for (code, details, _), expected_code, expected in cases:
         assert (code, expected in details) == (expected_code, True), details
     # None of them changed anything.
-    assert (_grpc_predict(served, "d"), _grpc_predict(served, "b")) == ("CBA", "ABC")
+    assert (_grpc_predict(served, "d"), _grpc_predict(served, "c")) == ("CBA", "CBA")
 
     # A model whose only version fails to load: applied (as TF Serving does), the call says so.
     code, details, _ = _reload(served, a, {"name": "e", "base_path": str(root / "broken")})
