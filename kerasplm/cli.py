@@ -18,6 +18,7 @@ and exit status 2; a training job stopped by SIGTERM exits with 143 after saving
 import argparse
 import contextlib
 import functools
+import math
 import os
 import signal
 import sys
@@ -35,7 +36,7 @@ class CLIError(Exception):
 
 
 def _number(kind, minimum, inclusive):
-    """An argparse type: ``kind`` (int or float) that must be > minimum (>= when ``inclusive``)."""
+    """An argparse type: a finite ``kind`` (int or float) that must be > minimum (>= when ``inclusive``)."""
     expected = f"{'an integer' if kind is int else 'a number'} {'>=' if inclusive else '>'} {minimum}"
 
     def parse(text):
@@ -43,7 +44,7 @@ def _number(kind, minimum, inclusive):
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
-        if value < minimum or (value == minimum and not inclusive):
+        if not math.isfinite(value) or value < minimum or (value == minimum and not inclusive):
             raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
         return value
 
@@ -186,6 +187,11 @@ def _add_serve_parser(commands):
     sv.add_argument("--poll-seconds", "--file_system_poll_wait_seconds", type=_positive_float,
                     default=serving_defaults.DEFAULT_POLL_SECONDS,
                     help=f"how often to look for new versions (default {serving_defaults.DEFAULT_POLL_SECONDS:g} s)")
+    sv.add_argument("--model-config-file-poll-wait-seconds", "--model_config_file_poll_wait_seconds",
+                    type=_number(float, 0, inclusive=True), default=0.0, metavar="SECONDS",
+                    help="with --model_config_file: read the file again every SECONDS and apply a changed "
+                         "model_config_list without dropping requests in flight (default 0: read it once, as "
+                         "TF Serving); gRPC ModelService.HandleReloadConfigRequest applies one at any time")
     sv.add_argument("--shutdown-grace-seconds", type=_number(float, 0, inclusive=True),
                     default=serving_defaults.DEFAULT_SHUTDOWN_GRACE_SECONDS,
                     help="on SIGTERM, how long requests in flight may take to finish "
@@ -217,6 +223,8 @@ def _serve(args):
 
     if args.model_name is not None and args.model_config_file is not None:
         raise CLIError("--model-name goes with --model-base-path; a model config file names its models")
+    if args.model_config_file_poll_wait_seconds > 0 and args.model_config_file is None:
+        raise CLIError("--model_config_file_poll_wait_seconds goes with --model_config_file (it re-reads that file)")
     grpc_port, rest_api_port = (None if p < 0 else p for p in (args.port, args.rest_api_port))
     if grpc_port is None and rest_api_port is None:
         raise CLIError(f"--port {PORT_OFF} and --rest_api_port {PORT_OFF}: nothing to serve")
@@ -226,7 +234,8 @@ def _serve(args):
             host=args.host, rest_api_port=rest_api_port, grpc_port=grpc_port,
             max_body_bytes=args.max_body_bytes, max_batch_size=args.max_batch_size,
             batch_chunk_size=args.batch_chunk_size, poll_seconds=args.poll_seconds,
-            shutdown_grace_seconds=args.shutdown_grace_seconds, quiet=args.quiet)
+            shutdown_grace_seconds=args.shutdown_grace_seconds, quiet=args.quiet,
+            config_poll_seconds=args.model_config_file_poll_wait_seconds)
     except serving.ServerStartError as e:
         raise CLIError(str(e)) from None
     if not drained:

@@ -6,12 +6,14 @@ exported model:
 
 * one model (``model_base_path`` / ``model_name``) or several from TF Serving's text-format
   ``model_config_list`` (``model_config_file``), each with its version policy (``latest``, ``all``,
-  ``specific``) and optional version labels; base paths are polled for new versions;
+  ``specific``) and optional version labels; base paths are polled for new versions, and the config
+  itself can change while serving (``config_poll_seconds``: TF Serving's
+  ``--model_config_file_poll_wait_seconds``; gRPC ``HandleReloadConfigRequest``; ``ModelServer.apply_config``);
 * TF Serving's ports: gRPC on ``grpc_port`` (the CLI's ``--port``, 8500) and REST on ``rest_api_port``
   (``--rest_api_port``, 8501); either may be off;
 * gRPC: TF Serving's own services from ``tensorflow-serving-api`` (``PredictionService.Predict`` and
-  ``GetModelMetadata``, ``ModelService.GetModelStatus``; Classify, Regress, MultiInference and
-  HandleReloadConfigRequest answer UNIMPLEMENTED) with TF Serving's status codes;
+  ``GetModelMetadata``, ``ModelService.GetModelStatus`` and ``HandleReloadConfigRequest``; Classify, Regress
+  and MultiInference answer UNIMPLEMENTED) with TF Serving's status codes;
 * REST: TF Serving's paths for status, metadata and predict (row and columnar formats), per model and
   per version (``/versions/<N>``, ``/labels/<label>``);
 * Prometheus metrics at ``/monitoring/prometheus/metrics`` (request counts and latency per model and

@@ -36,7 +36,14 @@ VALID_MODEL_NAME = re.compile(r"[^/:?#\s]+")  # a model name is one URL path seg
 
 
 class ModelConfigError(ValueError):
-    """A model config file that cannot be used; the message is ``FILE:LINE: problem``."""
+    """A model config that cannot be used; from a file the message is ``FILE:LINE: problem``.
+
+    ``code`` is the canonical gRPC status TF Serving answers for the problem (HandleReloadConfigRequest).
+    """
+
+    def __init__(self, message: str, code: str = "INVALID_ARGUMENT"):
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(frozen=True)
@@ -71,14 +78,15 @@ class VersionPolicy:
 class ModelConfig:
     """One served model: TF Serving's ``ModelConfig`` (the fields kerasplm serve implements).
 
-    ``source`` says where it was declared (``"models.config:4"``), for error messages.
+    ``source`` says where it was declared (``"models.config:4"``), for error messages; it is not part of
+    equality, so a reloaded config compares equal to the running one when only its lines moved.
     """
 
     name: str
     base_path: str
     version_policy: VersionPolicy = VersionPolicy()
     version_labels: dict = field(default_factory=dict)
-    source: str = ""
+    source: str = field(default="", compare=False)
 
     @classmethod
     def for_base_path(cls, base_path: str, name: str | None = None) -> "ModelConfig":
@@ -380,3 +388,60 @@ def read_model_config_file(path: str) -> list:
     except OSError as e:
         raise ModelConfigError(f"{path}: cannot read the model config file: {e.strerror}") from None
     return parse_model_config(text, path, base_dir=os.path.dirname(os.path.abspath(path)))
+
+
+def model_configs_from_proto(server_config) -> list:
+    """The :class:`ModelConfig` list of a ``tensorflow.serving.ModelServerConfig`` proto (what gRPC's
+    ``HandleReloadConfigRequest`` carries), checked like a config file, with TF Serving's messages.
+
+    Only ``model_config_list`` is supported; as in TF Serving every ``base_path`` must be absolute (there
+    is no file to be relative to) and a list may be empty (it unloads every model).  Raises
+    :class:`ModelConfigError` whose ``code`` is TF Serving's (``INVALID_ARGUMENT``).
+    """
+    if server_config.WhichOneof("config") != "model_config_list":
+        raise ModelConfigError("ServerModelConfig type not supported by HandleReloadConfigRequest. Only "
+                               "ModelConfigList is currently supported")
+    models, names = [], set()
+    for index, entry in enumerate(server_config.model_config_list.config):
+        def error(problem, index=index, name=entry.name):
+            return ModelConfigError(f"model_config_list.config[{index}] ({name!r}): {problem}")
+
+        if entry.name in names:
+            raise ModelConfigError(f"Illegal to list model {entry.name} multiple times in config list")
+        names.add(entry.name)
+        _check_model_name(entry.name, error)
+        if not os.path.isabs(entry.base_path):
+            raise ModelConfigError(f"Expected model {entry.name} to have an absolute path or URI; got "
+                                   f"base_path()={entry.base_path}")
+        if entry.model_platform not in ("", "tensorflow"):
+            raise error(f"model_platform '{entry.model_platform}' is not supported; only 'tensorflow' (SavedModels)")
+        for unsupported, given in (("model_type", entry.model_type != 0),
+                                   ("logging_config", entry.HasField("logging_config"))):
+            if given:
+                raise error(f"'{unsupported}' is not supported by kerasplm serve ({_UNSUPPORTED[unsupported]})")
+        labels = {}
+        for key, value in sorted(entry.version_labels.items()):
+            _check_model_name(key, lambda problem: error(problem.replace("model name", "label")))
+            if value < 0:
+                raise error(f"version label '{key}' must name a version >= 0, got {value}")
+            labels[key] = int(value)
+        models.append(ModelConfig(name=entry.name, base_path=os.path.normpath(entry.base_path),
+                                  version_policy=_version_policy_from_proto(entry.model_version_policy, error),
+                                  version_labels=labels, source=f"model_config_list.config[{index}]"))
+    return models
+
+
+def _version_policy_from_proto(policy, error) -> VersionPolicy:
+    kind = policy.WhichOneof("policy_choice")
+    if kind is None:  # unset: TF Serving's default
+        return VersionPolicy()
+    if kind == "all":
+        return VersionPolicy("all")
+    if kind == "latest":  # num_versions 0 is the proto's unset value: TF Serving's default, 1
+        return VersionPolicy("latest", num_versions=max(1, policy.latest.num_versions))
+    versions = tuple(sorted(set(policy.specific.versions)))
+    if not versions:
+        raise error("specific { } lists no 'versions'")
+    if versions[0] < 0:
+        raise error(f"specific versions must be >= 0, got {versions[0]}")
+    return VersionPolicy("specific", versions=versions)

@@ -6,8 +6,12 @@ The services are TF Serving's own, from the ``tensorflow-serving-api`` package (
   label and a signature name, ``inputs`` as TensorProtos, ``output_filter``) and ``GetModelMetadata``
   (``metadata_field: "signature_def"``: ``metadata["signature_def"]`` is a packed ``SignatureDefMap``,
   as TF Serving answers); ``Classify``, ``Regress`` and ``MultiInference`` answer UNIMPLEMENTED;
-* ``tensorflow.serving.ModelService``: ``GetModelStatus`` (the version states REST's status lists);
-  ``HandleReloadConfigRequest`` answers UNIMPLEMENTED.
+* ``tensorflow.serving.ModelService``: ``GetModelStatus`` (the version states REST's status lists) and
+  ``HandleReloadConfigRequest`` (a new ``model_config_list``, applied by
+  :meth:`~kerasplm.serving.ModelServer.apply_config` without dropping calls in flight; the answer's
+  ``status`` is OK, and a config that cannot be applied fails the call with TF Serving's code and
+  message, the running config kept: INVALID_ARGUMENT for another kind of config, a relative base path
+  or a name listed twice, NOT_FOUND for a missing base path, UNKNOWN if a model's versions failed to load).
 
 A request is resolved and run by the REST side's core (:class:`~kerasplm.serving.ModelServer`'s
 model registry and :meth:`~kerasplm.serving.ModelServer.resolve`, :func:`kerasplm.serving.api.run_predict`
@@ -36,8 +40,10 @@ import tensorflow as tf
 from tensorflow.core.protobuf import meta_graph_pb2
 from tensorflow_serving.apis import (get_model_metadata_pb2, get_model_status_pb2, model_service_pb2_grpc,
                                      predict_pb2, prediction_service_pb2_grpc, status_pb2)
+from tensorflow_serving.apis import model_management_pb2
 
 from kerasplm.serving import api
+from kerasplm.serving.config import ModelConfigError, model_configs_from_proto
 from kerasplm.serving.defaults import DEFAULT_GRPC_WORKERS
 
 logger = logging.getLogger(__name__)
@@ -292,7 +298,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
 
 
 class ModelService(model_service_pb2_grpc.ModelServiceServicer):
-    """``tensorflow.serving.ModelService``: GetModelStatus."""
+    """``tensorflow.serving.ModelService``: GetModelStatus and HandleReloadConfigRequest."""
 
     def __init__(self, front_end: GrpcFrontEnd):
         self.front_end = front_end
@@ -302,9 +308,21 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):
                                      self.front_end.get_model_status, request)
 
     def HandleReloadConfigRequest(self, request, context):  # noqa: N802
-        _unimplemented(context, "HandleReloadConfigRequest",
-                       "restart kerasplm serve with the new --model_config_file (new versions of the configured "
-                       "models are picked up by polling)")
+        return self.front_end.answer(context, "reload", "HandleReloadConfigRequest", "", self._reload_config,
+                                     request)
+
+    def _reload_config(self, request, labels: dict):
+        """Apply ``request.config``; as in TF Serving a failure is the call's status (no response is sent)."""
+        try:
+            problems = self.front_end.server.apply_config(model_configs_from_proto(request.config))
+        except ModelConfigError as e:
+            raise api.RequestError(404 if e.code == "NOT_FOUND" else 400, str(e), e.code) from None
+        if problems:  # TF Serving's wording; the new config is in place, with these models unavailable
+            raise api.RequestError(500, f"{len(problems)} model(s) did not become available: {{"
+                                        f"{'}, {'.join(problems)}}}", "UNKNOWN")
+        response = model_management_pb2.ReloadConfigResponse()
+        response.status.error_code = _ERROR_CODES["OK"].number
+        return response
 
 
 # --------------------------------------------------------------------------------------------

@@ -182,6 +182,19 @@ class ServedModel:
         self._loaded: dict[int, LoadedVersion] = {}
         self._failed: dict[int, tuple] = {}  # version -> (mtime of the saved_model.pb that failed, error)
 
+    def reconfigured(self, config: ModelConfig) -> "ServedModel":
+        """A new ServedModel for this model's changed ``config`` (a config reload), not yet refreshed.
+
+        With the same base path it starts from this model's loaded versions (and known failures), so its
+        :meth:`refresh` loads only the versions the new policy adds; this model is left as it is and keeps
+        answering until the server switches to the new one.
+        """
+        model = ServedModel(config)
+        if config.base_path == self.config.base_path:
+            with self._lock:
+                model._loaded, model._failed = dict(self._loaded), dict(self._failed)
+        return model
+
     @property
     def name(self) -> str:
         return self.config.name

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import sys
 import threading
@@ -10,7 +11,7 @@ import time
 from kerasplm.serving import api
 from kerasplm.serving.defaults import (DEFAULT_GRPC_PORT, DEFAULT_GRPC_WORKERS, DEFAULT_MAX_BODY_BYTES,
                                        DEFAULT_POLL_SECONDS, DEFAULT_REST_API_PORT, DEFAULT_SHUTDOWN_GRACE_SECONDS)
-from kerasplm.serving.config import ModelConfig, read_model_config_file
+from kerasplm.serving.config import ModelConfig, ModelConfigError, read_model_config_file
 from kerasplm.serving.http import HTTPServer
 from kerasplm.serving.metrics import Metrics
 from kerasplm.serving.models import ServedModel
@@ -35,7 +36,10 @@ class ModelServer:
     8500; the CLI's ``--port``) for gRPC; 0 picks a free port (see :attr:`rest_api_port`,
     :attr:`grpc_port`, :attr:`url`, :attr:`grpc_target`), None leaves that API off (not both).
     ``start()`` binds the ports first, then loads every model's versions, then serves; base paths are
-    polled every ``poll_seconds``.  ``stop()`` stops accepting, lets requests and calls in flight
+    polled every ``poll_seconds``, and with ``config_poll_seconds`` > 0 (TF Serving's
+    ``--model_config_file_poll_wait_seconds``; 0: read once) the ``model_config_file`` is read again
+    that often and a changed config applied (:meth:`apply_config`, also gRPC's
+    ``HandleReloadConfigRequest``).  ``stop()`` stops accepting, lets requests and calls in flight
     finish for up to ``shutdown_grace_seconds`` and returns True if none had to be cut off.  Also a
     context manager.
 
@@ -59,6 +63,7 @@ class ModelServer:
         poll_seconds: float = DEFAULT_POLL_SECONDS,
         shutdown_grace_seconds: float = DEFAULT_SHUTDOWN_GRACE_SECONDS,
         quiet: bool = False,
+        config_poll_seconds: float = 0.0,
     ):
         given = [x is not None for x in (model_base_path, model_config_file, models)]
         if sum(given) != 1:
@@ -79,6 +84,10 @@ class ModelServer:
                 raise ValueError(f"{name} must be positive, got {value}")
         if shutdown_grace_seconds < 0:
             raise ValueError(f"shutdown_grace_seconds must be >= 0, got {shutdown_grace_seconds}")
+        if not (math.isfinite(config_poll_seconds) and config_poll_seconds >= 0):
+            raise ValueError(f"config_poll_seconds must be a finite number >= 0, got {config_poll_seconds}")
+        if config_poll_seconds > 0 and model_config_file is None:
+            raise ValueError("config_poll_seconds (--model_config_file_poll_wait_seconds) needs a model_config_file")
         if rest_api_port is None and grpc_port is None:
             raise ValueError("rest_api_port and grpc_port are both None: serve at least one API")
         for name, value in (("rest_api_port", rest_api_port), ("grpc_port", grpc_port)):
@@ -94,6 +103,11 @@ class ModelServer:
         self.poll_seconds = float(poll_seconds)
         self.shutdown_grace_seconds = float(shutdown_grace_seconds)
         self.quiet = quiet
+        self.model_config_file = model_config_file
+        self.config_poll_seconds = float(config_poll_seconds)
+        # One config change or base-path poll at a time; request threads never take it (they read
+        # self.models, which a reload replaces by a new dict in one assignment).
+        self._reload_lock = threading.Lock()
         self.metrics = Metrics()
         self._stop = threading.Event()
         self._httpd: HTTPServer | None = None
@@ -125,11 +139,94 @@ class ModelServer:
 
     def _poll(self):
         while not self._stop.wait(self.poll_seconds):
-            for model in self.models.values():
+            with self._reload_lock:
+                for model in self.models.values():
+                    try:
+                        model.refresh()
+                    except Exception:  # keep polling whatever happens
+                        logger.exception("Polling %s failed", model.config.base_path)
+
+    # -- config reload --------------------------------------------------------------------------
+    def apply_config(self, models: list[ModelConfig]) -> list[str]:
+        """Serve exactly ``models`` from now on, without dropping requests in flight.
+
+        A new model is loaded completely before it becomes addressable; a model whose base path, version
+        policy or labels changed is rebuilt beside the running one (keeping the versions it already holds
+        when the base path is the same) and replaces it once its versions are loaded; an unchanged model
+        is kept as it is; a model left out stops being addressable (404 / NOT_FOUND) while requests
+        already running on it finish.  The switch is one assignment of a new ``self.models`` dict.
+
+        Raises :class:`~kerasplm.serving.config.ModelConfigError` (with TF Serving's gRPC ``code``) and
+        changes nothing if a name is listed twice or a base path is not a directory.  Returns the models
+        that did not become available (``"name: version 3: error"``; they are served anyway, their status
+        showing the failed load, as TF Serving does); empty when all went well.
+        """
+        seen = set()
+        for config in models:
+            if config.name in seen:
+                raise ModelConfigError(f"Illegal to list model {config.name} multiple times in config list")
+            seen.add(config.name)
+        with self._reload_lock:
+            current = self.models
+            kept, built = {}, {}
+            for config in models:
+                old = current.get(config.name)
+                if old is not None and old.config == config:
+                    kept[config.name] = old
+                    continue
                 try:
-                    model.refresh()
-                except Exception:  # keep polling whatever happens
-                    logger.exception("Polling %s failed", model.config.base_path)
+                    built[config.name] = ServedModel(config) if old is None else old.reconfigured(config)
+                except FileNotFoundError:
+                    raise ModelConfigError(f"Could not find base path {config.base_path} for servable "
+                                           f"{config.name}", code="NOT_FOUND") from None
+            problems = []
+            for name, model in built.items():  # load before anything becomes addressable
+                try:
+                    versions = model.refresh()
+                except Exception as e:  # e.g. the base path became unreadable: report it, keep going
+                    versions = []
+                    problems.append(f"{name}: {type(e).__name__}: {e}")
+                    logger.exception("Loading %s from %s failed", name, model.config.base_path)
+                if not versions and model.failed_versions:
+                    problems.extend(f"{name}: version {v}: {error}" for v, error in model.failed_versions.items())
+                elif not versions:
+                    logger.warning("No loadable version of %s under %s yet; waiting for one",
+                                   name, model.config.base_path)
+            self.models = {config.name: kept.get(config.name) or built[config.name] for config in models}
+        for name in built:
+            logger.info("%s model %s (%s)", "Updated" if name in current else "Added", name,
+                        built[name].config.source or built[name].config.base_path)
+        for name in current:
+            if name not in self.models:
+                logger.info("Removed model %s (requests in flight on it finish)", name)
+        return problems
+
+    def reload_config_file(self) -> list[str]:
+        """Read ``model_config_file`` again and apply it if it differs from the running config (see
+        :meth:`apply_config`, whose errors it raises; ``ModelConfigError`` also for a file that does not
+        parse).  Returns the models that did not become available."""
+        models = read_model_config_file(self.model_config_file)
+        if {m.name: m for m in models} == {name: model.config for name, model in self.models.items()}:
+            return []
+        try:
+            return self.apply_config(models)
+        except ModelConfigError as e:
+            raise ModelConfigError(f"{self.model_config_file}: {e}", e.code) from None
+
+    def _poll_config_file(self):
+        reported = None  # the last problem logged: a file that stays broken is reported once
+        while not self._stop.wait(self.config_poll_seconds):
+            try:
+                problems = self.reload_config_file()
+                problem = "; ".join(problems) or None
+                message = f"{self.model_config_file}: {len(problems)} model(s) did not become available: {problem}"
+            except ModelConfigError as e:
+                problem = message = f"{e}; keeping the running model config"
+            except Exception as e:  # keep polling whatever happens
+                problem = message = f"{self.model_config_file}: {type(e).__name__}: {e}; keeping the running config"
+            if problem is not None and problem != reported:
+                logger.error("%s", message.replace("\n", " "))
+            reported = problem
 
     # -- requests -----------------------------------------------------------------------------
     def handle(self, method: str, path: str, body: bytes | None = None) -> tuple:
@@ -238,6 +335,9 @@ class ModelServer:
                                name, self.models[name].config.base_path)
         self._stop.clear()
         self._threads = [threading.Thread(target=self._poll, name="kerasplm-serve-poll", daemon=True)]
+        if self.config_poll_seconds > 0:
+            self._threads.append(threading.Thread(target=self._poll_config_file, name="kerasplm-serve-config-poll",
+                                                  daemon=True))
         if self._httpd is not None:
             self._threads.append(threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1},
                                                   name="kerasplm-serve-http", daemon=True))

@@ -5,6 +5,7 @@ import pytest
 
 from kerasplm import cli
 from kerasplm.serving import ModelConfig, ModelConfigError, VersionPolicy, parse_model_config, read_model_config_file
+from kerasplm.serving.config import model_configs_from_proto
 
 FULL = """
 # two models, every policy form
@@ -36,7 +37,8 @@ def test_parses_every_supported_form():
     assert [m.name for m in models] == ["translator", "all_of_them", "pinned!", "defaults"]
     translator, every, pinned, defaults = models
     assert translator == ModelConfig("translator", "/models/translator", VersionPolicy("latest", 2),
-                                     {"stable": 1, "canary": 2}, source="models.config:4")
+                                     {"stable": 1, "canary": 2})
+    assert translator.source == "models.config:4"  # where it was declared; not part of equality
     # Relative base paths are resolved against the config file's directory.
     assert every.base_path == "/configs/relative" and every.version_policy == VersionPolicy("all")
     assert pinned.version_policy == VersionPolicy("specific", versions=(1, 3))
@@ -135,3 +137,35 @@ def test_cli_config_with_missing_base_path_and_bad_flags(tmp_path, capsys):
     assert cli.main(["serve", "--model-config-file", str(path), "--model-name", "x"]) == 2
     assert "--model-name goes with --model-base-path" in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "nowhere")
+
+
+def test_a_reload_request_config_reads_like_the_file():
+    from google.protobuf import text_format
+    from tensorflow_serving.config import model_server_config_pb2
+
+    text = FULL.replace('"rel" "ative"', '"/configs/relative"')  # a reload request has no file to be relative to
+    proto = text_format.Parse(text, model_server_config_pb2.ModelServerConfig())
+    assert model_configs_from_proto(proto) == parse_model_config(text, "models.config")
+    assert model_configs_from_proto(proto)[0].source == "model_config_list.config[0]"
+
+    def error(text):
+        with pytest.raises(ModelConfigError) as info:
+            model_configs_from_proto(text_format.Parse(text, model_server_config_pb2.ModelServerConfig()))
+        return info.value.code, str(info.value)
+
+    wrong_kind = ("INVALID_ARGUMENT", "ServerModelConfig type not supported by HandleReloadConfigRequest. Only "
+                                      "ModelConfigList is currently supported")
+    assert error("") == error("custom_model_config { }") == wrong_kind
+    assert model_configs_from_proto(text_format.Parse("model_config_list { }",
+                                                      model_server_config_pb2.ModelServerConfig())) == []
+    for text, fragment in [
+        ('config { name: "a" base_path: "x" }', "Expected model a to have an absolute path or URI; got base_path()=x"),
+        ('config { name: "a" base_path: "/x" } config { name: "a" base_path: "/y" }',
+         "Illegal to list model a multiple times in config list"),
+        ('config { name: "a/b" base_path: "/x" }', "model name 'a/b' must be non-empty"),
+        ('config { name: "a" base_path: "/x" model_type: TENSORFLOW }', "'model_type' is not supported"),
+        ('config { name: "a" base_path: "/x" model_version_policy { specific { } } }', "lists no 'versions'"),
+        ('config { name: "a" base_path: "/x" version_labels { key: "" value: 1 } }', "label '' must be non-empty"),
+    ]:
+        code, message = error(f"model_config_list {{ {text} }}")
+        assert code == "INVALID_ARGUMENT" and fragment in message, message
