@@ -39,6 +39,11 @@ class ModelServer:
     finish for up to ``shutdown_grace_seconds`` and returns True if none had to be cut off.  Also a
     context manager.
 
+    ``batching_parameters`` (a :class:`~kerasplm.serving.batching.BatchingParameters`; the CLI's
+    ``--enable_batching`` / ``--batching_parameters_file``) turns on request batching: concurrent predict
+    requests to the same batch-safe signature of a version, REST and gRPC alike, run as one call
+    (:attr:`batcher`; ``stop()`` runs the queued batches before it returns).
+
     ``handle(method, path, body)`` answers one REST request without HTTP (``(status, payload)``);
     :meth:`resolve` is the model/version/label lookup both APIs use.
     """
@@ -59,6 +64,7 @@ class ModelServer:
         poll_seconds: float = DEFAULT_POLL_SECONDS,
         shutdown_grace_seconds: float = DEFAULT_SHUTDOWN_GRACE_SECONDS,
         quiet: bool = False,
+        batching_parameters=None,
     ):
         given = [x is not None for x in (model_base_path, model_config_file, models)]
         if sum(given) != 1:
@@ -95,6 +101,13 @@ class ModelServer:
         self.shutdown_grace_seconds = float(shutdown_grace_seconds)
         self.quiet = quiet
         self.metrics = Metrics()
+        self.batcher = None
+        if batching_parameters is not None:
+            from kerasplm.serving.batching import Batcher
+
+            self.batcher = Batcher(batching_parameters, on_batch=self.metrics.record_batch,
+                                   on_request=self.metrics.record_batching_request,
+                                   on_call=self.metrics.record_batching_call)
         self._stop = threading.Event()
         self._httpd: HTTPServer | None = None
         self._grpc = None  # a kerasplm.serving.grpc_service.GrpcServer once bound
@@ -156,7 +169,8 @@ class ModelServer:
                 else:
                     request = api.parse_json_body(body or b"")
                     signature = api.signature_name_of(request, loaded)
-                    result = api.predict(loaded, request, self.max_batch_size, self.batch_chunk_size)
+                    result = api.predict(loaded, request, self.max_batch_size, self.batch_chunk_size,
+                                         self.batcher)
             status = 200
         except api.RequestError as e:
             status, result = e.status, {"error": e.message}
@@ -232,6 +246,8 @@ class ModelServer:
         if self._threads:
             raise RuntimeError("server already started")
         self.bind()
+        if self.batcher is not None:
+            self.batcher.open()
         for name, versions in self.refresh().items():
             if not versions:
                 logger.warning("No loadable version of %s under %s yet; waiting for one",
@@ -260,6 +276,8 @@ class ModelServer:
         grpc_server, self._grpc = self._grpc, None
         self._bound = False
         cut = 0
+        if self.batcher is not None:  # queued requests run now rather than after their batch timeout
+            self.batcher.flush()
         grpc_stopped = grpc_server.stop(grace if started else 0) if grpc_server is not None else None
         if httpd is not None:
             if started:
@@ -273,6 +291,8 @@ class ModelServer:
         for thread in self._threads:
             thread.join(timeout=10)
         self._threads = []
+        if self.batcher is not None and not self.batcher.close(max(0.0, deadline - time.monotonic())):
+            cut += 1  # a batch still running after the grace period
         if cut:
             logger.warning("%d request(s) still running after the %.0f s grace period were cut off", cut, grace)
         return cut == 0
