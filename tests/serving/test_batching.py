@@ -1,19 +1,29 @@
 """Request batching: the parameters file parser, the batcher with fake signature functions (no sockets),
-and the `kerasplm serve --enable_batching` flags."""
+the `kerasplm serve --enable_batching` flags, and one real `kerasplm serve --enable_batching` process
+(export/README.md's parameters file) answering concurrent REST and gRPC requests exactly as unbatched."""
+import json
+import os
+import re
 import threading
 import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 
+import grpc
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
 from kerasplm import cli
-from kerasplm.serving import api
+from kerasplm.serving import ModelServer, api
 from kerasplm.serving.batching import (QUEUE_FULL_MESSAGE, Batcher, BatchingParameters, BatchingParametersError,
                                        batch_safe, merge_inputs, parse_batching_parameters,
                                        read_batching_parameters_file, split_outputs)
 from kerasplm.serving.metrics import Metrics
-from tests.serving.client import parse_prometheus
+from tests.serving.client import REPO_ROOT, CLIServer, http, parse_prometheus
+from tests.serving.conftest import install_toy_version
 
 FULL = """# every field
 max_batch_size { value: 8 }
@@ -362,3 +372,98 @@ def test_enable_batching_flags(tmp_path, capsys):
     assert cli.main([*base, "--enable_batching", "--batching_parameters_file", str(bad)]) == 2
     assert capsys.readouterr().err == (f"kerasplm: error: {bad}:2: the last entry of 'allowed_batch_sizes' must "
                                        "equal max_batch_size (8), got 4\n")
+
+
+# --------------------------------------------------------------------------------------------
+# Through a real `kerasplm serve --enable_batching` process: REST and gRPC requests at once
+
+
+def _readme_batching_config() -> str:
+    """The parameters file export/README.md shows (the fenced block after its batching.config line)."""
+    with open(os.path.join(REPO_ROOT, "export", "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    match = re.search(r"saved as `export/batching\.config`.*?\n```\n(.*?)```", text, re.S)
+    assert match, "export/README.md lost its batching.config example"
+    return match.group(1)
+
+
+@pytest.fixture(scope="module")
+def batching_server(tmp_path_factory, toy_saved_models):
+    root = tmp_path_factory.mktemp("batching")
+    base = str(root / "toy")
+    install_toy_version(base, 1, toy_saved_models["upper"])
+    config = root / "batching.config"
+    config.write_text(_readme_batching_config())
+    server = CLIServer(["--model_base_path", base, "--model_name", "toy", "--enable_batching",
+                        "--batching_parameters_file", str(config), "--quiet"], root / "serve.log")
+    try:
+        server.wait_ready()
+        reference = ModelServer(base, "toy", rest_api_port=0, grpc_port=None)  # unbatched, in process
+        reference.refresh()
+        yield SimpleNamespace(server=server, reference=reference, params=parse_batching_parameters(
+            _readme_batching_config()))
+    finally:
+        server.close()
+
+
+def _rest_body(signature, sentences):
+    return {"signature_name": signature, "inputs": {"inputs": sentences}}
+
+
+def test_concurrent_rest_and_grpc_answers_equal_the_unbatched_ones(batching_server):
+    # batch-safe signatures (merged), with ragged "words" to crop; "repeat" has a scalar option: unbatched.
+    cases = [("serving_default", ["hola"]), ("split", ["uno dos tres"]), ("split", ["a", "b c"]),
+             ("serving_default", ["¿qué tal?", "bien"]), ("split", ["una frase bastante larga de verdad"]),
+             ("split", ["x"]), ("serving_default", ["z"]), ("split", ["dos palabras"])]
+    expected = {}
+    for signature, sentences in cases:
+        status, payload = batching_server.reference.handle(
+            "POST", "/v1/models/toy:predict", json.dumps(_rest_body(signature, sentences)).encode())
+        assert status == 200, payload
+        expected[(signature, tuple(sentences))] = payload["outputs"]
+    stub = prediction_service_pb2_grpc.PredictionServiceStub(grpc.insecure_channel(batching_server.server.grpc_target))
+    barrier = threading.Barrier(2 * len(cases) + 1)
+
+    def rest(signature, sentences):
+        barrier.wait()
+        status, payload = http("POST", f"{batching_server.server.url}/v1/models/toy:predict",
+                               _rest_body(signature, sentences))
+        assert status == 200, payload
+        return payload["outputs"]
+
+    def over_grpc(signature, sentences):
+        request = predict_pb2.PredictRequest()
+        request.model_spec.name, request.model_spec.signature_name = "toy", signature
+        request.inputs["inputs"].CopyFrom(tf.make_tensor_proto(sentences, dtype=tf.string))
+        barrier.wait()
+        response = stub.Predict(request, timeout=60)
+        outputs = {name: tf.make_ndarray(proto).tolist() for name, proto in response.outputs.items()}
+        decoded = {name: json.loads(json.dumps(value, default=lambda b: b.decode("utf-8")))
+                   for name, value in outputs.items()}
+        return next(iter(decoded.values())) if len(decoded) == 1 else decoded
+
+    def unbatched():
+        barrier.wait()
+        return http("POST", f"{batching_server.server.url}/v1/models/toy:predict",
+                    {"signature_name": "repeat", "instances": [{"inputs": "ab", "times": 2}]})
+
+    with ThreadPoolExecutor(2 * len(cases) + 1) as pool:
+        rest_answers = [pool.submit(rest, *case) for case in cases]
+        grpc_answers = [pool.submit(over_grpc, *case) for case in cases]
+        repeat = pool.submit(unbatched)
+        for (signature, sentences), answer in zip(cases + cases, rest_answers + grpc_answers):
+            assert answer.result(timeout=120) == expected[(signature, tuple(sentences))], (signature, sentences)
+        assert repeat.result(timeout=120) == (200, {"predictions": ["ab ab"]})
+
+    status, text = 200, urllib.request.urlopen(f"{batching_server.server.url}/monitoring/prometheus/metrics",
+                                               timeout=30).read().decode()
+    samples = parse_prometheus(text)
+    requests = samples[(":tensorflow:serving:batching_session:input_batch_size_count", frozenset())]
+    calls = samples[(":tensorflow:serving:batching_session:wrapped_run_count", frozenset())]
+    batches = samples[(":tensorflow:serving:batching_session:processed_batch_size_count", frozenset())]
+    assert requests == 2 * len(cases)  # every batch-safe request went through the batcher, "repeat" did not
+    assert calls == batches < requests  # merged: fewer signature calls than requests, none failed
+    # every call ran at an allowed batch size
+    sizes = {dict(labels)["execution_batch_size"] for (name, labels) in samples
+             if name.endswith("padding_size_count")}
+    assert sizes and sizes <= {str(s) for s in batching_server.params.allowed_batch_sizes}
