@@ -518,7 +518,8 @@ def run_predict(loaded, signature_name: str, tensors: dict, max_batch_size: int 
     if batcher is not None and _batchable(batcher, specs, out_specs, tensors):
         def run(arrays: dict) -> dict:  # a merged batch (or one request again) through the signature
             merged = {name: tf.constant(a, dtype=specs[name].dtype) for name, a in arrays.items()}
-            return run_signature(fn, merged, specs, out_specs, batch_chunk_size)
+            # Through `loaded`: the batcher's queue keeps it (and so its id, the queue's key) alive.
+            return run_signature(loaded.signatures[signature_name], merged, specs, out_specs, batch_chunk_size)
 
         unknown_axes = {name: [i for i in range(1, spec.shape.rank) if spec.shape[i] is None]
                         for name, spec in out_specs.items()}

@@ -467,3 +467,24 @@ def test_concurrent_rest_and_grpc_answers_equal_the_unbatched_ones(batching_serv
     sizes = {dict(labels)["execution_batch_size"] for (name, labels) in samples
              if name.endswith("padding_size_count")}
     assert sizes and sizes <= {str(s) for s in batching_server.params.allowed_batch_sizes}
+
+
+def test_stop_answers_the_requests_waiting_in_the_batcher(toy_saved_models, tmp_path):
+    """A request waiting for its batch (a minute's timeout) is answered when the server stops, at once."""
+    base = str(tmp_path / "toy")
+    install_toy_version(base, 1, toy_saved_models["upper"])
+    params = BatchingParameters(max_batch_size=8, batch_timeout_micros=60_000_000, num_batch_threads=1)
+    server = ModelServer(base, "toy", rest_api_port=0, grpc_port=None, quiet=True, batching_parameters=params)
+    server.start()
+    answers = []
+    thread = threading.Thread(target=lambda: answers.append(
+        http("POST", f"{server.url}/v1/models/toy:predict", {"instances": ["waiting"]})))
+    thread.start()
+    deadline = time.monotonic() + 30
+    while _queued_rows(server.batcher) < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    started = time.monotonic()
+    assert server.stop(grace_seconds=20) is True
+    thread.join(10)
+    assert time.monotonic() - started < 10
+    assert answers == [(200, {"predictions": ["WAITING"]})]
