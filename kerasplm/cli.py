@@ -243,8 +243,8 @@ def _serve(args):
         batching_parameters = (read_batching_parameters_file(args.batching_parameters_file)
                                if args.batching_parameters_file else
                                BatchingParameters(thread_pool_name=DEFAULT_THREAD_POOL_NAME))
-    elif args.batching_parameters_file:  # TF Serving's check and message
-        raise CLIError("Batching parameters file provided but batching not enabled (add --enable_batching)")
+    elif args.batching_parameters_file:  # TF Serving refuses it too
+        raise CLIError("--batching_parameters_file is set without setting --enable_batching to true")
     try:
         drained = serving.serve(
             args.model_base_path, args.model_name, model_config_file=args.model_config_file,

@@ -55,6 +55,13 @@ def test_every_field_is_read():
     assert listed.padded_size(3) == 4 and BatchingParameters().padded_size(7) == 7
 
 
+def test_tf_servings_documented_example_parses():
+    params = parse_batching_parameters("max_batch_size { value : 128 }\nbatch_timeout_micros { value: 0 }\n"
+                                       "max_enqueued_batches { value: 1000000 }\nnum_batch_threads { value: 8 }\n")
+    assert (params.max_batch_size, params.batch_timeout_micros, params.max_enqueued_batches,
+            params.num_batch_threads) == (128, 0, 1000000, 8)
+
+
 def test_empty_file_gives_tf_servings_defaults(tmp_path):
     path = tmp_path / "empty.config"
     path.write_text("# nothing set\n")
@@ -367,8 +374,8 @@ def test_enable_batching_flags(tmp_path, capsys):
     bad.write_text("max_batch_size { value: 8 }\nallowed_batch_sizes: 4\n")
     base = ["serve", "--model-base-path", str(tmp_path), "--rest_api_port", "0", "--port", "0"]
     assert cli.main([*base, "--batching_parameters_file", str(bad)]) == 2
-    assert capsys.readouterr().err == ("kerasplm: error: Batching parameters file provided but batching not "
-                                       "enabled (add --enable_batching)\n")
+    assert capsys.readouterr().err == ("kerasplm: error: --batching_parameters_file is set without setting "
+                                       "--enable_batching to true\n")
     assert cli.main([*base, "--enable_batching", "--batching_parameters_file", str(bad)]) == 2
     assert capsys.readouterr().err == (f"kerasplm: error: {bad}:2: the last entry of 'allowed_batch_sizes' must "
                                        "equal max_batch_size (8), got 4\n")
