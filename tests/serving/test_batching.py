@@ -462,8 +462,8 @@ def test_concurrent_rest_and_grpc_answers_equal_the_unbatched_ones(batching_serv
             assert answer.result(timeout=120) == expected[(signature, tuple(sentences))], (signature, sentences)
         assert repeat.result(timeout=120) == (200, {"predictions": ["ab ab"]})
 
-    status, text = 200, urllib.request.urlopen(f"{batching_server.server.url}/monitoring/prometheus/metrics",
-                                               timeout=30).read().decode()
+    with urllib.request.urlopen(f"{batching_server.server.url}/monitoring/prometheus/metrics", timeout=30) as r:
+        text = r.read().decode()
     samples = parse_prometheus(text)
     requests = samples[(":tensorflow:serving:batching_session:input_batch_size_count", frozenset())]
     calls = samples[(":tensorflow:serving:batching_session:wrapped_run_count", frozenset())]
