@@ -151,6 +151,14 @@ def _port(text):
     return value
 
 
+def _flag(text):
+    """A boolean flag's value as TF Serving writes them (``--enable_batching=true``)."""
+    value = {"true": True, "1": True, "false": False, "0": False}.get(text.strip().lower())
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return value
+
+
 def _add_serve_parser(commands):
     # TF Serving's underscore spellings are accepted too, so its users can paste their command lines.
     sv = commands.add_parser(
@@ -196,6 +204,13 @@ def _add_serve_parser(commands):
                     default=serving_defaults.DEFAULT_SHUTDOWN_GRACE_SECONDS,
                     help="on SIGTERM, how long requests in flight may take to finish "
                          f"(default {serving_defaults.DEFAULT_SHUTDOWN_GRACE_SECONDS:g} s, under Kubernetes' 30 s)")
+    sv.add_argument("--enable-batching", "--enable_batching", type=_flag, nargs="?", const=True, default=False,
+                    metavar="BOOL", help="merge concurrent predict requests to the same signature into one call "
+                                         "(TF Serving's flag; --enable_batching=true also works)")
+    sv.add_argument("--batching-parameters-file", "--batching_parameters_file", type=_existing_file, metavar="FILE",
+                    help="with --enable_batching: TF Serving's text-format BatchingParameters (max_batch_size, "
+                         "batch_timeout_micros, max_enqueued_batches, num_batch_threads, allowed_batch_sizes, "
+                         "pad_variable_length_inputs); default: TF Serving's defaults")
     sv.add_argument("--quiet", action="store_true", help="do not log each request")
     _add_verbose(sv)
     sv.set_defaults(handler=_serve)
@@ -228,6 +243,16 @@ def _serve(args):
     grpc_port, rest_api_port = (None if p < 0 else p for p in (args.port, args.rest_api_port))
     if grpc_port is None and rest_api_port is None:
         raise CLIError(f"--port {PORT_OFF} and --rest_api_port {PORT_OFF}: nothing to serve")
+    batching_parameters = None
+    if args.enable_batching:
+        from kerasplm.serving.batching import (DEFAULT_THREAD_POOL_NAME, BatchingParameters,
+                                               read_batching_parameters_file)
+
+        batching_parameters = (read_batching_parameters_file(args.batching_parameters_file)
+                               if args.batching_parameters_file else
+                               BatchingParameters(thread_pool_name=DEFAULT_THREAD_POOL_NAME))
+    elif args.batching_parameters_file:  # TF Serving refuses it too
+        raise CLIError("--batching_parameters_file is set without setting --enable_batching to true")
     try:
         drained = serving.serve(
             args.model_base_path, args.model_name, model_config_file=args.model_config_file,
@@ -235,7 +260,8 @@ def _serve(args):
             max_body_bytes=args.max_body_bytes, max_batch_size=args.max_batch_size,
             batch_chunk_size=args.batch_chunk_size, poll_seconds=args.poll_seconds,
             shutdown_grace_seconds=args.shutdown_grace_seconds, quiet=args.quiet,
-            config_poll_seconds=args.model_config_file_poll_wait_seconds)
+            config_poll_seconds=args.model_config_file_poll_wait_seconds,
+            batching_parameters=batching_parameters)
     except serving.ServerStartError as e:
         raise CLIError(str(e)) from None
     if not drained:

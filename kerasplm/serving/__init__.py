@@ -18,6 +18,8 @@ exported model:
   per version (``/versions/<N>``, ``/labels/<label>``);
 * Prometheus metrics at ``/monitoring/prometheus/metrics`` (request counts and latency per model and
   entrypoint);
+* request batching (``batching_parameters``; the CLI's ``--enable_batching``): concurrent predict
+  requests to the same signature merged into one call, TF Serving's way (:mod:`~kerasplm.serving.batching`);
 * bounded work per request, whichever API (``max_batch_size`` rows, run ``batch_chunk_size`` rows at a
   time; ``max_body_bytes`` per REST body or gRPC message), strict input checks (no silent integer
   wrap-around), strict HTTP framing, JSON errors everywhere, and a graceful stop on SIGTERM (requests
@@ -48,7 +50,8 @@ _LAZY = {"METRICS_PATH": "api", "RequestError": "api", "predict": "api",
          "parse_model_config": "config", "read_model_config_file": "config", "Metrics": "metrics",
          "LoadedVersion": "models", "ServedModel": "models", "list_versions": "models", "load_version": "models",
          "ModelServer": "server", "ServerStartError": "server", "serve": "server",
-         "GrpcServer": "grpc_service"}
+         "GrpcServer": "grpc_service", "BatchingParameters": "batching", "Batcher": "batching",
+         "read_batching_parameters_file": "batching"}
 
 
 def __getattr__(name):
@@ -60,7 +63,7 @@ def __getattr__(name):
 __all__ = [
     "DEFAULT_BATCH_CHUNK_SIZE", "DEFAULT_GRPC_PORT", "DEFAULT_MAX_BATCH_SIZE", "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_POLL_SECONDS", "DEFAULT_REST_API_PORT", "DEFAULT_SHUTDOWN_GRACE_SECONDS", "DEFAULT_SIGNATURE", "METRICS_PATH",
-    "GrpcServer", "LoadedVersion", "Metrics", "ModelConfig", "ModelConfigError", "ModelServer", "RequestError",
+    "Batcher", "BatchingParameters", "GrpcServer", "LoadedVersion", "Metrics", "ModelConfig", "ModelConfigError", "ModelServer", "RequestError",
     "ServedModel", "ServerStartError", "VersionPolicy", "list_versions", "load_version",
-    "parse_model_config", "predict", "read_model_config_file", "serve",
+    "parse_model_config", "predict", "read_batching_parameters_file", "read_model_config_file", "serve",
 ]

@@ -496,12 +496,17 @@ def signature_name_of(body: dict, loaded) -> str:
 
 
 def run_predict(loaded, signature_name: str, tensors: dict, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
-                batch_chunk_size: int = DEFAULT_BATCH_CHUNK_SIZE) -> dict:
+                batch_chunk_size: int = DEFAULT_BATCH_CHUNK_SIZE, batcher=None) -> dict:
     """The predict core both front ends call: ``{output name: ndarray}`` for ``{input name: tensor}``.
 
     Checks the input names, the rows (at most ``max_batch_size`` per batched input) and the shapes
     against the signature, then runs it ``batch_chunk_size`` rows at a time (:func:`run_signature`).
     Dtypes are the front end's business: each builds tensors of the signature's dtypes or refuses.
+
+    With a ``batcher`` (a :class:`kerasplm.serving.batching.Batcher`, ``--enable_batching``) a request
+    to a batch-safe signature (:func:`~kerasplm.serving.batching.batch_safe`) with at most the batcher's
+    ``max_batch_size`` rows is merged with concurrent requests to the same version and signature; it
+    gets exactly its own rows back.  Other requests run on their own, as without a batcher.
     """
     specs = loaded.input_specs(signature_name)
     check_input_names(tensors, specs, signature_name)
@@ -509,16 +514,38 @@ def run_predict(loaded, signature_name: str, tensors: dict, max_batch_size: int 
         if specs[name].shape.rank != 0 and tensor.shape.rank:
             check_rows(int(tensor.shape[0]), max_batch_size, f"Input '{name}'")
         check_shape(tensor.shape, specs[name], name)
-    return run_signature(loaded.signatures[signature_name], tensors, specs,
-                         loaded.output_specs(signature_name), batch_chunk_size)
+    fn, out_specs = loaded.signatures[signature_name], loaded.output_specs(signature_name)
+    if batcher is not None and _batchable(batcher, specs, out_specs, tensors):
+        def run(arrays: dict) -> dict:  # a merged batch (or one request again) through the signature
+            merged = {name: tf.constant(a, dtype=specs[name].dtype) for name, a in arrays.items()}
+            # Through `loaded`: the batcher's queue keeps it (and so its id, the queue's key) alive.
+            return run_signature(loaded.signatures[signature_name], merged, specs, out_specs, batch_chunk_size)
+
+        unknown_axes = {name: [i for i in range(1, spec.shape.rank) if spec.shape[i] is None]
+                        for name, spec in out_specs.items()}
+        return batcher.submit((id(loaded), signature_name), {name: t.numpy() for name, t in tensors.items()},
+                              run, unknown_axes)
+    return run_signature(fn, tensors, specs, out_specs, batch_chunk_size)
+
+
+def _batchable(batcher, in_specs: dict, out_specs: dict, tensors: dict) -> bool:
+    """Whether ``batcher`` takes this request: a batch-safe signature, inputs with one row count the
+    batcher accepts (1 to its ``max_batch_size``)."""
+    from kerasplm.serving.batching import batch_safe
+
+    if not batch_safe({n: s.shape for n, s in in_specs.items()}, {n: s.shape for n, s in out_specs.items()}):
+        return False
+    rows = {int(t.shape[0]) for t in tensors.values()}
+    return len(rows) == 1 and batcher.accepts(rows.pop())
 
 
 def predict(loaded, body: dict, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
-            batch_chunk_size: int = DEFAULT_BATCH_CHUNK_SIZE) -> dict:
+            batch_chunk_size: int = DEFAULT_BATCH_CHUNK_SIZE, batcher=None) -> dict:
     """Run a TF Serving predict request (already JSON-decoded) against one loaded version.
 
     ``loaded`` is a :class:`kerasplm.serving.models.LoadedVersion`.  At most ``max_batch_size`` rows
-    are accepted; they run ``batch_chunk_size`` rows per signature call.
+    are accepted; they run ``batch_chunk_size`` rows per signature call (merged with other requests'
+    by ``batcher`` if given, see :func:`run_predict`).
     """
     signature_name = signature_name_of(body, loaded)
     if ("instances" in body) == ("inputs" in body):
@@ -532,7 +559,7 @@ def predict(loaded, body: dict, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
     else:
         values = _columnar_inputs(body["inputs"], specs, signature_name, max_batch_size)
     tensors = {name: to_tensor(values[name], specs[name], name) for name in specs}
-    arrays = run_predict(loaded, signature_name, tensors, max_batch_size, batch_chunk_size)
+    arrays = run_predict(loaded, signature_name, tensors, max_batch_size, batch_chunk_size, batcher)
 
     if not row_format:
         columns = {name: to_json(a, name) for name, a in arrays.items()}

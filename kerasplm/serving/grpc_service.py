@@ -192,7 +192,7 @@ class GrpcFrontEnd:
                                            self.max_bytes)
                    for name in specs}
         arrays = api.run_predict(loaded, signature, tensors, self.server.max_batch_size,
-                                 self.server.batch_chunk_size)
+                                 self.server.batch_chunk_size, getattr(self.server, "batcher", None))
         response = predict_pb2.PredictResponse()
         _set_model_spec(response.model_spec, model.name, loaded.version, signature)
         for name in dict.fromkeys(wanted) if wanted else sorted(arrays):

@@ -5,6 +5,13 @@ Named as TensorFlow Serving exports them, so dashboards written for it work unch
     :tensorflow:serving:request_count{model_name, API, signature_name, status}      counter
     :tensorflow:serving:request_latency{model_name, API, entrypoint, signature_name}  histogram (µs)
 
+With ``--enable_batching`` (and once a request was batched), TF Serving's batching session metrics too::
+
+    :tensorflow:serving:batching_session:input_batch_size       histogram: rows per request queued
+    :tensorflow:serving:batching_session:processed_batch_size   histogram: rows per merged call (padding included)
+    :tensorflow:serving:batching_session:padding_size{execution_batch_size}  histogram: padding rows per call
+    :tensorflow:serving:batching_session:wrapped_run_count      counter: signature calls the batcher made
+
 ``API`` is ``predict``, ``status`` or ``metadata``; ``status`` is the canonical error code (``OK``,
 ``INVALID_ARGUMENT``, ``NOT_FOUND``...); ``entrypoint`` is ``REST`` or ``GRPC``; latency is wall time in
 microseconds (TF Serving's unit) from the parsed request to the built response.  Only configured
@@ -19,6 +26,12 @@ import threading
 REQUEST_COUNT = ":tensorflow:serving:request_count"
 REQUEST_LATENCY = ":tensorflow:serving:request_latency"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+BATCHING_PREFIX = ":tensorflow:serving:batching_session:"
+INPUT_BATCH_SIZE = BATCHING_PREFIX + "input_batch_size"
+PROCESSED_BATCH_SIZE = BATCHING_PREFIX + "processed_batch_size"
+PADDING_SIZE = BATCHING_PREFIX + "padding_size"
+WRAPPED_RUN_COUNT = BATCHING_PREFIX + "wrapped_run_count"
+BATCH_SIZE_BUCKETS = tuple(2**i for i in range(14))  # 1 .. 8192 rows
 
 # Upper bounds in microseconds: 100 µs .. 60 s, about 2.5x apart (the last bucket is +Inf).
 LATENCY_BUCKETS_US = (100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000,
@@ -54,6 +67,29 @@ class Metrics:
         self._lock = threading.Lock()
         self._counts: dict = {}  # (model, api, signature, status) -> requests
         self._latency: dict = {}  # (model, api, entrypoint, signature) -> [bucket counts..., +Inf count, sum µs]
+        self._batching: dict = {}  # (histogram name, labels) -> [bucket counts..., +Inf count, sum]
+        self._wrapped_runs = None  # a count once the batcher made a call
+
+    def _observe(self, name: str, labels: tuple, value: float):
+        hist = self._batching.setdefault((name, labels), [0] * (len(BATCH_SIZE_BUCKETS) + 2))
+        hist[bisect.bisect_left(BATCH_SIZE_BUCKETS, value)] += 1
+        hist[-1] += value
+
+    def record_batching_request(self, rows: int):
+        """A request of ``rows`` rows was queued for batching."""
+        with self._lock:
+            self._observe(INPUT_BATCH_SIZE, (), rows)
+
+    def record_batch(self, rows: int, padded_rows: int):
+        """A merged batch of ``rows`` request rows ran as ``padded_rows`` rows."""
+        with self._lock:
+            self._observe(PROCESSED_BATCH_SIZE, (), padded_rows)
+            self._observe(PADDING_SIZE, (("execution_batch_size", padded_rows),), padded_rows - rows)
+
+    def record_batching_call(self):
+        """The batcher called a signature (a merged batch, or a request run again on its own)."""
+        with self._lock:
+            self._wrapped_runs = (self._wrapped_runs or 0) + 1
 
     def record(self, model_name: str, api: str, signature_name: str, status, seconds: float,
                entrypoint: str = "REST"):
@@ -90,4 +126,31 @@ class Metrics:
                 lines.append(f"{REQUEST_LATENCY}_bucket{_labels(base + [('le', le)])} {cumulative}")
             lines.append(f"{REQUEST_LATENCY}_sum{_labels(base)} {_number(hist[-1])}")
             lines.append(f"{REQUEST_LATENCY}_count{_labels(base)} {cumulative}")
+        lines += self._render_batching()
         return "\n".join(lines) + "\n"
+
+    def _render_batching(self) -> list:
+        with self._lock:
+            hists = sorted((k, list(v)) for k, v in self._batching.items())
+            runs = self._wrapped_runs
+        lines = []
+        helps = {INPUT_BATCH_SIZE: "Tracks the batch size distribution on the inputs.",
+                 PROCESSED_BATCH_SIZE: "Tracks the batch size distribution on processing.",
+                 PADDING_SIZE: "Tracks the padding size distribution on batches."}
+        for name in (INPUT_BATCH_SIZE, PROCESSED_BATCH_SIZE, PADDING_SIZE):
+            mine = [(labels, hist) for (n, labels), hist in hists if n == name]
+            if not mine:
+                continue
+            lines += [f"# HELP {name} {helps[name]}", f"# TYPE {name} histogram"]
+            for labels, hist in mine:
+                cumulative = 0
+                for bound, n in zip(BATCH_SIZE_BUCKETS + (float("inf"),), hist[:-1]):
+                    cumulative += n
+                    le = "+Inf" if bound == float("inf") else _number(bound)
+                    lines.append(f"{name}_bucket{_labels(list(labels) + [('le', le)])} {cumulative}")
+                lines.append(f"{name}_sum{_labels(labels) if labels else ''} {_number(hist[-1])}")
+                lines.append(f"{name}_count{_labels(labels) if labels else ''} {cumulative}")
+        if runs is not None:
+            lines += [f"# HELP {WRAPPED_RUN_COUNT} Total count of run calls on the wrapped session",
+                      f"# TYPE {WRAPPED_RUN_COUNT} counter", f"{WRAPPED_RUN_COUNT} {runs}"]
+        return lines

@@ -9,6 +9,7 @@ import threading
 import time
 
 from kerasplm.serving import api
+from kerasplm.serving.batching import Batcher
 from kerasplm.serving.defaults import (DEFAULT_GRPC_PORT, DEFAULT_GRPC_WORKERS, DEFAULT_MAX_BODY_BYTES,
                                        DEFAULT_POLL_SECONDS, DEFAULT_REST_API_PORT, DEFAULT_SHUTDOWN_GRACE_SECONDS)
 from kerasplm.serving.config import ModelConfig, ModelConfigError, read_model_config_file
@@ -43,6 +44,11 @@ class ModelServer:
     finish for up to ``shutdown_grace_seconds`` and returns True if none had to be cut off.  Also a
     context manager.
 
+    ``batching_parameters`` (a :class:`~kerasplm.serving.batching.BatchingParameters`; the CLI's
+    ``--enable_batching`` / ``--batching_parameters_file``) turns on request batching: concurrent predict
+    requests to the same batch-safe signature of a version, REST and gRPC alike, run as one call
+    (:attr:`batcher`; ``stop()`` runs the queued batches before it returns).
+
     ``handle(method, path, body)`` answers one REST request without HTTP (``(status, payload)``);
     :meth:`resolve` is the model/version/label lookup both APIs use.
     """
@@ -64,6 +70,7 @@ class ModelServer:
         shutdown_grace_seconds: float = DEFAULT_SHUTDOWN_GRACE_SECONDS,
         quiet: bool = False,
         config_poll_seconds: float = 0.0,
+        batching_parameters=None,
     ):
         given = [x is not None for x in (model_base_path, model_config_file, models)]
         if sum(given) != 1:
@@ -109,6 +116,11 @@ class ModelServer:
         # self.models, which a reload replaces by a new dict in one assignment).
         self._reload_lock = threading.Lock()
         self.metrics = Metrics()
+        self.batcher = None
+        if batching_parameters is not None:
+            self.batcher = Batcher(batching_parameters, on_batch=self.metrics.record_batch,
+                                   on_request=self.metrics.record_batching_request,
+                                   on_call=self.metrics.record_batching_call)
         self._stop = threading.Event()
         self._httpd: HTTPServer | None = None
         self._grpc = None  # a kerasplm.serving.grpc_service.GrpcServer once bound
@@ -253,7 +265,8 @@ class ModelServer:
                 else:
                     request = api.parse_json_body(body or b"")
                     signature = api.signature_name_of(request, loaded)
-                    result = api.predict(loaded, request, self.max_batch_size, self.batch_chunk_size)
+                    result = api.predict(loaded, request, self.max_batch_size, self.batch_chunk_size,
+                                         self.batcher)
             status = 200
         except api.RequestError as e:
             status, result = e.status, {"error": e.message}
@@ -329,6 +342,8 @@ class ModelServer:
         if self._threads:
             raise RuntimeError("server already started")
         self.bind()
+        if self.batcher is not None:
+            self.batcher.open()
         for name, versions in self.refresh().items():
             if not versions:
                 logger.warning("No loadable version of %s under %s yet; waiting for one",
@@ -360,6 +375,8 @@ class ModelServer:
         grpc_server, self._grpc = self._grpc, None
         self._bound = False
         cut = 0
+        if self.batcher is not None:  # queued requests run now rather than after their batch timeout
+            self.batcher.flush()
         grpc_stopped = grpc_server.stop(grace if started else 0) if grpc_server is not None else None
         if httpd is not None:
             if started:
@@ -373,6 +390,8 @@ class ModelServer:
         for thread in self._threads:
             thread.join(timeout=10)
         self._threads = []
+        if self.batcher is not None and not self.batcher.close(max(0.0, deadline - time.monotonic())):
+            cut += 1  # a batch still running after the grace period
         if cut:
             logger.warning("%d request(s) still running after the %.0f s grace period were cut off", cut, grace)
         return cut == 0
