@@ -227,6 +227,29 @@ def test_bad_requests_get_tf_servings_codes(served, model, case):
     assert fragment in info.value.details()
 
 
+# a numeric input sent with a wider dtype than the signature's (TF Serving converts nothing)
+WIDER = {types_pb2.DT_INT32: tf.int64, types_pb2.DT_FLOAT: tf.float64}
+
+
+@pytest.mark.parametrize("model", FAMILIES)
+def test_numeric_inputs_of_another_dtype_are_refused(served, model):
+    checked = 0
+    for name in _predict_signatures(served, model):
+        signature = _signature_defs(served, model)[name]
+        for key, info in signature.inputs.items():
+            if info.dtype == types_pb2.DT_STRING:
+                continue
+            inputs, dtypes = _inputs(signature, len(TEXTS)), _dtypes(signature)
+            dtypes[key] = WIDER[info.dtype]
+            with pytest.raises(grpc.RpcError) as error:
+                served.stub.Predict(_request(model, name, inputs, dtypes), timeout=60)
+            assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT, error.value.details()
+            sent = types_pb2.DataType.Name(dtypes[key].as_datatype_enum)
+            assert f"Input '{key}' has dtype {sent}" in error.value.details()
+            checked += 1
+    assert checked >= {"translator": 2, "generator": 5}.get(model, 0)
+
+
 @pytest.mark.parametrize("model", FAMILIES)
 def test_invalid_utf8_is_a_400_over_rest_too(served, model):
     signature = _signature_defs(served, model)["serving_default"]
