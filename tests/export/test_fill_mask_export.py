@@ -1,34 +1,21 @@
 """The fill-mask SavedModel: outputs against the Keras model, the export contract, texts without [MASK], CLI."""
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from kerasplm.data.pretraining import BERT_SPECIAL_TOKENS
 from kerasplm.export.bert import FillMaskModule, export_fill_mask
-from kerasplm.models.bert import BertBackbone, bert_run_preprocessor
-from kerasplm.models.bert_pretraining import BertPretrainer
-from kerasplm.runs import RunDir
 from kerasplm.text import WordPieceTokenizer
 from tests.export.contract import check_bad_inputs, check_batch_safe, check_warmup, run_isolated
+from tests.export.tiny_exports import FILL_MASK_WORDS, write_tiny_pretraining_run
 
-WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "this", "is", "normal", "sentence", ".", "word", "##s"]
-TINY = dict(vocab_size=len(BERT_SPECIAL_TOKENS) + len(WORDS), num_layers=1, hidden_size=16, num_heads=2,
-            intermediate_size=32, max_positions=24, dropout=0.0, attention_dropout=0.0)
+WORDS = FILL_MASK_WORDS
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     """A pretraining run directory written directly (config, vocabulary, checkpoint of a random pretrainer)."""
-    run = RunDir(str(tmp_path_factory.mktemp("fill_mask") / "run"))
-    keras.utils.set_random_seed(1)
-    pretrainer = BertPretrainer(BertBackbone(**TINY), sentence_task="nsp", name="tiny")
-    run.write_text("vocab.txt", "\n".join([*BERT_SPECIAL_TOKENS, *WORDS]) + "\n")
-    tf.train.CheckpointManager(tf.train.Checkpoint(model=pretrainer), run.checkpoint_dir, max_to_keep=1).save()
-    preprocessor = bert_run_preprocessor(WordPieceTokenizer(run.file("vocab.txt")), pretrainer.backbone.config)
-    run.write_config("bert", "pretraining", "custom", pretrainer, {"sentence_task": "nsp"},
-                     assets={"vocab": "vocab.txt"}, preprocessor=preprocessor)
-    return run.path, pretrainer
+    return write_tiny_pretraining_run(tmp_path_factory.mktemp("fill_mask") / "run")
 
 
 @pytest.fixture(scope="module")

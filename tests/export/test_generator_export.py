@@ -10,13 +10,11 @@ from kerasplm import cli
 from kerasplm.export import read_metadata, save_version
 from kerasplm.export.generator import GeneratorModule
 from kerasplm.generation import engine, sampling
-from kerasplm.models.gpt import GPT, GPTBackbone
-from kerasplm.models.presets import get_preset
 from kerasplm.serving import api, load_version
-from kerasplm.jobs.language_model import ASSETS, load_text_generator
-from kerasplm.runs import RunDir, load_run
-from kerasplm.text import SentencePieceTokenizer, train_sentencepiece
+from kerasplm.jobs.language_model import load_text_generator
+from kerasplm.runs import load_run
 from tests.export.contract import check_bad_inputs, check_batch_safe, check_warmup, run_isolated
+from tests.export.tiny_exports import write_tiny_gpt_run
 
 PROMPTS = ["the king speaks", "", "a garden"]  # each within the export's 16 prompt tokens
 SAMPLING = dict(max_new_tokens=4, temperature=0.9, top_k=12, top_p=0.9, seed=5)
@@ -26,18 +24,7 @@ MAX_NEW = 6
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     """A GPT run directory (gpt_tiny, random weights, SentencePiece vocabulary) written without training."""
-    run = RunDir(str(tmp_path_factory.mktemp("gpt") / "run"))
-    words = "the king queen speaks walks to a castle garden and sleeps slowly where".split()
-    lines = [" ".join(words[i:] + words[:i]) for i in range(len(words))]
-    train_sentencepiece(lines, vocab_size=300, model_prefix=run.file("spm"), seed=0)
-    config = get_preset("gpt_tiny", vocab_size=300)
-    tf.keras.utils.set_random_seed(1)
-    model = GPT(backbone=GPTBackbone.from_config_object(config, name="gpt_tiny"))
-    run.write_config("gpt", "causal_lm", "gpt_tiny", model, {}, assets=ASSETS,
-                     preprocessor=SentencePieceTokenizer(run.file(ASSETS["spm_model"])))
-    step = tf.Variable(7, dtype=tf.int64)
-    tf.train.CheckpointManager(tf.train.Checkpoint(model=model, step=step), run.checkpoint_dir, 1).save()
-    return run.path
+    return write_tiny_gpt_run(tmp_path_factory.mktemp("gpt") / "run")
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2,
                                      prediction_service_pb2_grpc)
 
 from kerasplm.serving import ModelServer, api
+from tests.export.tiny_exports import export_tiny_translator
 from tests.serving.client import REPO_ROOT, CLIServer, http, predict as rest_predict, wait_for
 from tests.serving.conftest import install_toy_version
 
@@ -42,31 +43,6 @@ CONFIG = """model_config_list {
 }
 """
 AVAILABLE = get_model_status_pb2.ModelVersionStatus.AVAILABLE
-
-
-def _export_tiny_translator(base):
-    """A random-weight transformer_tiny translator (16 positions, beam sizes up to 2) exported to ``base``."""
-    from kerasplm.data import read_parallel_tsv, sample_path
-    from kerasplm.export import export_translator
-    from kerasplm.jobs.translation import Translator
-    from kerasplm.models.transformer import Transformer
-    from kerasplm.runs import attach_run_info
-    from kerasplm.text import TranslatorPreprocessor, WordPieceTokenizer, build_wordpiece_vocab, write_vocab
-
-    root = os.path.dirname(base)
-    src, tgt = read_parallel_tsv(sample_path("spa-eng-train.tsv"), src_col=1, tgt_col=0, max_pairs=60)
-    paths = {}
-    for name, texts in (("src", src + SENTENCES), ("tgt", tgt)):
-        paths[name] = os.path.join(root, f"{name}_vocab.txt")
-        write_vocab(build_wordpiece_vocab(texts, vocab_size=200, learn_params=dict(lower_thresh=1)), paths[name])
-    src_tok, tgt_tok = WordPieceTokenizer(paths["src"]), WordPieceTokenizer(paths["tgt"])
-    tf.keras.utils.set_random_seed(3)
-    model = Transformer.from_preset("transformer_tiny", src_tok.vocab_size, tgt_tok.vocab_size, pe_input=16,
-                                    pe_target=16)
-    attach_run_info(model, root, {"family": "transformer_translator", "preset": "transformer_tiny"}, 1)
-    translator = Translator(model, TranslatorPreprocessor(src_tok, tgt_tok, max_source_length=model.max_source_length))
-    translator.vocab_paths = paths
-    return export_translator(translator, base, max_beam_size=2)
 
 
 def _status(stub, name, **spec):
@@ -95,7 +71,7 @@ def served(tmp_path_factory, toy_saved_models):
                         "--shutdown-grace-seconds", "20"], root / "serve.log")
     channel = None
     try:
-        _export_tiny_translator(str(root / "translator"))  # while the server imports TensorFlow
+        export_tiny_translator(str(root / "translator"), SENTENCES)  # while the server imports TensorFlow
         server.wait_ready()
         channel = grpc.insecure_channel(server.grpc_target)
         model_stub = model_service_pb2_grpc.ModelServiceStub(channel)
