@@ -5,7 +5,9 @@ The services are TF Serving's own, from the ``tensorflow-serving-api`` package (
 * ``tensorflow.serving.PredictionService``: ``Predict`` (``model_spec`` with a version or a version
   label and a signature name, ``inputs`` as TensorProtos, ``output_filter``) and ``GetModelMetadata``
   (``metadata_field: "signature_def"``: ``metadata["signature_def"]`` is a packed ``SignatureDefMap``,
-  as TF Serving answers); ``Classify``, ``Regress`` and ``MultiInference`` answer UNIMPLEMENTED;
+  as TF Serving answers, each signature with its recorded ``method_name``); ``Classify`` and ``Regress``
+  (``input``: ``example_list`` or ``example_list_with_context`` of ``tf.Example``\\ s) for signatures whose
+  method is ``tensorflow/serving/classify`` / ``regress``; ``MultiInference`` answers UNIMPLEMENTED;
 * ``tensorflow.serving.ModelService``: ``GetModelStatus`` (the version states REST's status lists);
   ``HandleReloadConfigRequest`` answers UNIMPLEMENTED.
 
@@ -34,8 +36,9 @@ import grpc
 import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import meta_graph_pb2
-from tensorflow_serving.apis import (get_model_metadata_pb2, get_model_status_pb2, model_service_pb2_grpc,
-                                     predict_pb2, prediction_service_pb2_grpc, status_pb2)
+from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2, get_model_status_pb2,
+                                     model_service_pb2_grpc, predict_pb2, prediction_service_pb2_grpc,
+                                     regression_pb2, status_pb2)
 
 from kerasplm.serving import api
 from kerasplm.serving.defaults import DEFAULT_GRPC_WORKERS
@@ -118,10 +121,10 @@ def tensor_info_proto(spec: tf.TensorSpec, tensor_name: str):
                                      tensor_shape=spec.shape.as_proto())
 
 
-def signature_def_proto(fn):
+def signature_def_proto(fn, method_name: str = api.PREDICT_METHOD):
     """A ``SignatureDef`` for a signature's concrete function (the same description as REST's metadata)."""
     inputs, outputs = api.signature_tensors(fn)
-    signature = meta_graph_pb2.SignatureDef(method_name=api.PREDICT_METHOD)
+    signature = meta_graph_pb2.SignatureDef(method_name=method_name)
     for key, (spec, name) in inputs.items():
         signature.inputs[key].CopyFrom(tensor_info_proto(spec, name))
     for key, (spec, name) in outputs.items():
@@ -194,6 +197,51 @@ class GrpcFrontEnd:
             response.outputs[name].CopyFrom(tf.make_tensor_proto(arrays[name], dtype=dtype))
         return response
 
+    def _serialized_examples(self, request_input) -> list:
+        """An ``Input`` proto's examples as serialized ``tf.Example``\\ s (with a context: the context's bytes
+        followed by the example's, as TF Serving builds them); the count checked before serializing."""
+        kind = request_input.WhichOneof("kind")
+        if kind is None:
+            raise api.RequestError(400, "Input is empty.")
+        listed = getattr(request_input, kind)
+        if not listed.examples:
+            raise api.RequestError(400, "Input is empty.")
+        api.check_rows(len(listed.examples), self.server.max_batch_size, "The request's examples")
+        context = listed.context.SerializeToString() if kind == "example_list_with_context" else b""
+        return [context + example.SerializeToString() for example in listed.examples]
+
+    def _example_call(self, request, labels: dict, api_name: str):
+        model, loaded = self._resolve(request.model_spec)
+        signature = api.find_example_signature(loaded, request.model_spec.signature_name, api_name)
+        labels["signature"] = signature
+        return model, loaded, signature, self._serialized_examples(request.input)
+
+    def classify(self, request, labels: dict):
+        model, loaded, signature, serialized = self._example_call(request, labels, "classify")
+        classes, scores = api.run_classify(loaded, signature, serialized, self.server.max_batch_size,
+                                           self.server.batch_chunk_size)
+        response = classification_pb2.ClassificationResponse()
+        _set_model_spec(response.model_spec, model.name, loaded.version, signature)
+        for i in range(len(serialized)):
+            classifications = response.result.classifications.add()
+            for c in range((classes if classes is not None else scores).shape[1]):
+                klass = classifications.classes.add()
+                if classes is not None:
+                    klass.label = classes[i, c].decode("utf-8", errors="replace")
+                if scores is not None:
+                    klass.score = scores[i, c]
+        return response
+
+    def regress(self, request, labels: dict):
+        model, loaded, signature, serialized = self._example_call(request, labels, "regress")
+        values = api.run_regress(loaded, signature, serialized, self.server.max_batch_size,
+                                 self.server.batch_chunk_size)
+        response = regression_pb2.RegressionResponse()
+        _set_model_spec(response.model_spec, model.name, loaded.version, signature)
+        for value in values:
+            response.result.regressions.add().value = value
+        return response
+
     def get_model_metadata(self, request, labels: dict):
         fields = list(request.metadata_field)
         if not fields:
@@ -206,7 +254,7 @@ class GrpcFrontEnd:
         model, loaded = self._resolve(request.model_spec)
         signature_defs = get_model_metadata_pb2.SignatureDefMap()
         for name, fn in sorted(loaded.signatures.items()):
-            signature_defs.signature_def[name].CopyFrom(signature_def_proto(fn))
+            signature_defs.signature_def[name].CopyFrom(signature_def_proto(fn, loaded.method_name(name)))
         response = get_model_metadata_pb2.GetModelMetadataResponse()
         _set_model_spec(response.model_spec, model.name, loaded.version)
         response.metadata[SIGNATURE_DEF_FIELD].Pack(signature_defs)
@@ -268,7 +316,7 @@ def _unimplemented(context, method: str, what: str):
 
 
 class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
-    """``tensorflow.serving.PredictionService``: Predict and GetModelMetadata."""
+    """``tensorflow.serving.PredictionService``: Predict, GetModelMetadata, Classify and Regress."""
 
     def __init__(self, front_end: GrpcFrontEnd):
         self.front_end = front_end
@@ -282,10 +330,12 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
                                      self.front_end.get_model_metadata, request)
 
     def Classify(self, request, context):  # noqa: N802
-        _unimplemented(context, "Classify", "call Predict with the model's signature (e.g. serving_default)")
+        return self.front_end.answer(context, "classify", "Classify", request.model_spec.name,
+                                     self.front_end.classify, request)
 
     def Regress(self, request, context):  # noqa: N802
-        _unimplemented(context, "Regress", "call Predict with the model's signature (e.g. serving_default)")
+        return self.front_end.answer(context, "regress", "Regress", request.model_spec.name,
+                                     self.front_end.regress, request)
 
     def MultiInference(self, request, context):  # noqa: N802
         _unimplemented(context, "MultiInference", "call Predict once per signature")

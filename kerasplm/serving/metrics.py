@@ -5,9 +5,9 @@ Named as TensorFlow Serving exports them, so dashboards written for it work unch
     :tensorflow:serving:request_count{model_name, API, signature_name, status}      counter
     :tensorflow:serving:request_latency{model_name, API, entrypoint, signature_name}  histogram (µs)
 
-``API`` is ``predict``, ``status`` or ``metadata``; ``status`` is the canonical error code (``OK``,
-``INVALID_ARGUMENT``, ``NOT_FOUND``...); ``entrypoint`` is ``REST`` or ``GRPC``; latency is wall time in
-microseconds (TF Serving's unit) from the parsed request to the built response.  Only configured
+``API`` is ``predict``, ``classify``, ``regress``, ``status`` or ``metadata``; ``status`` is the canonical
+error code (``OK``, ``INVALID_ARGUMENT``, ``NOT_FOUND``...); ``entrypoint`` is ``REST`` or ``GRPC``; latency
+is wall time in microseconds (TF Serving's unit) from the parsed request to the built response.  Only configured
 model names are recorded (a client cannot grow the label set with made-up names), and
 ``signature_name`` is empty unless the request named a signature the served version has.
 """
