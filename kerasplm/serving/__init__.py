@@ -10,8 +10,8 @@ exported model:
 * TF Serving's ports: gRPC on ``grpc_port`` (the CLI's ``--port``, 8500) and REST on ``rest_api_port``
   (``--rest_api_port``, 8501); either may be off;
 * gRPC: TF Serving's own services from ``tensorflow-serving-api`` (``PredictionService.Predict``,
-  ``GetModelMetadata``, ``Classify`` and ``Regress``, ``ModelService.GetModelStatus``; MultiInference and
-  HandleReloadConfigRequest answer UNIMPLEMENTED) with TF Serving's status codes;
+  ``GetModelMetadata``, ``Classify``, ``Regress`` and ``MultiInference``, ``ModelService.GetModelStatus``;
+  HandleReloadConfigRequest answers UNIMPLEMENTED) with TF Serving's status codes;
 * REST: TF Serving's paths for status, metadata, predict (row and columnar formats), classify and regress
   (``tf.Example`` features as JSON, for signatures whose method is TF Serving's classification / regression),
   per model and per version (``/versions/<N>``, ``/labels/<label>``);

@@ -7,7 +7,8 @@ The services are TF Serving's own, from the ``tensorflow-serving-api`` package (
   (``metadata_field: "signature_def"``: ``metadata["signature_def"]`` is a packed ``SignatureDefMap``,
   as TF Serving answers, each signature with its recorded ``method_name``); ``Classify`` and ``Regress``
   (``input``: ``example_list`` or ``example_list_with_context`` of ``tf.Example``\\ s) for signatures whose
-  method is ``tensorflow/serving/classify`` / ``regress``; ``MultiInference`` answers UNIMPLEMENTED;
+  method is ``tensorflow/serving/classify`` / ``regress``, and ``MultiInference`` (several of those tasks on one
+  model version and one input, each signature run on its own);
 * ``tensorflow.serving.ModelService``: ``GetModelStatus`` (the version states REST's status lists);
   ``HandleReloadConfigRequest`` answers UNIMPLEMENTED.
 
@@ -37,8 +38,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import meta_graph_pb2
 from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2, get_model_status_pb2,
-                                     model_service_pb2_grpc, predict_pb2, prediction_service_pb2_grpc,
-                                     regression_pb2, status_pb2)
+                                     inference_pb2, model_service_pb2_grpc, predict_pb2,
+                                     prediction_service_pb2_grpc, regression_pb2, status_pb2)
 
 from kerasplm.serving import api
 from kerasplm.serving.defaults import DEFAULT_GRPC_WORKERS
@@ -218,28 +219,69 @@ class GrpcFrontEnd:
 
     def classify(self, request, labels: dict):
         model, loaded, signature, serialized = self._example_call(request, labels, "classify")
-        classes, scores = api.run_classify(loaded, signature, serialized, self.server.max_batch_size,
-                                           self.server.batch_chunk_size)
         response = classification_pb2.ClassificationResponse()
         _set_model_spec(response.model_spec, model.name, loaded.version, signature)
+        self._classification_result(loaded, signature, serialized, response.result)
+        return response
+
+    def _classification_result(self, loaded, signature: str, serialized: list, result):
+        classes, scores = api.run_classify(loaded, signature, serialized, self.server.max_batch_size,
+                                           self.server.batch_chunk_size)
         for i in range(len(serialized)):
-            classifications = response.result.classifications.add()
+            classifications = result.classifications.add()
             for c in range((classes if classes is not None else scores).shape[1]):
                 klass = classifications.classes.add()
                 if classes is not None:
                     klass.label = classes[i, c].decode("utf-8", errors="replace")
                 if scores is not None:
                     klass.score = scores[i, c]
-        return response
 
     def regress(self, request, labels: dict):
         model, loaded, signature, serialized = self._example_call(request, labels, "regress")
-        values = api.run_regress(loaded, signature, serialized, self.server.max_batch_size,
-                                 self.server.batch_chunk_size)
         response = regression_pb2.RegressionResponse()
         _set_model_spec(response.model_spec, model.name, loaded.version, signature)
-        for value in values:
-            response.result.regressions.add().value = value
+        self._regression_result(loaded, signature, serialized, response.result)
+        return response
+
+    def _regression_result(self, loaded, signature: str, serialized: list, result):
+        for value in api.run_regress(loaded, signature, serialized, self.server.max_batch_size,
+                                     self.server.batch_chunk_size):
+            result.regressions.add().value = value
+
+    def multi_inference(self, request, labels: dict):
+        """TF Serving's MultiInference: every task names the same model (the first task's version is used), a
+        distinct signature and its method (classify or regress); all run on the request's one input."""
+        if not request.tasks:
+            raise api.RequestError(400, "MultiInferenceRequest must contain at least one task")
+        signatures = []
+        for task in request.tasks:
+            if not task.model_spec.name:
+                raise api.RequestError(400, "Found ModelSpec with an empty model name.")
+            if task.model_spec.name != request.tasks[0].model_spec.name:
+                raise api.RequestError(400, "All ModelSpecs in a MultiInferenceRequest must access the same model "
+                                            "name.")
+            signature = task.model_spec.signature_name or api.DEFAULT_SIGNATURE
+            if signature in signatures:
+                raise api.RequestError(400, f"Duplicate evaluation of signature: {api._short(signature)}")
+            signatures.append(signature)
+            if task.method_name not in (api.CLASSIFY_METHOD, api.REGRESS_METHOD):
+                raise api.RequestError(400, f"Unsupported signature method_name: {api._short(task.method_name)}",
+                                       code="UNIMPLEMENTED")
+        model, loaded = self._resolve(request.tasks[0].model_spec)
+        for task, signature in zip(request.tasks, signatures):
+            if signature not in loaded.signatures:
+                raise api.RequestError(400, f"Requested signature not found in model graph: {api._short(signature)}")
+            api.find_example_signature(loaded, signature,
+                                       "classify" if task.method_name == api.CLASSIFY_METHOD else "regress")
+        serialized = self._serialized_examples(request.input)
+        response = inference_pb2.MultiInferenceResponse()
+        for task, signature in zip(request.tasks, signatures):
+            result = response.results.add()
+            _set_model_spec(result.model_spec, model.name, loaded.version, task.model_spec.signature_name)
+            if task.method_name == api.CLASSIFY_METHOD:
+                self._classification_result(loaded, signature, serialized, result.classification_result)
+            else:
+                self._regression_result(loaded, signature, serialized, result.regression_result)
         return response
 
     def get_model_metadata(self, request, labels: dict):
@@ -316,7 +358,7 @@ def _unimplemented(context, method: str, what: str):
 
 
 class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
-    """``tensorflow.serving.PredictionService``: Predict, GetModelMetadata, Classify and Regress."""
+    """``tensorflow.serving.PredictionService``: Predict, GetModelMetadata, Classify, Regress, MultiInference."""
 
     def __init__(self, front_end: GrpcFrontEnd):
         self.front_end = front_end
@@ -338,7 +380,9 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
                                      self.front_end.regress, request)
 
     def MultiInference(self, request, context):  # noqa: N802
-        _unimplemented(context, "MultiInference", "call Predict once per signature")
+        name = request.tasks[0].model_spec.name if request.tasks else ""
+        return self.front_end.answer(context, "multi_inference", "MultiInference", name,
+                                     self.front_end.multi_inference, request)
 
 
 class ModelService(model_service_pb2_grpc.ModelServiceServicer):

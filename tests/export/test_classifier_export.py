@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
-from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2, input_pb2,
+from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2, inference_pb2,
                                      prediction_service_pb2_grpc, regression_pb2)
 
 from kerasplm import serving
@@ -364,6 +364,35 @@ def test_served_bad_classify_requests(served):
     wrong_type.input.example_list.examples.add().features.feature["text"].int64_list.value.append(3)
     got, details = _grpc_error(classify, wrong_type)
     assert got == invalid and "Key: text, Index: 0.  Data types don't match" in details
+
+
+def test_served_multi_inference(served):
+    texts = ["good great", "awful bad"]
+    request = inference_pb2.MultiInferenceRequest()
+    request.tasks.add(model_spec={"name": "sentiment", "signature_name": "classify"},
+                      method_name="tensorflow/serving/classify")
+    request.input.example_list.examples.extend(tf.train.Example.FromString(example(text=t)) for t in texts)
+    (result,) = served.stub.MultiInference(request, timeout=60).results
+    assert (result.model_spec.name, result.model_spec.signature_name) == ("sentiment", "classify")
+    np.testing.assert_allclose([[c.score for c in row.classes] for row in result.classification_result.classifications],
+                               _probabilities(served, "sentiment", {"text": texts}), atol=1e-6)
+    predict_task = inference_pb2.MultiInferenceRequest()
+    predict_task.CopyFrom(request)
+    predict_task.tasks[0].method_name = "tensorflow/serving/predict"
+    other_model = inference_pb2.MultiInferenceRequest()
+    other_model.CopyFrom(request)
+    other_model.tasks.add(model_spec={"name": "scores", "signature_name": "regress"},
+                          method_name="tensorflow/serving/regress")
+    twice = inference_pb2.MultiInferenceRequest()
+    twice.CopyFrom(request)
+    twice.tasks.add().CopyFrom(request.tasks[0])
+    for bad, code, message in ((predict_task, grpc.StatusCode.UNIMPLEMENTED, "Unsupported signature method_name"),
+                               (other_model, grpc.StatusCode.INVALID_ARGUMENT, "must access the same model name"),
+                               (twice, grpc.StatusCode.INVALID_ARGUMENT, "Duplicate evaluation of signature: classify"),
+                               (inference_pb2.MultiInferenceRequest(), grpc.StatusCode.INVALID_ARGUMENT,
+                                "at least one task")):
+        got, details = _grpc_error(served.stub.MultiInference, bad)
+        assert got == code and message in details, (got, details)
 
 
 def test_served_classify_in_the_metrics(served):
