@@ -7,6 +7,18 @@ sentence pairs) -> ``probabilities`` float32 [None, C] (softmax over the classes
 the metadata) and ``label`` tf.string [None] (the most probable class's name, from the training file). A
 regression model (``num_labels == 1``) answers ``score`` float32 [None] instead.
 
+For TF Serving's Classify / Regress APIs (``:classify``, ``PredictionService.Classify``), over serialized
+``tf.Example``\\ s whose feature ``text`` (bytes; and ``text_pair`` for a pair model) holds one string:
+
+* ``classify`` (method ``tensorflow/serving/classify``): ``inputs`` tf.string [None] -> ``classes`` tf.string
+  [None, C] (the label names, the same in every row) and ``scores`` float32 [None, C] (the probabilities);
+* ``regress`` instead for a regression model (method ``tensorflow/serving/regress``): ``inputs`` -> ``outputs``
+  float32 [None] (the score).
+
+A missing feature, a feature of another type or a string that is not a serialized ``tf.Example`` fails with
+INVALID_ARGUMENT from ``tf.io.parse_example`` (e.g. "Feature: text (data type: string) is required but could not
+be found.").
+
 >>> path = export_classifier("runs/sst2", "export/sst2")        # -> "export/sst2/1"
 
 Tokenization and packing are the training's preprocessor (:class:`kerasplm.text.BertPreprocessor`, or
@@ -16,7 +28,7 @@ versioned save are :mod:`kerasplm.export.base`'s.
 """
 import tensorflow as tf
 
-from kerasplm.export.base import ExportModule, save_version
+from kerasplm.export.base import CLASSIFY_METHOD, REGRESS_METHOD, ExportModule, save_version
 from kerasplm.runs import RunDir, load_run
 from kerasplm.text.bert_tokenizer import BertPreprocessor
 
@@ -24,6 +36,8 @@ FAMILY = "bert_classifier"
 CLASSIFIER_FAMILIES = (FAMILY, "gpt_classifier")
 _TEXT = tf.TensorSpec([None], tf.string, name="text")
 _PAIR = tf.TensorSpec([None], tf.string, name="text_pair")
+_EXAMPLES = tf.TensorSpec([None], tf.string, name="inputs")
+CLASSIFY_SIGNATURE, REGRESS_SIGNATURE = "classify", "regress"
 
 
 class ClassifierModule(ExportModule):
@@ -59,6 +73,7 @@ class ClassifierModule(ExportModule):
             self.serving = tf.function(self._classify, input_signature=[_TEXT, _PAIR], autograph=False)
         else:
             self.serving = tf.function(lambda text: self._classify(text), input_signature=[_TEXT], autograph=False)
+        self.examples = tf.function(self._from_examples, input_signature=[_EXAMPLES], autograph=False)
 
     def _classify(self, text, text_pair=None):
         inputs = self.preprocessor(text, text_pair)
@@ -68,8 +83,29 @@ class ClassifierModule(ExportModule):
         return {"probabilities": tf.nn.softmax(logits, axis=-1),
                 "label": tf.gather(self.labels, tf.argmax(logits, axis=-1))}
 
+    def _from_examples(self, inputs):
+        """Serialized ``tf.Example``\\ s [B] -> ``classes`` [B, C] and ``scores`` [B, C], or ``outputs`` [B]."""
+        features = {"text": tf.io.FixedLenFeature([], tf.string)}
+        if self.pair_input:
+            features["text_pair"] = tf.io.FixedLenFeature([], tf.string)
+        parsed = tf.io.parse_example(inputs, features)
+        outputs = self._classify(parsed["text"], parsed.get("text_pair"))
+        if self.regression:
+            return {"outputs": outputs["score"]}
+        scores = outputs["probabilities"]
+        classes = tf.tile(self.labels[tf.newaxis], tf.stack([tf.shape(scores)[0], 1]))
+        return {"classes": classes, "scores": scores}
+
+    @property
+    def example_signature(self):
+        """The name of the signature over ``tf.Example``\\ s: ``regress`` or ``classify``."""
+        return REGRESS_SIGNATURE if self.regression else CLASSIFY_SIGNATURE
+
     def signatures(self):
-        return {"serving_default": self.serving}
+        return {"serving_default": self.serving, self.example_signature: self.examples}
+
+    def signature_methods(self):
+        return {self.example_signature: REGRESS_METHOD if self.regression else CLASSIFY_METHOD}
 
 
 def export_classifier(run_dir, model_base_path, version=None, overwrite=False):

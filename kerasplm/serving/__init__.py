@@ -11,11 +11,12 @@ exported model:
   ``--model_config_file_poll_wait_seconds``; gRPC ``HandleReloadConfigRequest``; ``ModelServer.apply_config``);
 * TF Serving's ports: gRPC on ``grpc_port`` (the CLI's ``--port``, 8500) and REST on ``rest_api_port``
   (``--rest_api_port``, 8501); either may be off;
-* gRPC: TF Serving's own services from ``tensorflow-serving-api`` (``PredictionService.Predict`` and
-  ``GetModelMetadata``, ``ModelService.GetModelStatus`` and ``HandleReloadConfigRequest``; Classify, Regress
-  and MultiInference answer UNIMPLEMENTED) with TF Serving's status codes;
-* REST: TF Serving's paths for status, metadata and predict (row and columnar formats), per model and
-  per version (``/versions/<N>``, ``/labels/<label>``);
+* gRPC: TF Serving's own services from ``tensorflow-serving-api`` (``PredictionService.Predict``,
+  ``GetModelMetadata``, ``Classify``, ``Regress`` and ``MultiInference``, ``ModelService.GetModelStatus`` and
+  ``HandleReloadConfigRequest``) with TF Serving's status codes;
+* REST: TF Serving's paths for status, metadata, predict (row and columnar formats), classify and regress
+  (``tf.Example`` features as JSON, for signatures whose method is TF Serving's classification / regression),
+  per model and per version (``/versions/<N>``, ``/labels/<label>``);
 * Prometheus metrics at ``/monitoring/prometheus/metrics`` (request counts and latency per model and
   entrypoint);
 * request batching (``batching_parameters``; the CLI's ``--enable_batching``): concurrent predict
@@ -27,7 +28,7 @@ exported model:
 
 Modules: :mod:`~kerasplm.serving.config` (model config files), :mod:`~kerasplm.serving.models`
 (versions, loading, policies), :mod:`~kerasplm.serving.api` (the REST API as plain functions and the
-predict/metadata core both APIs share), :mod:`~kerasplm.serving.grpc_service` (the gRPC API),
+predict/classify/regress/metadata core both APIs share), :mod:`~kerasplm.serving.grpc_service` (the gRPC API),
 :mod:`~kerasplm.serving.metrics` (Prometheus text), :mod:`~kerasplm.serving.http` (the HTTP layer),
 :mod:`~kerasplm.serving.server` (:class:`ModelServer`, :func:`serve`).  Only the standard library,
 ``tensorflow``, ``tensorflow_text``, ``grpcio`` and ``tensorflow-serving-api`` (its generated protos and

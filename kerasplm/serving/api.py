@@ -21,6 +21,11 @@ Requests (TF Serving's paths; ``<N>`` a version, ``<L>`` a version label from th
 * ``POST /v1/models/<name>[/versions/<N> | /labels/<L>]:predict``    row (``instances``) or columnar
   (``inputs``) requests; ``{"b64": ...}`` for binary strings; outputs named ``*_bytes`` come back as
   ``{"b64": ...}``;
+* ``POST /v1/models/<name>[/versions/<N> | /labels/<L>]:classify`` / ``:regress``  TF Serving's
+  classification / regression requests (``{"signature_name", "context", "examples": [{feature: value}]}``)
+  for a signature whose method is ``tensorflow/serving/classify`` / ``regress`` (:func:`classify`,
+  :func:`regress`; the core both APIs share: :func:`find_example_signature`, :func:`run_classify`,
+  :func:`run_regress` over serialized ``tf.Example``\\ s);
 * ``GET  /monitoring/prometheus/metrics``                             Prometheus text metrics.
 
 Work per request is bounded: at most ``max_batch_size`` rows (instances) per request, run through
@@ -41,12 +46,16 @@ from dataclasses import dataclass
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.core.example import example_pb2, feature_pb2
 from tensorflow.core.framework import types_pb2
 
 from kerasplm.serving.defaults import DEFAULT_BATCH_CHUNK_SIZE, DEFAULT_MAX_BATCH_SIZE, DEFAULT_SIGNATURE
 from kerasplm.serving.metrics import status_code_name
 
 PREDICT_METHOD = "tensorflow/serving/predict"
+CLASSIFY_METHOD = "tensorflow/serving/classify"
+REGRESS_METHOD = "tensorflow/serving/regress"
+EXAMPLE_APIS = {"classify": (CLASSIFY_METHOD, "classification"), "regress": (REGRESS_METHOD, "regression")}
 METRICS_PATH = "/monitoring/prometheus/metrics"
 MAX_UNKNOWN_RANK_DEPTH = 32  # nesting allowed for an input whose signature has an unknown rank
 
@@ -79,7 +88,8 @@ def _short(value, limit: int = 40) -> str:
 
 @dataclass(frozen=True)
 class Route:
-    """What a request asks for: ``api`` is ``status``, ``metadata``, ``predict`` or ``metrics``."""
+    """What a request asks for: ``api`` is ``status``, ``metadata``, ``predict``, ``classify``, ``regress`` or
+    ``metrics``."""
 
     api: str
     model_name: str | None = None
@@ -117,15 +127,14 @@ def parse_route(method: str, path: str) -> Route:
         if not match:
             raise RequestError(404, f"Malformed request: {method} {_short(path, 200)}")
         verb = match["verb"]
-        if verb is not None and verb != "predict":
+        if verb is not None and verb not in ("predict", *EXAMPLE_APIS):
             raise RequestError(
-                404 if verb not in ("classify", "regress") else 400,
-                f"Unsupported request '{_short(verb)}': only predict, status and metadata are served",
+                404, f"Unsupported request '{_short(verb)}': predict, classify, regress, status and metadata are served"
             )
-        api = "predict" if verb else "metadata" if match["metadata"] else "status"
+        api = verb or ("metadata" if match["metadata"] else "status")
         version = None if match["version"] is None else parse_version(match["version"])
         route = Route(api, match["name"], version, match["label"])
-        wanted = "POST" if api == "predict" else "GET"
+        wanted = "POST" if verb else "GET"
     if method != wanted and not (method == "HEAD" and wanted == "GET"):
         raise RequestError(405, f"Method {method} not allowed for {_short(path, 200)}; use {wanted}")
     return route
@@ -182,17 +191,18 @@ def _tensor_info(spec: tf.TensorSpec, tensor_name: str) -> dict:
     return {"dtype": dtype_name(spec.dtype), "tensor_shape": shape_json, "name": tensor_name}
 
 
-def signature_def_json(fn) -> dict:
-    """TF Serving's JSON for one signature, derived from its concrete function."""
+def signature_def_json(fn, method_name: str = PREDICT_METHOD) -> dict:
+    """TF Serving's JSON for one signature, derived from its concrete function; ``method_name`` is the one
+    the SavedModel records (:meth:`kerasplm.serving.models.LoadedVersion.method_name`)."""
     inputs, outputs = signature_tensors(fn)
     return {"inputs": {k: _tensor_info(*v) for k, v in inputs.items()},
             "outputs": {k: _tensor_info(*v) for k, v in outputs.items()},
-            "method_name": PREDICT_METHOD}
+            "method_name": method_name}
 
 
 def metadata_json(model_name: str, loaded) -> dict:
     """``GET /v1/models/<name>/metadata`` response for one loaded version."""
-    sigs = {name: signature_def_json(fn) for name, fn in sorted(loaded.signatures.items())}
+    sigs = {name: signature_def_json(fn, loaded.method_name(name)) for name, fn in sorted(loaded.signatures.items())}
     return {
         "model_spec": {"name": model_name, "signature_name": "", "version": str(loaded.version)},
         "metadata": {"signature_def": {"signature_def": sigs}},
@@ -487,11 +497,13 @@ def find_signature(loaded, signature_name: str) -> str:
     return signature_name
 
 
-def signature_name_of(body: dict, loaded) -> str:
-    """The signature a predict request names (default ``serving_default``), checked."""
+def signature_name_of(body: dict, loaded, api_name: str = "predict") -> str:
+    """The signature a predict (classify, regress) request names (default ``serving_default``), checked."""
     signature_name = body.get("signature_name", DEFAULT_SIGNATURE)
     if not isinstance(signature_name, str):
         raise RequestError(400, "'signature_name' must be a string")
+    if api_name in EXAMPLE_APIS:
+        return find_example_signature(loaded, signature_name, api_name)
     return find_signature(loaded, signature_name)
 
 
@@ -579,3 +591,183 @@ def predict(loaded, body: dict, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
         return {"predictions": next(iter(per_output.values()))}
     names = sorted(per_output)
     return {"predictions": [{n: per_output[n][i] for n in names} for i in range(batch)]}
+
+
+# --------------------------------------------------------------------------------------------
+# Classify and regress: TF Serving's APIs over serialized tf.Examples
+
+
+def find_example_signature(loaded, signature_name: str, api_name: str) -> str:
+    """The signature a classify / regress request names (empty: ``serving_default``), checked as TF Serving's
+    classifier / regressor do: unknown -> INVALID_ARGUMENT "No signature was found with the name: ...", another
+    method (e.g. a predict signature) -> INVALID_ARGUMENT "Expected classification signature method_name ..."."""
+    signature_name = signature_name or DEFAULT_SIGNATURE
+    if signature_name not in loaded.signatures:
+        raise RequestError(400, f"No signature was found with the name: {_short(signature_name)} "
+                                f"(available signatures: {', '.join(sorted(loaded.signatures))})")
+    method, word = EXAMPLE_APIS[api_name]
+    found = loaded.method_name(signature_name)
+    if found != method:
+        raise RequestError(400, f"Expected {word} signature method_name to be {method}. Was: {found} "
+                                f"(signature '{_short(signature_name)}')")
+    return signature_name
+
+
+def _example_inputs(loaded, signature_name: str, serialized: list, max_batch_size: int) -> dict:
+    """``{input key: string tensor [B]}`` for a classify / regress signature's one input, rows checked."""
+    if not serialized:
+        raise RequestError(400, "Input is empty.")
+    check_rows(len(serialized), max_batch_size, "The request's examples")
+    specs = loaded.input_specs(signature_name)
+    if len(specs) != 1:
+        raise RequestError(400, f"Expected one input Tensor; signature '{signature_name}' has {len(specs)}")
+    (name,) = specs
+    return {name: tf.constant(serialized, dtype=tf.string)}
+
+
+def run_classify(loaded, signature_name: str, serialized: list, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+                 batch_chunk_size: int = DEFAULT_BATCH_CHUNK_SIZE) -> tuple:
+    """The classify core both front ends call: serialized ``tf.Example``\\ s (bytes, B of them) through a
+    classification signature -> ``(classes, scores)``: a bytes array [B, C] or None, a float32 array [B, C] or
+    None (whichever outputs the signature has), checked as TF Serving checks them."""
+    tensors = _example_inputs(loaded, signature_name, serialized, max_batch_size)
+    specs = loaded.input_specs(signature_name)
+    arrays = run_signature(loaded.signatures[signature_name], tensors, specs, loaded.output_specs(signature_name),
+                           batch_chunk_size)
+    classes, scores = arrays.get("classes"), arrays.get("scores")
+    if classes is None and scores is None:
+        raise RequestError(400, 'Expected classification signature outputs to contain at least one of "classes" '
+                                f'or "scores"; signature \'{signature_name}\' has: {", ".join(sorted(arrays))}')
+    for key, array, kind in (("classes", classes, "DT_STRING"), ("scores", scores, "DT_FLOAT")):
+        if array is None:
+            continue
+        if array.ndim != 2:
+            raise RequestError(400, f"Expected Tensor shape: [batch_size num_classes] but got {list(array.shape)} "
+                                    f"('{key}')")
+        if (array.dtype != object) if key == "classes" else (array.dtype != np.float32):
+            raise RequestError(400, f"Expected {key} Tensor of {kind}. Got: {array.dtype}")
+        if array.shape[0] != len(serialized):
+            raise RequestError(400, f"Expected {key} output batch size of {len(serialized)}. Got: {array.shape[0]}")
+    if classes is not None and scores is not None and classes.shape[1] != scores.shape[1]:
+        raise RequestError(400, f"Tensors class and score should match in dim_size(1). Got {classes.shape[1]} vs. "
+                                f"{scores.shape[1]}")
+    return classes, scores
+
+
+def run_regress(loaded, signature_name: str, serialized: list, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+                batch_chunk_size: int = DEFAULT_BATCH_CHUNK_SIZE) -> np.ndarray:
+    """The regress core both front ends call: serialized ``tf.Example``\\ s (B) through a regression signature
+    -> float32 array [B] (its output ``outputs``, of shape [B] or [B, 1])."""
+    tensors = _example_inputs(loaded, signature_name, serialized, max_batch_size)
+    arrays = run_signature(loaded.signatures[signature_name], tensors, loaded.input_specs(signature_name),
+                           loaded.output_specs(signature_name), batch_chunk_size)
+    if set(arrays) != {"outputs"}:
+        raise RequestError(400, f"Expected one output Tensor 'outputs'; signature '{signature_name}' has: "
+                                f"{', '.join(sorted(arrays))}")
+    output = arrays["outputs"]
+    if not (output.ndim == 1 or (output.ndim == 2 and output.shape[1] == 1)):
+        raise RequestError(400, f"Expected output Tensor shape to be either [batch_size] or [batch_size, 1] but got "
+                                f"{list(output.shape)}")
+    if output.shape[0] != len(serialized):
+        raise RequestError(400, f"Input batch size did not match output batch size: {len(serialized)} vs. "
+                                f"{output.shape[0]}")
+    if output.dtype != np.float32:
+        raise RequestError(400, f"Expected output Tensor of DT_FLOAT.  Got: {output.dtype}")
+    return output.reshape(-1)
+
+
+_FEATURE_KINDS = {"bytes_list": "bytes", "float_list": "float", "int64_list": "int64"}
+
+
+def _json_type(value) -> str:
+    """A decoded JSON value's type as JSON names it (``null``, ``boolean``, ``number``...)."""
+    for kind, name in ((type(None), "null"), (bool, "boolean"), ((int, float), "number"), (str, "string"),
+                       (list, "array")):
+        if isinstance(value, kind):
+            return name
+    return "object"
+
+
+def _add_feature_value(feature, value, name: str):
+    """Append one JSON value to a ``tf.train.Feature`` as TF Serving's JSON reader does: strings and
+    ``{"b64": ...}`` -> bytes, integers and booleans -> int64, other numbers -> float; one kind per feature."""
+    if isinstance(value, str) or _is_b64(value):
+        kind = "bytes_list"
+    elif type(value) is bool or type(value) is int:
+        kind = "int64_list"
+    elif type(value) is float:
+        kind = "float_list"
+    else:
+        raise RequestError(400, f"Feature: {_short(name)} has element with unexpected JSON type: {_json_type(value)}")
+    current = feature.WhichOneof("kind")
+    if current not in (None, kind):
+        raise RequestError(400, f"Unexpected element type in feature: {_short(name)} expecting type: "
+                                f"{_FEATURE_KINDS[current]}")
+    if kind == "bytes_list":
+        feature.bytes_list.value.append(_to_bytes(value, f"feature {_short(name)}"))
+    elif kind == "int64_list":
+        if not -2**63 <= value < 2**63:
+            raise RequestError(400, f"Feature: {_short(name)} has an integer outside int64")
+        feature.int64_list.value.append(int(value))
+    else:
+        if np.isfinite(value) and abs(value) > float(np.finfo(np.float32).max):
+            raise RequestError(400, f"Feature: {_short(name)}: {value} does not fit a float")
+        feature.float_list.value.append(value)
+
+
+def example_from_json(value, what: str = "Example") -> example_pb2.Example:
+    """A JSON object ``{feature name: value or [values]}`` as a ``tf.train.Example`` (TF Serving's format)."""
+    if not isinstance(value, dict) or _is_b64(value):
+        raise RequestError(400, f"{what} must be JSON object but got JSON {_json_type(value)}")
+    example = example_pb2.Example()
+    for name, content in value.items():
+        feature = feature_pb2.Feature()
+        for item in content if isinstance(content, list) else [content]:
+            _add_feature_value(feature, item, name)
+        example.features.feature[name].CopyFrom(feature)
+    return example
+
+
+def serialized_examples_from_json(body: dict, api_name: str, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE) -> list:
+    """A classify / regress request's ``examples`` (and optional ``context``) as serialized ``tf.Example``\\ s.
+
+    Like TF Serving, each example with a context is the context's serialization followed by the example's:
+    parsed, a feature both have takes the example's value.
+    """
+    if "examples" not in body:
+        raise RequestError(400, f"When method is {api_name}, key 'examples' is expected and was not found")
+    examples = body["examples"]
+    if not isinstance(examples, list):
+        raise RequestError(400, "Expecting 'examples' value to be an list/array")
+    if not examples:
+        raise RequestError(400, "'examples' value is an empty array")
+    check_rows(len(examples), max_batch_size, "'examples'")
+    context = b""
+    if "context" in body:
+        context = example_from_json(body["context"], "'context'").SerializeToString()
+    return [context + example_from_json(e).SerializeToString() for e in examples]
+
+
+def classify(loaded, body: dict, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+             batch_chunk_size: int = DEFAULT_BATCH_CHUNK_SIZE) -> dict:
+    """A TF Serving ``:classify`` request -> ``{"results": [[[label, score], ...] per example]}`` (a missing
+    ``classes`` output gives labels "", missing ``scores`` gives 0.0, as TF Serving writes them)."""
+    signature_name = signature_name_of(body, loaded, "classify")
+    serialized = serialized_examples_from_json(body, "classify", max_batch_size)
+    classes, scores = run_classify(loaded, signature_name, serialized, max_batch_size, batch_chunk_size)
+    rows, width = len(serialized), (classes if classes is not None else scores).shape[1]
+    labels = [[""] * width] * rows if classes is None else _json_value(classes.tolist(), False)
+    values = [[0.0] * width] * rows if scores is None else scores.tolist()
+    return {"results": [[[label, score] for label, score in zip(*row)] for row in zip(labels, values)]}
+
+
+def regress(loaded, body: dict, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+            batch_chunk_size: int = DEFAULT_BATCH_CHUNK_SIZE) -> dict:
+    """A TF Serving ``:regress`` request -> ``{"results": [value per example]}``."""
+    signature_name = signature_name_of(body, loaded, "regress")
+    serialized = serialized_examples_from_json(body, "regress", max_batch_size)
+    return {"results": run_regress(loaded, signature_name, serialized, max_batch_size, batch_chunk_size).tolist()}
+
+
+INFERENCE_APIS = {"predict": predict, "classify": classify, "regress": regress}
+"""The REST handler of each POST verb: ``fn(loaded, JSON body, max_batch_size, batch_chunk_size) -> JSON``."""

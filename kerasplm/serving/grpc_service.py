@@ -5,7 +5,10 @@ The services are TF Serving's own, from the ``tensorflow-serving-api`` package (
 * ``tensorflow.serving.PredictionService``: ``Predict`` (``model_spec`` with a version or a version
   label and a signature name, ``inputs`` as TensorProtos, ``output_filter``) and ``GetModelMetadata``
   (``metadata_field: "signature_def"``: ``metadata["signature_def"]`` is a packed ``SignatureDefMap``,
-  as TF Serving answers); ``Classify``, ``Regress`` and ``MultiInference`` answer UNIMPLEMENTED;
+  as TF Serving answers, each signature with its recorded ``method_name``); ``Classify`` and ``Regress``
+  (``input``: ``example_list`` or ``example_list_with_context`` of ``tf.Example``\\ s) for signatures whose
+  method is ``tensorflow/serving/classify`` / ``regress``, and ``MultiInference`` (several of those tasks on one
+  model version and one input, each signature run on its own);
 * ``tensorflow.serving.ModelService``: ``GetModelStatus`` (the version states REST's status lists) and
   ``HandleReloadConfigRequest`` (a new ``model_config_list``, applied by
   :meth:`~kerasplm.serving.ModelServer.apply_config` without dropping calls in flight; the answer's
@@ -38,9 +41,9 @@ import grpc
 import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import meta_graph_pb2
-from tensorflow_serving.apis import (get_model_metadata_pb2, get_model_status_pb2, model_service_pb2_grpc,
-                                     predict_pb2, prediction_service_pb2_grpc, status_pb2)
-from tensorflow_serving.apis import model_management_pb2
+from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2, get_model_status_pb2,
+                                     inference_pb2, model_management_pb2, model_service_pb2_grpc, predict_pb2,
+                                     prediction_service_pb2_grpc, regression_pb2, status_pb2)
 
 from kerasplm.serving import api
 from kerasplm.serving.config import ModelConfigError, model_configs_from_proto
@@ -124,10 +127,10 @@ def tensor_info_proto(spec: tf.TensorSpec, tensor_name: str):
                                      tensor_shape=spec.shape.as_proto())
 
 
-def signature_def_proto(fn):
+def signature_def_proto(fn, method_name: str = api.PREDICT_METHOD):
     """A ``SignatureDef`` for a signature's concrete function (the same description as REST's metadata)."""
     inputs, outputs = api.signature_tensors(fn)
-    signature = meta_graph_pb2.SignatureDef(method_name=api.PREDICT_METHOD)
+    signature = meta_graph_pb2.SignatureDef(method_name=method_name)
     for key, (spec, name) in inputs.items():
         signature.inputs[key].CopyFrom(tensor_info_proto(spec, name))
     for key, (spec, name) in outputs.items():
@@ -200,6 +203,92 @@ class GrpcFrontEnd:
             response.outputs[name].CopyFrom(tf.make_tensor_proto(arrays[name], dtype=dtype))
         return response
 
+    def _serialized_examples(self, request_input) -> list:
+        """An ``Input`` proto's examples as serialized ``tf.Example``\\ s (with a context: the context's bytes
+        followed by the example's, as TF Serving builds them); the count checked before serializing."""
+        kind = request_input.WhichOneof("kind")
+        if kind is None:
+            raise api.RequestError(400, "Input is empty.")
+        listed = getattr(request_input, kind)
+        if not listed.examples:
+            raise api.RequestError(400, "Input is empty.")
+        api.check_rows(len(listed.examples), self.server.max_batch_size, "The request's examples")
+        context = listed.context.SerializeToString() if kind == "example_list_with_context" else b""
+        return [context + example.SerializeToString() for example in listed.examples]
+
+    def _example_call(self, request, labels: dict, api_name: str):
+        model, loaded = self._resolve(request.model_spec)
+        signature = api.find_example_signature(loaded, request.model_spec.signature_name, api_name)
+        labels["signature"] = signature
+        return model, loaded, signature, self._serialized_examples(request.input)
+
+    def classify(self, request, labels: dict):
+        model, loaded, signature, serialized = self._example_call(request, labels, "classify")
+        response = classification_pb2.ClassificationResponse()
+        _set_model_spec(response.model_spec, model.name, loaded.version, signature)
+        self._classification_result(loaded, signature, serialized, response.result)
+        return response
+
+    def _classification_result(self, loaded, signature: str, serialized: list, result):
+        classes, scores = api.run_classify(loaded, signature, serialized, self.server.max_batch_size,
+                                           self.server.batch_chunk_size)
+        for i in range(len(serialized)):
+            classifications = result.classifications.add()
+            for c in range((classes if classes is not None else scores).shape[1]):
+                klass = classifications.classes.add()
+                if classes is not None:
+                    klass.label = classes[i, c].decode("utf-8", errors="replace")
+                if scores is not None:
+                    klass.score = scores[i, c]
+
+    def regress(self, request, labels: dict):
+        model, loaded, signature, serialized = self._example_call(request, labels, "regress")
+        response = regression_pb2.RegressionResponse()
+        _set_model_spec(response.model_spec, model.name, loaded.version, signature)
+        self._regression_result(loaded, signature, serialized, response.result)
+        return response
+
+    def _regression_result(self, loaded, signature: str, serialized: list, result):
+        for value in api.run_regress(loaded, signature, serialized, self.server.max_batch_size,
+                                     self.server.batch_chunk_size):
+            result.regressions.add().value = value
+
+    def multi_inference(self, request, labels: dict):
+        """TF Serving's MultiInference: every task names the same model (the first task's version is used), a
+        distinct signature and its method (classify or regress); all run on the request's one input."""
+        if not request.tasks:
+            raise api.RequestError(400, "MultiInferenceRequest must contain at least one task")
+        signatures = []
+        for task in request.tasks:
+            if not task.model_spec.name:
+                raise api.RequestError(400, "Found ModelSpec with an empty model name.")
+            if task.model_spec.name != request.tasks[0].model_spec.name:
+                raise api.RequestError(400, "All ModelSpecs in a MultiInferenceRequest must access the same model "
+                                            "name.")
+            signature = task.model_spec.signature_name or api.DEFAULT_SIGNATURE
+            if signature in signatures:
+                raise api.RequestError(400, f"Duplicate evaluation of signature: {api._short(signature)}")
+            signatures.append(signature)
+            if task.method_name not in (api.CLASSIFY_METHOD, api.REGRESS_METHOD):
+                raise api.RequestError(400, f"Unsupported signature method_name: {api._short(task.method_name)}",
+                                       code="UNIMPLEMENTED")
+        model, loaded = self._resolve(request.tasks[0].model_spec)
+        for task, signature in zip(request.tasks, signatures):
+            if signature not in loaded.signatures:
+                raise api.RequestError(400, f"Requested signature not found in model graph: {api._short(signature)}")
+            api.find_example_signature(loaded, signature,
+                                       "classify" if task.method_name == api.CLASSIFY_METHOD else "regress")
+        serialized = self._serialized_examples(request.input)
+        response = inference_pb2.MultiInferenceResponse()
+        for task, signature in zip(request.tasks, signatures):
+            result = response.results.add()
+            _set_model_spec(result.model_spec, model.name, loaded.version, task.model_spec.signature_name)
+            if task.method_name == api.CLASSIFY_METHOD:
+                self._classification_result(loaded, signature, serialized, result.classification_result)
+            else:
+                self._regression_result(loaded, signature, serialized, result.regression_result)
+        return response
+
     def get_model_metadata(self, request, labels: dict):
         fields = list(request.metadata_field)
         if not fields:
@@ -212,7 +301,7 @@ class GrpcFrontEnd:
         model, loaded = self._resolve(request.model_spec)
         signature_defs = get_model_metadata_pb2.SignatureDefMap()
         for name, fn in sorted(loaded.signatures.items()):
-            signature_defs.signature_def[name].CopyFrom(signature_def_proto(fn))
+            signature_defs.signature_def[name].CopyFrom(signature_def_proto(fn, loaded.method_name(name)))
         response = get_model_metadata_pb2.GetModelMetadataResponse()
         _set_model_spec(response.model_spec, model.name, loaded.version)
         response.metadata[SIGNATURE_DEF_FIELD].Pack(signature_defs)
@@ -268,13 +357,8 @@ class GrpcFrontEnd:
 _CONTROL_CHARS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
 
 
-def _unimplemented(context, method: str, what: str):
-    context.abort(grpc.StatusCode.UNIMPLEMENTED,
-                  f"kerasplm serve does not implement {method} yet; {what}")
-
-
 class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
-    """``tensorflow.serving.PredictionService``: Predict and GetModelMetadata."""
+    """``tensorflow.serving.PredictionService``: Predict, GetModelMetadata, Classify, Regress, MultiInference."""
 
     def __init__(self, front_end: GrpcFrontEnd):
         self.front_end = front_end
@@ -288,13 +372,17 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
                                      self.front_end.get_model_metadata, request)
 
     def Classify(self, request, context):  # noqa: N802
-        _unimplemented(context, "Classify", "call Predict with the model's signature (e.g. serving_default)")
+        return self.front_end.answer(context, "classify", "Classify", request.model_spec.name,
+                                     self.front_end.classify, request)
 
     def Regress(self, request, context):  # noqa: N802
-        _unimplemented(context, "Regress", "call Predict with the model's signature (e.g. serving_default)")
+        return self.front_end.answer(context, "regress", "Regress", request.model_spec.name,
+                                     self.front_end.regress, request)
 
     def MultiInference(self, request, context):  # noqa: N802
-        _unimplemented(context, "MultiInference", "call Predict once per signature")
+        name = request.tasks[0].model_spec.name if request.tasks else ""
+        return self.front_end.answer(context, "multi_inference", "MultiInference", name,
+                                     self.front_end.multi_inference, request)
 
 
 class ModelService(model_service_pb2_grpc.ModelServiceServicer):

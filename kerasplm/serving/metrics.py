@@ -12,9 +12,9 @@ With ``--enable_batching`` (and once a request was batched), TF Serving's batchi
     :tensorflow:serving:batching_session:padding_size{execution_batch_size}  histogram: padding rows per call
     :tensorflow:serving:batching_session:wrapped_run_count      counter: signature calls the batcher made
 
-``API`` is ``predict``, ``status`` or ``metadata``; ``status`` is the canonical error code (``OK``,
-``INVALID_ARGUMENT``, ``NOT_FOUND``...); ``entrypoint`` is ``REST`` or ``GRPC``; latency is wall time in
-microseconds (TF Serving's unit) from the parsed request to the built response.  Only configured
+``API`` is ``predict``, ``classify``, ``regress``, ``status`` or ``metadata``; ``status`` is the canonical
+error code (``OK``, ``INVALID_ARGUMENT``, ``NOT_FOUND``...); ``entrypoint`` is ``REST`` or ``GRPC``; latency
+is wall time in microseconds (TF Serving's unit) from the parsed request to the built response.  Only configured
 model names are recorded (a client cannot grow the label set with made-up names), and
 ``signature_name`` is empty unless the request named a signature the served version has.
 """

@@ -26,15 +26,17 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the tensorflow-text ops the exported graphs use)
+from google.protobuf import text_format
 from tensorflow.core.example import example_pb2
+from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow_serving.apis import prediction_log_pb2
 
 from kerasplm.export.atomic import SAVED_MODEL_FILES as _SAVED_MODEL_FILES, list_version_numbers
-from kerasplm.serving.api import RequestError
+from kerasplm.serving.api import PREDICT_METHOD, RequestError
 from kerasplm.serving.config import ModelConfig
 
 logger = logging.getLogger(__name__)
@@ -44,12 +46,17 @@ MAX_WARMUP_RECORDS = 1000  # TF Serving's limit: a version with more fails to lo
 
 @dataclass
 class LoadedVersion:
-    """One loaded SavedModel version and its signatures."""
+    """One loaded SavedModel version, its signatures and their TF Serving method names."""
 
     version: int
     path: str
     model: object  # the object returned by tf.saved_model.load; keeps the functions alive
     signatures: dict  # name -> ConcreteFunction
+    methods: dict = field(default_factory=dict)  # name -> method_name, as saved_model.pb records it
+
+    def method_name(self, signature_name: str) -> str:
+        """The signature's ``method_name`` (``tensorflow/serving/predict``, ``.../classify``, ``.../regress``)."""
+        return self.methods.get(signature_name) or PREDICT_METHOD
 
     def input_specs(self, signature_name: str) -> dict:
         """``{input name: tf.TensorSpec}`` of a signature."""
@@ -66,14 +73,33 @@ def list_versions(model_base_path: str) -> list[int]:
     return list_version_numbers(model_base_path, complete=True)[::-1]
 
 
+def signature_methods(path: str) -> dict:
+    """``{signature name: method_name}`` of the serving MetaGraphDef (tag ``serve``, else the first) of the
+    SavedModel in ``path``: what TF Serving dispatches Classify / Regress on, which ``tf.saved_model.load``
+    does not expose."""
+    saved_model = saved_model_pb2.SavedModel()
+    binary = os.path.join(path, "saved_model.pb")
+    if os.path.exists(binary):
+        with open(binary, "rb") as f:
+            saved_model.ParseFromString(f.read())
+    else:
+        with open(os.path.join(path, "saved_model.pbtxt"), encoding="utf-8") as f:
+            text_format.Parse(f.read(), saved_model)
+    graphs = list(saved_model.meta_graphs)
+    serving = [g for g in graphs if "serve" in g.meta_info_def.tags] or graphs[:1]
+    return {name: sig.method_name for name, sig in serving[0].signature_def.items()} if serving else {}
+
+
 def load_version(model_base_path: str, version: int, warmup: bool = True) -> LoadedVersion:
-    """Load one version directory with ``tf.saved_model.load`` and replay its warmup records (``warmup``)."""
+    """Load one version directory with ``tf.saved_model.load`` (and its signatures' method names) and replay its
+    warmup records (``warmup``)."""
     path = os.path.join(model_base_path, str(version))
     model = tf.saved_model.load(path)
     signatures = dict(model.signatures)
     if not signatures:
         raise ValueError(f"SavedModel at {path} has no signatures")
-    loaded = LoadedVersion(version=version, path=path, model=model, signatures=signatures)
+    loaded = LoadedVersion(version=version, path=path, model=model, signatures=signatures,
+                           methods=signature_methods(path))
     if warmup:
         replay_warmup(loaded)
     return loaded

@@ -264,9 +264,13 @@ class ModelServer:
                     result = api.metadata_json(model.name, loaded)
                 else:
                     request = api.parse_json_body(body or b"")
-                    signature = api.signature_name_of(request, loaded)
-                    result = api.predict(loaded, request, self.max_batch_size, self.batch_chunk_size,
-                                         self.batcher)
+                    signature = api.signature_name_of(request, loaded, route.api)
+                    if route.api == "predict":   # classify and regress are not batched
+                        result = api.predict(loaded, request, self.max_batch_size, self.batch_chunk_size,
+                                             self.batcher)
+                    else:
+                        result = api.INFERENCE_APIS[route.api](loaded, request, self.max_batch_size,
+                                                               self.batch_chunk_size)
             status = 200
         except api.RequestError as e:
             status, result = e.status, {"error": e.message}

@@ -171,6 +171,20 @@ def test_signatures_are_validated(tmp_path):
         ExportModule(model)
     assert not os.path.exists(tmp_path / "a" / "1") and not os.path.exists(tmp_path / "b" / "1")
 
+    class NotAClassifier(_Scorer):   # a classification method on a signature TF Serving could not classify with
+        def signature_methods(self):
+            return {"serving_default": "tensorflow/serving/classify"}
+
+    class UnknownName(_Scorer):
+        def signature_methods(self):
+            return {"classify": "tensorflow/serving/classify"}
+
+    with pytest.raises(ValueError, match=r"outputs must be 'classes' and/or 'scores', has \['length', 'scores'\]"):
+        save_version(NotAClassifier(), str(tmp_path / "c"))
+    with pytest.raises(ValueError, match=r"signature_methods\(\) names \['classify'\], which signatures\(\) lacks"):
+        save_version(UnknownName(), str(tmp_path / "d"))
+    assert not os.path.exists(tmp_path / "c" / "1") and not os.path.exists(tmp_path / "d" / "1")
+
 
 def test_contract_helpers_pass_on_a_conforming_model(saved):
     _, path = saved

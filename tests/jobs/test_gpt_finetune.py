@@ -155,9 +155,13 @@ def test_export_answers_as_in_process(learned, pair_run, tmp_path, capsys):
     meta = read_metadata(path)
     assert (meta["family"], meta["labels"], meta["pair_input"]) == ("gpt_classifier", NAMES, False)
     expected = single.predict_texts(TEXTS)
-    (outputs,) = run_isolated(path, [("serving_default", {"text": TEXTS})])
+    examples = [tf.train.Example(features=tf.train.Features(feature={"text": tf.train.Feature(
+        bytes_list=tf.train.BytesList(value=[t.encode()]))})).SerializeToString() for t in TEXTS]
+    outputs, classified = run_isolated(path, [("serving_default", {"text": TEXTS}), ("classify", {"inputs": examples})])
     np.testing.assert_allclose(np.array(outputs["probabilities"]), expected, atol=1e-5)
     assert outputs["label"] == [NAMES[i] for i in expected.argmax(-1)]
+    np.testing.assert_allclose(classified["scores"], outputs["probabilities"], atol=1e-6)   # TF Serving's Classify
+    assert classified["classes"] == [NAMES] * len(TEXTS)
     # The BPE pair model, in process (the isolated load above covers the contract).
     pair_path = export_classifier(pair_run, str(tmp_path / "pair"))
     pair_outputs = call_signature(pair_path, "serving_default", "text", TEXTS, {"text_pair": TEXTS[::-1]})

@@ -85,7 +85,7 @@ def test_routes():
     assert api.parse_route("GET", "/monitoring/prometheus/metrics") == api.Route("metrics")
     assert api.Route("predict", "m", None, "stable").servable() == "Label(m, stable)"
     for method, path, status in [("POST", "/monitoring/prometheus/metrics", 405), ("GET", "/v1/models/m:predict", 405),
-                                 ("GET", "/v1/models", 404), ("POST", "/v1/models/m:classify", 400),
+                                 ("GET", "/v1/models", 404), ("POST", "/v1/models/m:explain", 404),
                                  ("GET", "/v1/models/m/versions/" + "5" * 5000, 400),
                                  ("GET", "/v1/models/m/versions/9223372036854775808", 400),
                                  ("GET", "/v1/models/m/versions/abc", 400)]:
@@ -93,6 +93,37 @@ def test_routes():
         assert err.status == status, (method, path, err.message)
         assert len(err.message) < 300
     assert api.parse_route("GET", "/v1/models/m/versions/9223372036854775807").version == 2**63 - 1
+    assert api.parse_route("POST", "/v1/models/m/versions/2:classify") == api.Route("classify", "m", 2)
+    assert api.parse_route("POST", "/v1/models/m/labels/stable:regress") == api.Route("regress", "m", None, "stable")
+    assert _error(api.parse_route, "GET", "/v1/models/m:classify").status == 405
+
+
+def test_examples_from_json_follow_tf_serving():
+    """TF Serving's JSON -> tf.Example rules: value kinds, one kind per feature, the context's bytes first."""
+    serialized = api.serialized_examples_from_json({
+        "context": {"shared": "c", "text": "from context"},
+        "examples": [{"text": "a", "ids": [1, True], "weight": 0.5, "raw": {"b64": "AP8="}}, {"text": ["b", "c"]}]},
+        "classify")
+    first, second = (tf.train.Example.FromString(s) for s in serialized)
+    assert first.features.feature["text"].bytes_list.value == [b"a"]          # the example's value wins
+    assert first.features.feature["shared"].bytes_list.value == [b"c"]
+    assert first.features.feature["ids"].int64_list.value == [1, 1]
+    assert first.features.feature["weight"].float_list.value == [0.5]
+    assert first.features.feature["raw"].bytes_list.value == [b"\x00\xff"]
+    assert second.features.feature["text"].bytes_list.value == [b"b", b"c"]
+    context = api.example_from_json({"shared": "c", "text": "from context"}).SerializeToString()
+    assert serialized[1].startswith(context)
+    for body, message in (({"examples": [{"x": [1, "a"]}]},
+                           "Unexpected element type in feature: x expecting type: int64"),
+                          ({"examples": [{"x": [[1]]}]}, "Feature: x has element with unexpected JSON type: array"),
+                          ({"examples": [{"x": {"a": 1}}]}, "unexpected JSON type: object"),
+                          ({"examples": [{"x": 2**63}]}, "outside int64"),
+                          ({"examples": [1]}, "Example must be JSON object but got JSON number"),
+                          ({"context": [], "examples": [{}]}, "'context' must be JSON object but got JSON array"),
+                          ({"examples": {}}, "Expecting 'examples' value to be an list/array"),
+                          ({"examples": [{}] * 3}, "the limit is 2 per request")):
+        err = _error(api.serialized_examples_from_json, body, "classify", 2)
+        assert err.status == 400 and message in err.message, (body, err.message)
 
 
 @pytest.mark.parametrize(

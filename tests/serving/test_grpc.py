@@ -281,9 +281,8 @@ def test_other_calls_codes(served):
     assert code(served.model_stub.GetModelStatus, status(model_spec={"name": "nope"}))[0] == grpc.StatusCode.NOT_FOUND
     assert code(served.model_stub.GetModelStatus, status(model_spec={"name": "toy", "version": {"value": 9}}))[0] \
         == grpc.StatusCode.NOT_FOUND
-    for call, request in ((served.stub.Classify, classification_pb2.ClassificationRequest()),):
-        got, details = code(call, request)
-        assert got == grpc.StatusCode.UNIMPLEMENTED and "kerasplm serve does not implement" in details
+    got, details = code(served.stub.Classify, classification_pb2.ClassificationRequest(model_spec={"name": "toy"}))
+    assert got == grpc.StatusCode.INVALID_ARGUMENT and "method_name to be tensorflow/serving/classify" in details
     # A reload request without a model_config_list (tests/serving/test_reload.py reloads for real).
     assert code(served.model_stub.HandleReloadConfigRequest, model_management_pb2.ReloadConfigRequest()) == (
         grpc.StatusCode.INVALID_ARGUMENT, "ServerModelConfig type not supported by HandleReloadConfigRequest. Only "
