@@ -28,6 +28,7 @@ versioned save are :mod:`kerasplm.export.base`'s.
 """
 import tensorflow as tf
 
+from kerasplm.export import warmup
 from kerasplm.export.base import CLASSIFY_METHOD, REGRESS_METHOD, ExportModule, save_version
 from kerasplm.runs import RunDir, load_run
 from kerasplm.text.bert_tokenizer import BertPreprocessor
@@ -106,6 +107,13 @@ class ClassifierModule(ExportModule):
 
     def signature_methods(self):
         return {self.example_signature: REGRESS_METHOD if self.regression else CLASSIFY_METHOD}
+
+    def warmup_requests(self):
+        """Every predict signature (the base's), then the classification / regression signature over serialized
+        ``tf.Example``\ s (a ``classify_log`` / ``regress_log`` record, as TF Serving replays them)."""
+        features = ("text", "text_pair") if self.pair_input else ("text",)
+        method = self.signature_methods()[self.example_signature]
+        return super().warmup_requests() + warmup.example_requests(self.example_signature, method, features)
 
 
 def export_classifier(run_dir, model_base_path, version=None, overwrite=False):

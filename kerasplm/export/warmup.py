@@ -25,9 +25,9 @@ from tensorflow_serving.apis import classification_pb2, input_pb2, predict_pb2, 
 
 WARMUP_FILE = "tf_serving_warmup_requests"
 MAX_RECORDS = 1000  # TF Serving refuses to load a version whose warmup file holds more
-PREDICT_METHOD = "tensorflow/serving/predict"
-CLASSIFY_METHOD = "tensorflow/serving/classify"
-REGRESS_METHOD = "tensorflow/serving/regress"
+PREDICT_METHOD = tf.saved_model.PREDICT_METHOD_NAME      # "tensorflow/serving/predict"
+CLASSIFY_METHOD = tf.saved_model.CLASSIFY_METHOD_NAME    # "tensorflow/serving/classify"
+REGRESS_METHOD = tf.saved_model.REGRESS_METHOD_NAME      # "tensorflow/serving/regress"
 # Sentences of several lengths (in words: 1, 9, 40): short and long rows, and a batch mixing them.
 WARMUP_SENTENCES = (
     "Hello.",
@@ -68,17 +68,31 @@ def sample_value(spec: tf.TensorSpec, texts) -> np.ndarray:
     return np.zeros(shape, spec.dtype.as_numpy_dtype)
 
 
-def default_requests(signatures: dict) -> list:
-    """Each signature with one sentence, then with a batch of :data:`WARMUP_SENTENCES` (every input sampled by
-    :func:`sample_value`). Signatures without inputs (``metadata``) are skipped."""
+def default_requests(signatures: dict, methods: dict | None = None) -> list:
+    """Each predict signature with one sentence, then with a batch of :data:`WARMUP_SENTENCES` (every input sampled
+    by :func:`sample_value`). Signatures without inputs (``metadata``) are skipped, and so are those ``methods``
+    names as classification or regression signatures (their inputs are serialized ``tf.Example``\ s whose features
+    only the family knows: :func:`example_requests`)."""
     requests = []
     for name, function in sorted(signatures.items()):
         specs = input_specs(function)
-        if not specs:
+        if not specs or (methods or {}).get(name, PREDICT_METHOD) != PREDICT_METHOD:
             continue
         for texts in (WARMUP_SENTENCES[1:2], WARMUP_SENTENCES):
             requests.append(WarmupRequest(name, {k: sample_value(s, texts) for k, s in specs.items()}))
     return requests
+
+
+def example_requests(signature: str, method: str, features: tuple) -> list:
+    """Warmup requests for a classification or regression ``signature``: one example, then a batch, of
+    :data:`WARMUP_SENTENCES` in each of the bytes ``features`` (e.g. ``("text", "text_pair")``)."""
+    def example(text):
+        value = text.encode("utf-8")
+        return example_pb2.Example(features={"feature": {
+            name: {"bytes_list": {"value": [value]}} for name in features}}).SerializeToString()
+
+    return [WarmupRequest(signature, {"inputs": [example(t) for t in texts]}, method)
+            for texts in (WARMUP_SENTENCES[1:2], WARMUP_SENTENCES)]
 
 
 def _tensor_proto(value, dtype=None):

@@ -485,14 +485,15 @@ def run_signature(fn, tensors: dict, in_specs: dict, out_specs: dict, chunk_size
 
 def find_signature(loaded, signature_name: str) -> str:
     """``signature_name`` (empty: ``serving_default``) if the loaded version has it; else HTTP 400 as
-    REST answers it, NOT_FOUND over gRPC."""
+    REST answers it, FAILED_PRECONDITION over gRPC (TF Serving's Predict answers "Serving signature key ...
+    not found." with that code)."""
     signature_name = signature_name or DEFAULT_SIGNATURE
     if signature_name not in loaded.signatures:
         raise RequestError(
             400,
             f"Serving signature name: \"{_short(signature_name)}\" not found in signature def; "
             f"available signatures: {', '.join(sorted(loaded.signatures))}",
-            code="NOT_FOUND",
+            code="FAILED_PRECONDITION",
         )
     return signature_name
 

@@ -19,7 +19,8 @@ The services are TF Serving's own, from the ``tensorflow-serving-api`` package (
 A request is resolved and run by the REST side's core (:class:`~kerasplm.serving.ModelServer`'s
 model registry and :meth:`~kerasplm.serving.ModelServer.resolve`, :func:`kerasplm.serving.api.run_predict`
 with ``max_batch_size`` / ``batch_chunk_size``), so both front ends answer alike; errors carry TF
-Serving's codes: NOT_FOUND (unknown model, version, label or signature), INVALID_ARGUMENT (unknown
+Serving's codes: NOT_FOUND (unknown model, version or label), FAILED_PRECONDITION (an unknown signature in
+Predict, as TF Serving's predict_util answers), INVALID_ARGUMENT (unknown
 or missing inputs, a dtype other than the signature's, a shape that does not fit, values out of range
 for the dtype, non-UTF-8 bytes for a string input whose name does not end in ``_bytes``, a TensorProto
 whose values do not fill its shape: one value per element, or a single value for all), RESOURCE_EXHAUSTED (more rows than ``max_batch_size``; a message

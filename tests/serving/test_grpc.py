@@ -226,7 +226,7 @@ BAD_PREDICTS = {
     "unknown model": (_request("nope", inputs={"inputs": ["a"]}), "NOT_FOUND", "Latest(nope)"),
     "unknown version": (_request("toy", inputs={"inputs": ["a"]}, version=7), "NOT_FOUND", "Specific(toy, 7)"),
     "unknown label": (_request("toy", inputs={"inputs": ["a"]}, label="canary"), "NOT_FOUND", "canary"),
-    "unknown signature": (_request("toy", "nope", {"inputs": ["a"]}), "NOT_FOUND", "nope"),
+    "unknown signature": (_request("toy", "nope", {"inputs": ["a"]}), "FAILED_PRECONDITION", "nope"),
     "wrong input name": (_request("toy", inputs={"text": ["a"]}), "INVALID_ARGUMENT", "'text'"),
     "missing input": (_request("toy", "scale", {"values": np.ones([1, 2], np.float32)}), "INVALID_ARGUMENT",
                       "'factor'"),

@@ -208,7 +208,7 @@ def _bad_request(served, model, case):
         inputs = _inputs(signature, MAX_BATCH + 1)
         return _request(model, "serving_default", inputs, dtypes), "RESOURCE_EXHAUSTED", f"limit is {MAX_BATCH}"
     if case == "unknown signature":
-        return _request(model, "nope", inputs, dtypes), "NOT_FOUND", "nope"
+        return _request(model, "nope", inputs, dtypes), "FAILED_PRECONDITION", "nope"  # TF Serving's code
     assert case == "invalid UTF-8"
     inputs[text] = np.array([b"ok", b"\xff\xfe", b"fine"], object)
     return _request(model, "serving_default", inputs, dtypes), "INVALID_ARGUMENT", "UTF-8"
