@@ -110,7 +110,7 @@ class ClassifierModule(ExportModule):
 
     def warmup_requests(self):
         """Every predict signature (the base's), then the classification / regression signature over serialized
-        ``tf.Example``\ s (a ``classify_log`` / ``regress_log`` record, as TF Serving replays them)."""
+        ``tf.Example``\\ s (a ``classify_log`` / ``regress_log`` record, as TF Serving replays them)."""
         features = ("text", "text_pair") if self.pair_input else ("text",)
         method = self.signature_methods()[self.example_signature]
         return super().warmup_requests() + warmup.example_requests(self.example_signature, method, features)

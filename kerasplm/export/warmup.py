@@ -71,7 +71,7 @@ def sample_value(spec: tf.TensorSpec, texts) -> np.ndarray:
 def default_requests(signatures: dict, methods: dict | None = None) -> list:
     """Each predict signature with one sentence, then with a batch of :data:`WARMUP_SENTENCES` (every input sampled
     by :func:`sample_value`). Signatures without inputs (``metadata``) are skipped, and so are those ``methods``
-    names as classification or regression signatures (their inputs are serialized ``tf.Example``\ s whose features
+    names as classification or regression signatures (their inputs are serialized ``tf.Example``\\ s whose features
     only the family knows: :func:`example_requests`)."""
     requests = []
     for name, function in sorted(signatures.items()):
