@@ -191,11 +191,14 @@ class GeneratorModule(ExportModule):
                 "perplexity": perplexity(log_likelihood, num_tokens)}
 
     def warmup_requests(self):
-        """Every signature (:func:`kerasplm.export.warmup.default_requests`: greedy), then, for each traced prompt
-        width, a prompt of about that many tokens through ``serving_default`` and a sampled ``generate``: each width
-        is its own branch of the graph (with ``jit_compile``, its own XLA compilation)."""
+        """Every signature (:func:`kerasplm.export.warmup.default_requests`: greedy) and a sampled ``generate``. The
+        prompt widths are branches of one ``tf.switch_case``, all built by the first call; with ``jit_compile`` each
+        width is XLA-compiled when it first runs, so a prompt of about each width's length is then replayed through
+        ``serving_default`` and the sampled ``generate``."""
         requests = super().warmup_requests()
         sample = {"max_new_tokens": [0], "temperature": [1.0], "top_k": [0], "top_p": [0.0], "seed": [0]}
+        if not self.jit_compile:
+            return requests + [warmup.WarmupRequest("generate", {"prompt": [warmup.WARMUP_SENTENCES[1]], **sample})]
         tokens_per_word = max(1.0, len(self.tokenizer.tokenize(tf.constant(["the"] * 64)).flat_values) / 64)
         for width in self.prompt_widths:
             prompt = " ".join(["the"] * max(1, int((width - 1) / tokens_per_word)))

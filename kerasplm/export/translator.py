@@ -139,12 +139,16 @@ class TranslatorModule(ExportModule):
                 **self.decoder.attention(src_ids, ids, has_words)}
 
     def warmup_requests(self):
-        """Every signature (:func:`kerasplm.export.warmup.default_requests`), then ``translate`` once per beam size
-        1..``max_beam_size``: each size is its own branch of the graph, instantiated when first run."""
-        sentence = [warmup.WARMUP_SENTENCES[1]]
-        return super().warmup_requests() + [
-            warmup.WarmupRequest("translate", {"inputs": sentence, "beam_size": [k], "max_length": [0]})
-            for k in range(2, self.max_beam_size + 1)]
+        """Every signature (:func:`kerasplm.export.warmup.default_requests`). The first ``translate`` call builds
+        every beam-size branch of the graph at once (measured: 16 s for 8 branches of ``transformer_seed``, then
+        0.07 s for any size), so one call warms them all; with ``jit_compile`` each size is XLA-compiled when it
+        first runs, so ``translate`` is then also replayed once per beam size 2..``max_beam_size``."""
+        requests = super().warmup_requests()
+        if self.jit_compile:
+            sentence = [warmup.WARMUP_SENTENCES[1]]
+            requests += [warmup.WarmupRequest("translate", {"inputs": sentence, "beam_size": [k], "max_length": [0]})
+                         for k in range(2, self.max_beam_size + 1)]
+        return requests
 
     def signatures(self):
         return {"serving_default": self.serving_default, "translate": self.translate,
