@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kerasplm.serving.config import _Parser, _Schema
+from kerasplm.serving.config import _Parser, _Schema, read_text_file
 from kerasplm.serving.api import RequestError
 
 QUEUE_FULL_MESSAGE = "The batch scheduling queue to which this task was submitted is full"
@@ -174,13 +174,7 @@ def parse_batching_parameters(text: str, filename: str = "<batching parameters>"
 
 def read_batching_parameters_file(path: str) -> BatchingParameters:
     """Read a ``--batching_parameters_file``."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except UnicodeDecodeError as e:
-        raise BatchingParametersError(f"{path}: not UTF-8 text ({e})") from None
-    except OSError as e:
-        raise BatchingParametersError(f"{path}: cannot read the batching parameters file: {e.strerror}") from None
+    text = read_text_file(path, "the batching parameters file", BatchingParametersError)
     return parse_batching_parameters(text, path)
 
 

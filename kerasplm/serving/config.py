@@ -378,15 +378,22 @@ def _version_policy(schema: _Schema, f: _Field) -> VersionPolicy:
     return VersionPolicy("specific", versions=tuple(sorted(set(versions))))
 
 
-def read_model_config_file(path: str) -> list:
-    """Read a ``--model_config_file``; relative base paths are resolved against its directory."""
+def read_text_file(path: str, what: str, error=None) -> str:
+    """The text of a config file, or ``error`` (default :class:`ModelConfigError`) with one line naming ``path``:
+    not UTF-8, or unreadable (``what`` says which file, e.g. "the model config file")."""
+    error = error or ModelConfigError
     try:
         with open(path, encoding="utf-8") as f:
-            text = f.read()
+            return f.read()
     except UnicodeDecodeError as e:
-        raise ModelConfigError(f"{path}: not UTF-8 text ({e})") from None
+        raise error(f"{path}: not UTF-8 text ({e})") from None
     except OSError as e:
-        raise ModelConfigError(f"{path}: cannot read the model config file: {e.strerror}") from None
+        raise error(f"{path}: cannot read {what}: {e.strerror}") from None
+
+
+def read_model_config_file(path: str) -> list:
+    """Read a ``--model_config_file``; relative base paths are resolved against its directory."""
+    text = read_text_file(path, "the model config file")
     return parse_model_config(text, path, base_dir=os.path.dirname(os.path.abspath(path)))
 
 
