@@ -36,6 +36,7 @@ the command line: a resumed run keeps its stored values for the others.
 import argparse
 import dataclasses
 import importlib
+import math
 import os
 
 __all__ = ["RUN", "SESSION", "JobOptions", "TrainingOptions", "ExportOptions", "DecodingRequestOptions", "OptionsConflict",
@@ -106,8 +107,8 @@ class _Spec:
                 value < self.minimum or (self.exclusive_minimum and value == self.minimum))
             too_high = self.maximum is not None and (
                 value > self.maximum or (self.exclusive_maximum and value == self.maximum))
-            if too_low or too_high or value != value:  # NaN fails every comparison
-                return f"expected {self.describe()}"
+            if too_low or too_high or not math.isfinite(value):  # inf and NaN: never a meaningful option value
+                return f"expected {self.describe()}" + ("" if math.isfinite(value) else ", a finite value")
         choices = self.allowed_choices()
         if choices is not None and value not in choices:
             return f"expected one of {', '.join(map(str, choices))}"

@@ -7,6 +7,8 @@ layer guarantees, whatever the client sends:
 * every error the server sends has a JSON body ``{"error": ...}``, including the standard library's
   own error paths (unparsable request lines, unsupported methods such as TRACE/CONNECT, over-long
   headers);
+* a header line that is not ``Name: value`` (which the standard library's parser would silently drop,
+  with every header after it) and folded header lines get 400 and close the connection;
 * request framing is never guessed: a POST without ``Content-Length`` gets 411, two
   ``Content-Length`` headers or a malformed one 400, any ``Transfer-Encoding`` 411; each of these
   closes the connection, so a body that was not read is never parsed as the next request.  A body
@@ -45,6 +47,24 @@ def _shutdown_socket(sock):
         sock.shutdown(socket.SHUT_RDWR)
     except OSError:  # already closed by the other side
         pass
+
+
+def _header_problem(headers) -> str | None:
+    """Why a request's header block cannot be trusted, or None.
+
+    The standard library's parser stops at the first line that is not ``Name: value`` and silently drops it and
+    every header after it (``Content-Length`` included), which would let the body be read as a second request;
+    a folded (obs-fold) continuation line is obsolete and ambiguous (RFC 9112 section 5.2). Both are refused.
+    """
+    dropped = headers.get_payload()
+    if headers.defects or dropped:
+        line = dropped.splitlines()[0] if dropped else ""
+        return (f"Malformed header line {line[:80]!r}: every header line must be 'Name: value' with a name of "
+                "token characters" if line else "Malformed header line: a header without a name")
+    for name, value in headers.items():
+        if "\n" in value or "\r" in value:
+            return f"Header {name[:40]!r} is folded over several lines (obsolete line folding is not accepted)"
+    return None
 
 
 class _Connections:
@@ -121,7 +141,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def parse_request(self):
         self.server.connections.set_busy(self, True)  # a request line has arrived
-        return super().parse_request()
+        if not super().parse_request():
+            return False
+        problem = _header_problem(self.headers)
+        if problem:  # what follows cannot be trusted to belong to this request: answer and close
+            self.send_error(400, problem)
+            return False
+        return True
 
     def handle_one_request(self):
         try:

@@ -10,7 +10,8 @@ Serving follows a ``base_path``:
   ``all``, ``specific {versions}``); :meth:`ServedModel.refresh` loads the missing ones completely
   before requests can reach them, then unloads the versions the policy no longer wants;
 * a version that fails to load is logged, reported in the model status (state ``END`` with the
-  error) and skipped (not retried until its ``saved_model.pb`` changes); the policy then falls back
+  error) and skipped until its files change (any file added, removed, resized or rewritten: a copy still
+  in progress is retried once it completes, as TF Serving retries loads); the policy then falls back
   on the next loadable versions, so a broken export never replaces a working one;
 * if the base path holds no loadable version at all any more (deleted, being rsynced), the loaded
   versions keep serving rather than leaving the model with none;
@@ -35,7 +36,7 @@ from tensorflow.core.example import example_pb2
 from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow_serving.apis import prediction_log_pb2
 
-from kerasplm.export.atomic import SAVED_MODEL_FILES as _SAVED_MODEL_FILES, list_version_numbers
+from kerasplm.export.atomic import list_version_numbers
 from kerasplm.serving.api import PREDICT_METHOD, RequestError
 from kerasplm.serving.config import ModelConfig
 
@@ -187,13 +188,18 @@ def replay_warmup(loaded: LoadedVersion) -> int:
     return len(records)
 
 
-def _saved_model_mtime(version_path: str) -> float:
-    for name in _SAVED_MODEL_FILES:
-        try:
-            return os.path.getmtime(os.path.join(version_path, name))
-        except OSError:
-            continue
-    return 0.0
+def _version_files(version_path: str) -> tuple:
+    """What a version directory holds, as ``(file count, total bytes, latest mtime_ns)``: a version that failed to
+    load is tried again when this changes (a deploy by ``cp -r`` lands ``saved_model.pb`` before ``variables/``)."""
+    count = size = latest = 0
+    for root, _, files in os.walk(version_path):
+        for name in files:
+            try:
+                info = os.stat(os.path.join(root, name))
+            except OSError:  # removed while being listed
+                continue
+            count, size, latest = count + 1, size + info.st_size, max(latest, info.st_mtime_ns)
+    return count, size, latest
 
 
 class ServedModel:
@@ -206,7 +212,7 @@ class ServedModel:
         self.config = config
         self._lock = threading.Lock()
         self._loaded: dict[int, LoadedVersion] = {}
-        self._failed: dict[int, tuple] = {}  # version -> (mtime of the saved_model.pb that failed, error)
+        self._failed: dict[int, tuple] = {}  # version -> (_version_files of the directory that failed, error)
 
     def reconfigured(self, config: ModelConfig) -> "ServedModel":
         """A new ServedModel for this model's changed ``config`` (a config reload), not yet refreshed.
@@ -247,7 +253,7 @@ class ServedModel:
         on_disk = list_versions(base)
         with self._lock:  # forget failures whose directory is gone or whose saved_model.pb changed
             self._failed = {v: f for v, f in self._failed.items()
-                            if v in on_disk and _saved_model_mtime(os.path.join(base, str(v))) == f[0]}
+                            if v in on_disk and _version_files(os.path.join(base, str(v))) == f[0]}
         while True:
             loadable = [v for v in on_disk if v not in self._failed]
             wanted = self.config.version_policy.select(loadable)
@@ -255,13 +261,13 @@ class ServedModel:
             if not missing:
                 break
             version = missing[0]
-            mtime = _saved_model_mtime(os.path.join(base, str(version)))
+            files = _version_files(os.path.join(base, str(version)))
             try:
                 loaded = load_version(base, version)
             except Exception as e:  # a broken export must not take the server down
                 message = f"{type(e).__name__}: {e}".splitlines()[0][:500]
                 with self._lock:
-                    self._failed[version] = (mtime, message)
+                    self._failed[version] = (files, message)
                 logger.error("Failed to load %s version %d: %s", self.name, version, message)
                 continue
             with self._lock:

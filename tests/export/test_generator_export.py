@@ -134,6 +134,13 @@ def test_kerasplm_serve_answers_generate_and_score(exported, generator):
     assert sampled == {"predictions": _each_alone(generator, PROMPTS, jit_compile=False, **SAMPLING)}
     scored = api.predict(version, {"signature_name": "score", "inputs": {"text": PROMPTS[:1]}})
     assert scored["outputs"]["num_tokens"] == [generator.score(PROMPTS[:1])[0]["num_tokens"]]
+    # A non-finite temperature (JSON's Infinity, or 1e400, which parses as infinity) is the client's error: 400.
+    for raw in ('Infinity', '1e400', 'NaN'):
+        body = api.parse_json_body(('{"signature_name": "generate", "instances": [{"prompt": "the", "max_new_tokens": 0, '
+                                    f'"temperature": {raw}, "top_k": 0, "top_p": 0.0, "seed": 0}}]}}').encode())
+        with pytest.raises(api.RequestError) as refused:
+            api.predict(version, body)
+        assert refused.value.status == 400 and "temperature must be" in refused.value.message, raw
 
 
 # A request's settings (temperature, top_k, top_p, seed), 0 = off: plain, top-k, nucleus, both, filters that

@@ -2,6 +2,8 @@
 engine's request defaults and TextGenerator.generate's defaults all come from that declaration."""
 import inspect
 
+import pytest
+
 from kerasplm.families.gpt import GenerateOptions
 from kerasplm.generation.options import DEFAULT_SEED, REQUEST_DEFAULTS, max_new_tokens_for, resolve_request
 from kerasplm.models.gpt_generator import TextGenerator
@@ -31,3 +33,17 @@ def test_text_generator_defaults_equal_the_declaration():
 def test_the_declared_defaults_are_greedy_decoding():
     d = REQUEST_DEFAULTS
     assert resolve_request(d["temperature"], d["top_k"], d["top_p"], d["num_beams"]) == ("greedy", {})
+
+
+@pytest.mark.parametrize("flag, value", [("--temperature", "inf"), ("--temperature", "nan"), ("--top-p", "-inf"),
+                                         ("--temperature", "1e400")])
+def test_non_finite_option_values_are_one_line_errors(capsys, flag, value):
+    """Every numeric option of every command is parsed by one declaration (kerasplm.options): infinity and NaN are
+    refused before anything loads (they used to reach the sampler: NaN decoded greedily, inf gave empty text)."""
+    from kerasplm.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["generate", "--run", "no/such/run", f"{flag}={value}", "ROMEO:"])  # "=": -inf is no flag
+    err = capsys.readouterr().err.strip()
+    assert exited.value.code == 2 and len(err.splitlines()) == 1
+    assert f"argument {flag}" in err and "finite" in err and repr(value) in err

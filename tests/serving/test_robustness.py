@@ -124,6 +124,25 @@ def test_ambiguous_framing_is_rejected_and_closes(cli_server, headers, status, f
     assert response_headers["connection"] == "close" and closed
 
 
+SMUGGLED = b"GET /v1/models/nope HTTP/1.1\r\nHost: x\r\n\r\n"  # 41 bytes: must never be answered
+
+
+@pytest.mark.parametrize("bad_line, fragment", [
+    (b"X Bad: y\r\n", "Malformed header line 'X Bad: y'"),          # a space in the name
+    (b"NoColonHere\r\n", "Malformed header line 'NoColonHere'"),
+    (b": no name\r\n", "a header without a name"),
+    (b"X-Folded: a\r\n  continued\r\n", "folded"),                 # obs-fold
+])
+def test_a_malformed_header_line_is_400_and_closes(cli_server, bad_line, fragment):
+    """The standard library's parser would drop the malformed line and every header after it (Content-Length too),
+    and the body would then be read as a second request (request smuggling)."""
+    request = (b"GET /v1/models/toy HTTP/1.1\r\nHost: x\r\n" + bad_line
+               + f"Content-Length: {len(SMUGGLED)}\r\n\r\n".encode() + SMUGGLED)
+    status, headers, body, closed = _raw(cli_server, request)
+    assert status == 400 and fragment in body["error"], body
+    assert headers["connection"] == "close" and closed   # the smuggled request got no answer
+
+
 def test_get_with_a_body_closes_after_answering(cli_server):
     request = (b"GET /v1/models/toy HTTP/1.1\r\nHost: x\r\nContent-Length: 39\r\n\r\n"
                b"GET /v1/models/nope HTTP/1.1\r\nHost: x\r\n\r\n")

@@ -2,6 +2,7 @@
 import base64
 import json
 import os
+import shutil
 import threading
 import time
 from http.client import HTTPConnection
@@ -310,5 +311,28 @@ def test_warmup_records_replay_before_a_version_is_available(tmp_path, toy_saved
         assert "times must be >= 0" in body["model_version_status"][0]["status"]["error_message"]
         status, body = predict(f"{server.url}/v1/models/toy", {"instances": ["ok"]})
         assert status == 200 and body == {"predictions": ["OK"]}   # version 1 (upper-casing) still serves
+    finally:
+        server.stop()
+
+
+def test_a_half_copied_version_is_retried_once_its_files_are_complete(tmp_path, toy_saved_models):
+    """A deploy by ``cp -r`` lands saved_model.pb before variables/: the version fails to load (END) while version 1
+    keeps serving, and is loaded once the copy completes, without touching saved_model.pb again."""
+    base = str(tmp_path / "toy")
+    install_toy_version(base, 1, toy_saved_models["upper"])
+    server = srv.ModelServer(base, "toy", rest_api_port=0, grpc_port=None, poll_seconds=0.2, quiet=True)
+    server.start()
+    try:
+        partial = os.path.join(base, "2")
+        os.makedirs(partial)
+        shutil.copy2(os.path.join(toy_saved_models["reverse"], "saved_model.pb"), partial)  # no variables/ yet
+        assert wait_for(lambda: 2 in server.model("toy").failed_versions, timeout=30)
+        assert predict(f"{server.url}/v1/models/toy", {"instances": ["ab"]}) == (200, {"predictions": ["AB"]})
+        for name in os.listdir(toy_saved_models["reverse"]):
+            source = os.path.join(toy_saved_models["reverse"], name)
+            if name != "saved_model.pb":
+                (shutil.copytree if os.path.isdir(source) else shutil.copy2)(source, os.path.join(partial, name))
+        assert wait_for(lambda: server.model("toy").versions == [2], timeout=30), server.model("toy").failed_versions
+        assert predict(f"{server.url}/v1/models/toy", {"instances": ["ab"]}) == (200, {"predictions": ["BA"]})
     finally:
         server.stop()
