@@ -204,6 +204,17 @@ def _add_serve_parser(commands):
                     default=serving_defaults.DEFAULT_SHUTDOWN_GRACE_SECONDS,
                     help="on SIGTERM, how long requests in flight may take to finish "
                          f"(default {serving_defaults.DEFAULT_SHUTDOWN_GRACE_SECONDS:g} s, under Kubernetes' 30 s)")
+    sv.add_argument("--max-connections", type=_positive_int, default=serving_defaults.DEFAULT_MAX_CONNECTIONS,
+                    help="most open REST connections (a thread each, keep-alive ones included); one more is "
+                         "answered 503 at once and closed. Also the most gRPC calls running or waiting "
+                         "(more: RESOURCE_EXHAUSTED). kerasplm's own flag; TF Serving has none "
+                         f"(default {serving_defaults.DEFAULT_MAX_CONNECTIONS})")
+    sv.add_argument("--header-timeout-seconds", type=_positive_float,
+                    default=serving_defaults.DEFAULT_HEADER_TIMEOUT_SECONDS,
+                    help="time for a REST request's line and headers to arrive, from the connection's accept "
+                         "(from the first byte on a kept-alive connection); slower gets 408 and is closed. "
+                         "Also gRPC's connection handshake timeout "
+                         f"(default {serving_defaults.DEFAULT_HEADER_TIMEOUT_SECONDS:g} s)")
     sv.add_argument("--enable-batching", "--enable_batching", type=_flag, nargs="?", const=True, default=False,
                     metavar="BOOL", help="merge concurrent predict requests to the same signature into one call "
                                          "(TF Serving's flag; --enable_batching=true also works)")
@@ -260,6 +271,7 @@ def _serve(args):
             max_body_bytes=args.max_body_bytes, max_batch_size=args.max_batch_size,
             batch_chunk_size=args.batch_chunk_size, poll_seconds=args.poll_seconds,
             shutdown_grace_seconds=args.shutdown_grace_seconds, quiet=args.quiet,
+            max_connections=args.max_connections, header_timeout_seconds=args.header_timeout_seconds,
             config_poll_seconds=args.model_config_file_poll_wait_seconds,
             batching_parameters=batching_parameters)
     except serving.ServerStartError as e:

@@ -17,3 +17,9 @@ DEFAULT_MAX_BATCH_SIZE = 1024
 DEFAULT_BATCH_CHUNK_SIZE = 64
 # Threads answering gRPC calls (the REST side runs a thread per connection); more calls wait in line.
 DEFAULT_GRPC_WORKERS = 16
+# Open REST connections (one thread each); over it a new connection is answered 503 at once and closed.
+# Equal to the listen backlog: a burst that the backlog holds is also served.
+DEFAULT_MAX_CONNECTIONS = 256
+# From a connection's accept (or a keep-alive request's first byte) to the end of its header block: a
+# client trickling bytes cannot hold a connection (and its thread) longer than this.
+DEFAULT_HEADER_TIMEOUT_SECONDS = 10.0

@@ -433,16 +433,26 @@ class GrpcServer:
     """A ``grpc.server`` bound to ``host:port`` (0: a free port, see :attr:`port`) answering for
     ``model_server``; messages over ``max_message_bytes`` are refused (RESOURCE_EXHAUSTED).
 
+    gRPC's core serves every connection from its own few polling threads (no thread per connection);
+    calls run on ``workers`` threads.  ``max_concurrent_calls`` (grpcio's ``maximum_concurrent_rpcs``)
+    bounds the calls running or waiting for a worker: one more is answered RESOURCE_EXHAUSTED at once
+    instead of queueing without bound.  A new connection must complete its HTTP/2 handshake (the client's
+    connection preface and SETTINGS) within ``handshake_timeout_seconds``
+    (``grpc.server_handshake_timeout_ms``, gRPC's default 120 s) or is closed.
+
     Binding happens here (an ``OSError`` if the port is taken: SO_REUSEPORT is off, so a second
     server cannot silently share it); :meth:`start` serves; :meth:`stop` drains.
     """
 
     def __init__(self, model_server, host: str, port: int, max_message_bytes: int,
-                 workers: int = DEFAULT_GRPC_WORKERS):
+                 workers: int = DEFAULT_GRPC_WORKERS, max_concurrent_calls: int | None = None,
+                 handshake_timeout_seconds: float | None = None):
         self.front_end = GrpcFrontEnd(model_server, max_message_bytes)
         self._pool = futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kerasplm-serve-grpc")
         options = [("grpc.max_receive_message_length", int(max_message_bytes)), ("grpc.so_reuseport", 0)]
-        self._server = grpc.server(self._pool, options=options)
+        if handshake_timeout_seconds is not None:
+            options.append(("grpc.server_handshake_timeout_ms", max(1, round(handshake_timeout_seconds * 1000))))
+        self._server = grpc.server(self._pool, options=options, maximum_concurrent_rpcs=max_concurrent_calls)
         prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
             PredictionService(self.front_end), self._server)
         model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(self.front_end), self._server)

@@ -16,11 +16,19 @@ layer guarantees, whatever the client sends:
   drained without being stored;
 * logged request lines have control characters escaped; a client that disconnects early leaves no
   traceback in the log;
+* at most ``max_connections`` connections are open (each holds a thread): one more is answered 503 at once
+  by the accepting thread and closed, never queued, so a normal client gets an answer while slow ones fill
+  the server;
+* a request's line and headers must arrive within ``header_timeout`` seconds (counted from the accept for a
+  connection's first request, from the first byte for later keep-alive requests): a client trickling bytes
+  is answered 408 and closed.  A keep-alive connection idle between requests is closed after
+  :attr:`_Handler.timeout`;
 * :meth:`HTTPServer.drain` (on SIGTERM / Ctrl-C) lets requests in flight finish and closes idle
   keep-alive connections, so a process manager's stop never cuts a reply off.
 """
 from __future__ import annotations
 
+import io
 import json
 import logging
 import socket
@@ -65,6 +73,52 @@ def _header_problem(headers) -> str | None:
         if "\n" in value or "\r" in value:
             return f"Header {name[:40]!r} is folded over several lines (obsolete line folding is not accepted)"
     return None
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The socket as a raw stream whose reads stop at a deadline (the header block's), when one is set.
+
+    A per-read timeout alone would let a client sending one byte every few seconds hold the connection
+    forever; here each read waits at most until the deadline, then raises :class:`TimeoutError`.
+    """
+
+    def __init__(self, sock, header_timeout: float):
+        super().__init__()
+        self._sock = sock
+        self.header_timeout = header_timeout
+        self.deadline = None    # time.monotonic() by which the header block must have arrived
+        self.arm_on_data = False  # start the deadline when the next byte arrives (a keep-alive request)
+        self.received = 0       # bytes read since the deadline was set (none: an idle client, no 408)
+        self.expired = False
+
+    def start_deadline(self):
+        self.deadline, self.arm_on_data, self.received = time.monotonic() + self.header_timeout, False, 0
+
+    def readable(self):
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self.deadline is None:  # between header blocks: the socket's own (idle) timeout applies
+            n = self._sock.recv_into(buffer)
+            if n and self.arm_on_data:
+                self.start_deadline()
+                self.received = n
+            return n
+        idle_timeout = self._sock.gettimeout()
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            self.expired = True
+            raise TimeoutError("request headers not received in time")
+        self._sock.settimeout(remaining if idle_timeout is None else min(remaining, idle_timeout))
+        try:
+            n = self._sock.recv_into(buffer)
+        except TimeoutError:
+            self.expired = time.monotonic() >= self.deadline
+            raise
+        finally:
+            self._sock.settimeout(idle_timeout)
+        self.received += n
+        return n
 
 
 class _Connections:
@@ -123,6 +177,11 @@ class _Handler(BaseHTTPRequestHandler):
     # -- connection bookkeeping -----------------------------------------------------------------
     def setup(self):
         super().setup()
+        # The first request's line and headers are due header_timeout seconds after the accept.
+        self._reader = _DeadlineReader(self.connection, self.model_server.header_timeout_seconds)
+        self._reader.start_deadline()
+        self.rfile = io.BufferedReader(self._reader)
+        self._requests_started = 0
         self.server.connections.opened(self)
 
     def finish(self):
@@ -138,11 +197,18 @@ class _Handler(BaseHTTPRequestHandler):
             super().handle()
         except (ConnectionError, TimeoutError):  # client disconnected or stalled: not a server error
             self.close_connection = True
+        if self._reader.expired and self._reader.received:  # a request started but its headers were too slow
+            for name, default in (("command", None), ("request_version", "HTTP/1.0"), ("requestline", "")):
+                if not hasattr(self, name):  # the request line itself never completed
+                    setattr(self, name, default)
+            self.send_error(408, f"Request line and headers not received within "
+                                 f"{self._reader.header_timeout:g} seconds")
 
     def parse_request(self):
         self.server.connections.set_busy(self, True)  # a request line has arrived
         if not super().parse_request():
             return False
+        self._reader.deadline = None  # the header block is complete; the body has the idle timeout
         problem = _header_problem(self.headers)
         if problem:  # what follows cannot be trusted to belong to this request: answer and close
             self.send_error(400, problem)
@@ -150,6 +216,9 @@ class _Handler(BaseHTTPRequestHandler):
         return True
 
     def handle_one_request(self):
+        if self._requests_started:  # a keep-alive connection: idle until the next request's first byte
+            self._reader.deadline, self._reader.arm_on_data = None, True
+        self._requests_started += 1
         try:
             super().handle_one_request()
         finally:
@@ -296,7 +365,15 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class HTTPServer(ThreadingHTTPServer):
-    """A thread per connection; knows its connections so that :meth:`drain` can stop gracefully."""
+    """A thread per connection, at most ``model_server.max_connections`` of them; knows its connections so
+    that :meth:`drain` can stop gracefully.
+
+    A connection over the cap is answered 503 by the accepting thread itself (no thread is started for it;
+    a new socket's send buffer is empty, so the short answer never blocks) and closed about a second later
+    from the accept loop, after its request is read and dropped: closing a socket with unread data would
+    reset the connection and could destroy the 503 before the client reads it.  Refusing (leaving the
+    connection in the listen backlog) would instead make a normal client wait without an answer.
+    """
 
     daemon_threads = True
     request_queue_size = 256  # listen backlog: bursts of clients must not be refused
@@ -307,7 +384,79 @@ class HTTPServer(ThreadingHTTPServer):
             self.address_family = socket.AF_INET6
         self.model_server = model_server
         self.connections = _Connections()
+        self._threads_lock = threading.Lock()
+        self._connection_threads = 0  # started and not finished: compared with max_connections
+        self._refused: list = []      # (socket, close after time.monotonic()) answered 503, not yet closed
         super().__init__(address, _Handler)
+
+    # -- the connection cap -----------------------------------------------------------------------
+    _REFUSED_LINGER_SECONDS = 1.0
+    _MAX_REFUSED_OPEN = 64  # refused sockets kept open at once (file descriptors stay bounded too)
+
+    def process_request(self, request, client_address):
+        """Start a thread for the connection, or answer 503 when ``max_connections`` are already open."""
+        with self._threads_lock:
+            full = self._connection_threads >= self.model_server.max_connections
+            if not full:
+                self._connection_threads += 1
+        if full:
+            self._refuse(request, client_address)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # the thread did not start: the connection is closed by the caller
+            self._thread_done()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._thread_done()
+
+    def _thread_done(self):
+        with self._threads_lock:
+            self._connection_threads -= 1
+
+    def _refuse(self, sock, client_address):
+        limit = self.model_server.max_connections
+        body = json.dumps({"error": f"Too many open connections (the limit is {limit}); retry later"}).encode()
+        head = (f"HTTP/1.1 503 Service Unavailable\r\nServer: {_Handler.server_version}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                "Connection: close\r\nRetry-After: 1\r\n\r\n").encode()
+        try:
+            sock.setblocking(False)
+            sock.send(head + body)
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:  # the client is already gone
+            self.shutdown_request(sock)
+            return
+        if len(self._refused) >= self._MAX_REFUSED_OPEN:
+            self._close_refused(self._refused.pop(0)[0])
+        self._refused.append((sock, time.monotonic() + self._REFUSED_LINGER_SECONDS))
+        if not self.model_server.quiet:
+            sys.stderr.write(f"{client_address[0]} - 503 Service Unavailable: {limit} connections already open\n")
+
+    @staticmethod
+    def _close_refused(sock):
+        try:
+            while sock.recv(1 << 16):  # drop what the client sent (non-blocking) so close sends FIN, not RST
+                pass
+        except OSError:
+            pass
+        sock.close()
+
+    def service_actions(self):
+        """Called by the accept loop (at least every half second): close refused connections whose time is up."""
+        super().service_actions()
+        now = time.monotonic()
+        while self._refused and self._refused[0][1] <= now:
+            self._close_refused(self._refused.pop(0)[0])
+
+    def server_close(self):
+        super().server_close()
+        while self._refused:
+            self._close_refused(self._refused.pop()[0])
 
     def handle_error(self, request, client_address):
         if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):

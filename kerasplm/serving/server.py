@@ -10,8 +10,9 @@ import time
 
 from kerasplm.serving import api
 from kerasplm.serving.batching import Batcher
-from kerasplm.serving.defaults import (DEFAULT_GRPC_PORT, DEFAULT_GRPC_WORKERS, DEFAULT_MAX_BODY_BYTES,
-                                       DEFAULT_POLL_SECONDS, DEFAULT_REST_API_PORT, DEFAULT_SHUTDOWN_GRACE_SECONDS)
+from kerasplm.serving.defaults import (DEFAULT_GRPC_PORT, DEFAULT_GRPC_WORKERS, DEFAULT_HEADER_TIMEOUT_SECONDS,
+                                       DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONNECTIONS, DEFAULT_POLL_SECONDS,
+                                       DEFAULT_REST_API_PORT, DEFAULT_SHUTDOWN_GRACE_SECONDS)
 from kerasplm.serving.config import ModelConfig, ModelConfigError, read_model_config_file
 from kerasplm.serving.http import HTTPServer
 from kerasplm.serving.metrics import Metrics
@@ -49,6 +50,11 @@ class ModelServer:
     requests to the same batch-safe signature of a version, REST and gRPC alike, run as one call
     (:attr:`batcher`; ``stop()`` runs the queued batches before it returns).
 
+    ``max_connections`` bounds the open REST connections (a thread each; one more is answered 503 and
+    closed) and the gRPC calls in progress or waiting for a worker (one more is RESOURCE_EXHAUSTED);
+    ``header_timeout_seconds`` bounds the time to receive a REST request's line and headers (408 and
+    closed) and gRPC's connection handshake.
+
     ``handle(method, path, body)`` answers one REST request without HTTP (``(status, payload)``);
     :meth:`resolve` is the model/version/label lookup both APIs use.
     """
@@ -71,6 +77,8 @@ class ModelServer:
         quiet: bool = False,
         config_poll_seconds: float = 0.0,
         batching_parameters=None,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        header_timeout_seconds: float = DEFAULT_HEADER_TIMEOUT_SECONDS,
     ):
         given = [x is not None for x in (model_base_path, model_config_file, models)]
         if sum(given) != 1:
@@ -86,9 +94,10 @@ class ModelServer:
         if len({m.name for m in models}) != len(models):
             raise ValueError("model names must be unique")
         for name, value in (("max_body_bytes", max_body_bytes), ("max_batch_size", max_batch_size),
-                            ("batch_chunk_size", batch_chunk_size), ("poll_seconds", poll_seconds)):
-            if value <= 0:
-                raise ValueError(f"{name} must be positive, got {value}")
+                            ("batch_chunk_size", batch_chunk_size), ("poll_seconds", poll_seconds),
+                            ("max_connections", max_connections), ("header_timeout_seconds", header_timeout_seconds)):
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a finite number > 0, got {value}")
         if shutdown_grace_seconds < 0:
             raise ValueError(f"shutdown_grace_seconds must be >= 0, got {shutdown_grace_seconds}")
         if not (math.isfinite(config_poll_seconds) and config_poll_seconds >= 0):
@@ -109,6 +118,8 @@ class ModelServer:
         self.batch_chunk_size = int(batch_chunk_size)
         self.poll_seconds = float(poll_seconds)
         self.shutdown_grace_seconds = float(shutdown_grace_seconds)
+        self.max_connections = int(max_connections)
+        self.header_timeout_seconds = float(header_timeout_seconds)
         self.quiet = quiet
         self.model_config_file = model_config_file
         self.config_poll_seconds = float(config_poll_seconds)
@@ -331,7 +342,8 @@ class ModelServer:
 
             try:
                 self._grpc = GrpcServer(self, self.host, self.requested_grpc_port, self.max_body_bytes,
-                                        DEFAULT_GRPC_WORKERS)
+                                        DEFAULT_GRPC_WORKERS, max_concurrent_calls=self.max_connections,
+                                        handshake_timeout_seconds=self.header_timeout_seconds)
             except OSError as e:
                 if self._httpd is not None:
                     self._httpd.server_close()

@@ -10,6 +10,7 @@ import io
 import os
 import re
 import signal
+import socket
 import time
 import urllib.request
 from types import SimpleNamespace
@@ -335,6 +336,34 @@ def test_grpc_only_model_server(tmp_path, toy_saved_models):
         assert server.stop() is True
     with pytest.raises(ValueError, match="both None"):
         ModelServer(base, "toy", rest_api_port=None, grpc_port=None)
+
+
+def test_calls_over_max_connections_are_resource_exhausted_and_handshakes_have_a_deadline(tmp_path, toy_saved_models):
+    """gRPC serves connections without a thread each: ``max_connections`` bounds its calls in progress instead."""
+    base = str(tmp_path / "toy")
+    install_toy_version(base, 1, toy_saved_models["upper"])
+    with ModelServer(base, "toy", rest_api_port=None, grpc_port=0, quiet=True, max_connections=2,
+                     header_timeout_seconds=1) as server:
+        # --header-timeout-seconds is the HTTP/2 handshake deadline: a connection that sends only the
+        # connection preface (no SETTINGS) is closed after it.
+        with socket.create_connection(("127.0.0.1", server.grpc_port), timeout=10) as sock:
+            sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            started = time.monotonic()
+            while sock.recv(4096):  # bounded by the socket timeout
+                pass
+            assert 0.9 < time.monotonic() - started < 3
+        with grpc.insecure_channel(server.grpc_target) as channel:
+            stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+            slow = _request("toy", "slow", {"inputs": ["late"], "milliseconds": (1000, tf.int64)})
+            in_flight = [stub.Predict.future(slow, timeout=60) for _ in range(2)]
+            time.sleep(0.3)  # both calls are now running
+            with pytest.raises(grpc.RpcError) as info:  # refused at once, not queued
+                stub.Predict(_request("toy", inputs={"inputs": ["abc"]}), timeout=10)
+            assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            for future in in_flight:
+                assert tf.make_ndarray(future.result(timeout=60).outputs["outputs"]).tolist() == [b"LATE"]
+            response = stub.Predict(_request("toy", inputs={"inputs": ["abc"]}), timeout=60)  # a slot is free again
+            assert tf.make_ndarray(response.outputs["outputs"]).tolist() == [b"ABC"]
 
 
 # ---- SIGTERM (last: it stops the module's server) -------------------------------------------------------

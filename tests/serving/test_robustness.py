@@ -5,6 +5,7 @@ port tests start their own processes.
 """
 import json
 import re
+import select
 import signal
 import socket
 import threading
@@ -12,10 +13,13 @@ import time
 
 import pytest
 
-from tests.serving.client import CLIServer, closed_by_server, http, parse_prometheus, predict, read_response
+from tests.serving.client import (CLIServer, closed_by_server, http, parse_prometheus, predict, read_response,
+                                  wait_for)
 from tests.serving.conftest import install_toy_version
 
 MAX_BATCH = 100
+MAX_CONNECTIONS = 4
+HEADER_TIMEOUT = 1.0
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +33,9 @@ def cli_server(tmp_path_factory, toy_saved_models):
         '  config { name: "rev" base_path: "rev" model_version_policy { all {} } }\n'
         '}\n')
     server = CLIServer(["--model_config_file", str(root / "models.config"), "--max-batch-size", str(MAX_BATCH),
-                        "--batch-chunk-size", "16"], root / "serve.log").wait_ready()
+                        "--batch-chunk-size", "16",
+                        "--max-connections", str(MAX_CONNECTIONS), "--header-timeout-seconds", str(HEADER_TIMEOUT)],
+                       root / "serve.log").wait_ready()
     yield server
     server.close()
 
@@ -277,3 +283,104 @@ def test_port_out_of_range_is_one_line_exit_2(capsys):
         assert info.value.code == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "--port" in err and "expected" in err, err
+
+
+# ---- connections: a cap, and a deadline for the request line and headers -------------------------
+def _threads(server) -> int:
+    with open(f"/proc/{server.proc.pid}/status") as f:
+        return int(re.search(r"^Threads:\s+(\d+)$", f.read(), re.M).group(1))
+
+
+def _status_ok(server) -> bool:
+    try:
+        return http("GET", f"{server.url}/v1/models/toy", timeout=5)[0] == 200
+    except OSError:  # e.g. reset by a full server
+        return False
+
+
+def _trickle(sock, data: bytes, interval: float) -> float:
+    """Send ``data`` one byte per ``interval`` seconds until the server answers or closes (bounded by
+    len(data)); returns the seconds until then (or until every byte was sent)."""
+    started = time.monotonic()
+    for byte in data:
+        try:
+            sock.sendall(bytes([byte]))
+        except OSError:  # closed by the server
+            break
+        if select.select([sock], [], [], interval)[0]:
+            break
+    return time.monotonic() - started
+
+
+def test_a_trickling_client_is_cut_off_at_the_header_deadline(cli_server):
+    assert wait_for(lambda: _status_ok(cli_server), timeout=10)
+    trickled = b"GET /v1/models/toy HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"z" * 40  # 1 byte / 0.25 s: 20 s
+    with cli_server.connect() as sock:
+        elapsed = _trickle(sock, trickled, 0.25)
+        status, headers, body = read_response(sock)
+        assert status == 408 and "not received within 1 seconds" in json.loads(body)["error"]
+        assert headers["connection"] == "close" and closed_by_server(sock, timeout=2)
+    assert HEADER_TIMEOUT - 0.1 < elapsed < HEADER_TIMEOUT + 1.0, elapsed
+    # A connection that sends nothing is closed at the same deadline, without an answer.
+    with cli_server.connect() as sock:
+        started = time.monotonic()
+        assert closed_by_server(sock, timeout=5)
+        assert HEADER_TIMEOUT - 0.1 < time.monotonic() - started < HEADER_TIMEOUT + 1.0
+    # A kept-alive connection idle between requests is not cut by the header deadline (its idle timeout
+    # applies); its next request's headers are due HEADER_TIMEOUT after their first byte.
+    with cli_server.connect() as sock:
+        sock.sendall(b"GET /v1/models/toy HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_response(sock)[0] == 200
+        time.sleep(HEADER_TIMEOUT + 0.3)  # idle: still open afterwards (the 408 below is read from it)
+        elapsed = _trickle(sock, trickled, 0.25)
+        assert read_response(sock)[0] == 408 and closed_by_server(sock, timeout=2)
+        assert HEADER_TIMEOUT - 0.1 < elapsed < HEADER_TIMEOUT + 1.0, elapsed
+
+
+def test_connections_over_the_cap_get_503_at_once(cli_server):
+    assert wait_for(lambda: _status_ok(cli_server), timeout=10)
+    time.sleep(0.2)  # the last request's connection thread has ended
+    threads_before = _threads(cli_server)
+    slow = [cli_server.connect() for _ in range(MAX_CONNECTIONS)]  # the cap, filled by trickling clients
+    extra = []
+    try:
+        for sock in slow:
+            sock.sendall(b"GET /v1/mod")
+        time.sleep(0.2)
+        started = time.monotonic()
+        extra = [cli_server.connect(timeout=5) for _ in range(10)]  # all open at once, complete requests
+        for sock in extra:
+            sock.sendall(b"GET /v1/models/toy HTTP/1.1\r\nHost: x\r\n\r\n")
+        time.sleep(0.2)
+        assert _threads(cli_server) <= threads_before + MAX_CONNECTIONS  # no thread for the extra ones
+        for sock in extra:  # each answered at once by the accepting thread, none queued
+            status, headers, body = read_response(sock)
+            assert status == 503 and headers["connection"] == "close", (status, body)
+            assert json.loads(body) == {
+                "error": f"Too many open connections (the limit is {MAX_CONNECTIONS}); retry later"}
+            assert closed_by_server(sock, timeout=3)
+        assert time.monotonic() - started < HEADER_TIMEOUT  # before the deadline freed any slot
+        assert http("GET", f"{cli_server.url}/v1/models/toy", timeout=5)[0] == 503  # a normal client: answered
+    finally:
+        for sock in slow + extra:
+            sock.close()
+    # The slow clients' slots are freed (here by their close; a trickling one's at its header deadline).
+    assert wait_for(lambda: _status_ok(cli_server), timeout=5)
+
+
+def test_slow_clients_free_their_slots_at_the_header_deadline(cli_server):
+    assert wait_for(lambda: _status_ok(cli_server), timeout=10)
+    slow = [cli_server.connect() for _ in range(MAX_CONNECTIONS)]
+    try:
+        for sock in slow:
+            sock.sendall(b"GET /v1/mod")
+        time.sleep(0.2)
+        assert http("GET", f"{cli_server.url}/v1/models/toy", timeout=5)[0] == 503
+        started = time.monotonic()
+        assert wait_for(lambda: _status_ok(cli_server), timeout=HEADER_TIMEOUT + 3, interval=0.2)
+        assert time.monotonic() - started < HEADER_TIMEOUT + 1.5
+        for sock in slow:  # each was answered 408 and closed
+            assert read_response(sock)[0] == 408 and closed_by_server(sock, timeout=2)
+    finally:
+        for sock in slow:
+            sock.close()
