@@ -65,6 +65,15 @@ def _truncate_checkpoint(out):
     return str(data), "truncated"
 
 
+def _overwrite_checkpoint_data(out):
+    """4 bytes of the data file overwritten: its checksum fails (TensorFlow's restore names the index)."""
+    data = Path(out) / "checkpoints" / "ckpt-2.data-00000-of-00001"
+    damaged = bytearray(data.read_bytes())
+    damaged[1000:1004] = b"\xff\xff\xff\xff"
+    data.write_bytes(bytes(damaged))
+    return str(data), "Checksum does not match"
+
+
 def _write_config(out, text):
     Path(out, "config.json").write_text(text, encoding="utf-8")
     return str(Path(out, "config.json"))
@@ -78,6 +87,7 @@ def _edit_config(out, edit):
 
 DAMAGE = {
     "truncated checkpoint": _truncate_checkpoint,
+    "overwritten checkpoint data": _overwrite_checkpoint_data,
     "truncated config": lambda out: (_write_config(out, Path(out, "config.json").read_text()[:40]),
                                      "not valid JSON"),
     "config without model": lambda out: (_edit_config(out, lambda c: c.pop("model")), "missing key 'model'"),
@@ -109,12 +119,26 @@ def test_damaged_run_files_are_one_line_errors(damage, run2, tsv, tmp_path, caps
         "resume": ["train", "translator", "--out", out, "--data", tsv, "--steps", "3", "--quiet",
                    "--export-to", "none"],
     }
-    if damage not in ("truncated checkpoint", "truncated config", "truncated vocabulary"):
+    if damage not in ("truncated checkpoint", "overwritten checkpoint data", "truncated config", "truncated vocabulary"):
         del commands["resume"]  # the same loader; resuming costs a data pipeline each
     for name, argv in commands.items():
         err = cli_error(argv, capsys)
         assert path in err and problem in err, (name, err)
     assert not (tmp_path / "export").exists()
+
+
+def test_damaged_checkpoint_data_is_one_line_in_a_real_process(run2, tsv, tmp_path):
+    """No "WARNING:tensorflow:" flood of unrestored values when the interpreter exits after the error."""
+    out = copy_run(run2, tmp_path)
+    path, problem = _overwrite_checkpoint_data(out)
+    proc = subprocess.run([sys.executable, "-m", "kerasplm.cli", "train", "translator", "--out", out, "--data", tsv,
+                           "--steps", "3", "--quiet", "--export-to", "none"],
+                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith(f"kerasplm: error: {path}: damaged checkpoint (") and problem in line, line
+    assert ".index" not in line
 
 
 def test_damaged_history_stops_a_resume_before_training(run2, tsv, tmp_path, capsys):
