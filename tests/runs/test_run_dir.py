@@ -1,8 +1,10 @@
 """The run directory (one format, one loader), job options, and the run-file items of issue 15."""
 import json
 import os
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -180,6 +182,7 @@ def test_resume_with_conflicting_options_is_refused(run2, tsv, tmp_path, capsys)
     assert "batch_size=8 (the run has 4)" in err and "vocab_size" not in err
     assert "--out" in err and "start fresh" in err
     assert load_translator(out).step == 2
+    RunDir(out).lock()   # the refused job released the run's lock (same process, another open file: flock tells)
 
 
 # ---- item 10: SIGTERM exits right after the checkpoint; history spans every session ----
@@ -375,3 +378,60 @@ def test_options_api():
     resolved, _ = resolve_options(TranslatorOptions, None, {"steps": 9, "mixed_precision": "mixed_bfloat16"},
                                   stored={"preset": "transformer_tiny", "vocab_size": 120})
     assert (resolved.preset, resolved.vocab_size, resolved.steps) == ("transformer_tiny", 120, 9)
+
+
+# ---- one writer per run directory: an flock that dies with its process ----
+TOY_ENV = dict(os.environ, PYTHONPATH=str(ROOT), KERASPLM_FAMILIES="tests.toy_family.manifest")
+
+
+def _train_toy(out, *args, **popen):
+    argv = [sys.executable, "-m", "kerasplm.cli", "train", "toy", "--out", str(out), *args]
+    if popen:
+        return subprocess.Popen(argv, cwd=ROOT, env=TOY_ENV, text=True, **popen)
+    return subprocess.run(argv, cwd=ROOT, env=TOY_ENV, capture_output=True, text=True, timeout=300)
+
+
+def test_run_lock_names_its_holder_and_is_released(run2, tmp_path):
+    path = str(tmp_path / "run")
+    first, second = RunDir(path), RunDir(path)
+    first.lock()
+    holder = rf"\(pid {os.getpid()} on {re.escape(socket.gethostname())} since \d{{4}}-\d\d-\d\dT"
+    with pytest.raises(RunDirError, match=rf"^{re.escape(path)}: in use by another kerasplm job {holder}"):
+        second.lock()
+    RunDir(path, writer=False).lock()   # a multi-worker job's other workers take no lock
+    first.unlock()
+    second.lock()
+    second.unlock()
+    # The module's run was trained in this process: its job released the lock when it ended.
+    RunDir(run2).lock()
+    assert json.loads(Path(run2, ".lock").read_text())["pid"] == os.getpid()
+
+
+def test_a_second_job_on_a_run_fails_at_once_and_a_killed_holder_blocks_nothing(tmp_path):
+    out = tmp_path / "run"
+    first = _train_toy(out, "--steps", "1000000", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while first.poll() is None and time.monotonic() < deadline:
+            if (out / ".lock").exists() and f'"pid": {first.pid}' in (out / ".lock").read_text():
+                break
+            time.sleep(0.05)
+        assert first.poll() is None, first.communicate()[1][-3000:]
+        # Another RUN option: without the lock both jobs would find no config.json and train their own run.
+        second = _train_toy(out, "--steps", "5", "--max-chars", "5")
+        assert second.returncode == 2, second.stderr[-3000:]
+        (line,) = second.stderr.splitlines()
+        assert line.startswith(f"kerasplm: error: {out}: in use by another kerasplm job (pid {first.pid} on "
+                               f"{socket.gethostname()} since "), line
+        assert first.poll() is None   # the holder goes on
+    finally:
+        first.kill()
+        first.communicate()
+    # SIGKILL left the lock file and its record; the kernel released the flock with the process.
+    assert f'"pid": {first.pid}' in (out / ".lock").read_text()
+    resumed = _train_toy(out, "--steps", "5")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    step = int(re.search(rf"wrote {re.escape(str(out))}: step (\d+)", resumed.stdout).group(1))
+    again = _train_toy(out, "--steps", str(step + 5))   # the normal end released it: the next job resumes
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"wrote {out}: step {step + 5}" in again.stdout
