@@ -121,7 +121,8 @@ def test_damaged_run_files_are_one_line_errors(damage, run2, tsv, tmp_path, caps
         "resume": ["train", "translator", "--out", out, "--data", tsv, "--steps", "3", "--quiet",
                    "--export-to", "none"],
     }
-    if damage not in ("truncated checkpoint", "overwritten checkpoint data", "truncated config", "truncated vocabulary"):
+    if damage not in ("truncated checkpoint", "overwritten checkpoint data", "truncated config",
+                      "truncated vocabulary"):
         del commands["resume"]  # the same loader; resuming costs a data pipeline each
     for name, argv in commands.items():
         err = cli_error(argv, capsys)
@@ -182,7 +183,9 @@ def test_resume_with_conflicting_options_is_refused(run2, tsv, tmp_path, capsys)
     assert "batch_size=8 (the run has 4)" in err and "vocab_size" not in err
     assert "--out" in err and "start fresh" in err
     assert load_translator(out).step == 2
-    RunDir(out).lock()   # the refused job released the run's lock (same process, another open file: flock tells)
+    run = RunDir(out)
+    run.lock()   # the refused job released the run's lock (same process, another open file: flock tells)
+    run.unlock()
 
 
 # ---- item 10: SIGTERM exits right after the checkpoint; history spans every session ----
@@ -316,6 +319,7 @@ def test_older_formats_are_refused_in_one_line_and_convert(version, run2, tmp_pa
     config = json.loads(Path(converted, "config.json").read_text())
     assert config["format_version"] == 3 and config["model"]["config"] == new_config["model"]["config"]
     assert config["preprocessor"] == new_config["preprocessor"]
+    assert not Path(converted, ".lock").exists()   # a lock file belongs to its directory's jobs
     assert sorted(os.listdir(Path(converted, "checkpoints"))) == sorted(os.listdir(Path(run2, "checkpoints")))
     assert load_translator(converted).translate(["Hola.", "Hace frío."]) == \
         load_translator(run2).translate(["Hola.", "Hace frío."])
@@ -403,7 +407,9 @@ def test_run_lock_names_its_holder_and_is_released(run2, tmp_path):
     second.lock()
     second.unlock()
     # The module's run was trained in this process: its job released the lock when it ended.
-    RunDir(run2).lock()
+    trained = RunDir(run2)
+    trained.lock()
+    trained.unlock()
     assert json.loads(Path(run2, ".lock").read_text())["pid"] == os.getpid()
 
 
