@@ -38,7 +38,7 @@ def convert_run(source, out):
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     if os.path.isdir(out):
         os.rmdir(out)
-    shutil.copytree(source, out, ignore=shutil.ignore_patterns(RunDir.CONFIG, ".tmp-*"))
+    shutil.copytree(source, out, ignore=shutil.ignore_patterns(RunDir.CONFIG, RunDir.LOCK, ".tmp-*"))
     new = RunDir(out)
     try:
         model, preprocessor = build(new, config)   # assets resolved in the copy, so they are stored relative to it

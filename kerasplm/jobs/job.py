@@ -71,20 +71,29 @@ def open_run(out, family, options_cls, options=None, overrides=None, what=None, 
     values RUN options had before they existed (a run stored without them resumes as it was trained, not with
     today's default). Also sets the mixed-precision
     policy the options ask for, and refuses a job with neither ``steps`` nor ``time_budget``.
+
+    The run's writer takes its lock first (:meth:`kerasplm.runs.RunDir.lock`: a one-line error naming the job that
+    holds it); the caller releases it with ``run.unlock()`` (it is released here when opening fails). The other
+    workers of a multi-worker job (``writer`` False) take no lock.
     """
     if writer is None:
         writer = is_chief_process(getattr(options, "distribute", None) or (overrides or {}).get("distribute", "default"))
     run = RunDir(out, writer=writer)
-    config, history = None, {}
-    if run.exists():
-        config = run.read_config(family=family, what=what or family)
-        if check_config is not None:
-            check_config(run, config)
-        history = run.read_history()
-    stored = {**(legacy_options or {}), **config["options"]} if config else None
-    options, _ = resolve_options(options_cls, options, overrides, stored=stored, where=out)
-    if options.steps is None and options.time_budget is None:
-        raise ValueError("give steps or time_budget (or both)")
+    run.lock()   # before config.json is read: two jobs must not both find "no run here" and both write one
+    try:
+        config, history = None, {}
+        if run.exists():
+            config = run.read_config(family=family, what=what or family)
+            if check_config is not None:
+                check_config(run, config)
+            history = run.read_history()
+        stored = {**(legacy_options or {}), **config["options"]} if config else None
+        options, _ = resolve_options(options_cls, options, overrides, stored=stored, where=out)
+        if options.steps is None and options.time_budget is None:
+            raise ValueError("give steps or time_budget (or both)")
+    except BaseException:
+        run.unlock()
+        raise
     if options.mixed_precision:
         keras.mixed_precision.set_global_policy(options.mixed_precision)
     return run, options, config, history
@@ -281,9 +290,12 @@ class Job:
 
     def run(self):
         previous_policy = keras.mixed_precision.global_policy()
+        self.run_dir = None
         try:
             return self._run()
         finally:
+            if self.run_dir is not None:   # the run's lock, taken by open_run (the hook after() runs inside it)
+                self.run_dir.unlock()
             keras.mixed_precision.set_global_policy(previous_policy)
 
     def _run(self):

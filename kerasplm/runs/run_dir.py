@@ -13,6 +13,7 @@ A run directory holds everything needed to resume, evaluate, use and export a tr
     RUN_DIR/logs/           TensorBoard summaries
     RUN_DIR/history.json    the Trainer's history over every session of the run (dict of lists)
     RUN_DIR/metrics.json    the last session's evaluation summary
+    RUN_DIR/.lock           held (``fcntl.flock``) by the job writing the run; names its pid, host and start time
 
 ``model`` and ``preprocessor`` are Keras object configs (:mod:`kerasplm.runs.serialization`), so :func:`load_run`
 rebuilds any family's run the same way: deserialize the preprocessor and the task model, attach the preprocessor
@@ -23,13 +24,20 @@ built), so its presence means "a run exists here"; the next job in the same dire
 stored options (see :func:`kerasplm.options.resolve_options`). JSON files are replaced atomically and created with
 the same permissions as any other file the user creates (mode 0666 minus the umask). Every problem with a run file
 is a :class:`RunDirError` (a ``ValueError``) whose one-line message names the file and what is wrong, which the CLI
-prints with exit status 2. Runs of an earlier format (1 and 2: a family-specific ``model`` section) are refused
+prints with exit status 2. A job writing a run holds its lock (:meth:`RunDir.lock`) from before it reads
+config.json until it ends: a second job on the same directory fails at once, naming the holder's pid and host.
+The lock is the operating system's (``flock``), so it dies with its process: a lock file left by a killed job
+blocks nothing. Runs of an earlier format (1 and 2: a family-specific ``model`` section) are refused
 with one line naming the command that converts them (``kerasplm convert run``).
 """
 import dataclasses
+import datetime
+import fcntl
 import json
 import os
 import secrets
+import socket
+import time
 
 import tensorflow as tf
 
@@ -100,13 +108,50 @@ def upgrade_v1(config):
 class RunDir:
     """Paths and files of one run directory (see the module docstring)."""
 
-    CONFIG, HISTORY, METRICS = "config.json", "history.json", "metrics.json"
+    CONFIG, HISTORY, METRICS, LOCK = "config.json", "history.json", "metrics.json", ".lock"
 
     def __init__(self, path, writer=True):
         self.path = os.fspath(path)
         # False on the workers of a multi-worker job other than the chief: they read the run, and every write
         # (config, history, metrics) is the chief's.
         self.writer = writer
+        self._lock_fd = None
+
+    # ------------------------------------------------------------------ the writer's lock
+    def lock(self):
+        """Take this run's lock (creating the directory), or raise a one-line :class:`RunDirError` naming the
+        process that holds it (pid, host, start time). Held until :meth:`unlock` or the end of the process.
+
+        ``flock`` on ``RUN_DIR/.lock``, non-blocking: the kernel drops it when its process ends however it ends
+        (SIGKILL included), so a lock file left behind never blocks; the pid/host record in the file is only for
+        the message. A no-op when this process is not the run's writer.
+        """
+        if not self.writer or self._lock_fd is not None:
+            return
+        os.makedirs(self.path, exist_ok=True)
+        fd = os.open(self.file(self.LOCK), os.O_RDWR | os.O_CREAT, 0o666)   # close-on-exec: children do not hold it
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _lock_holder(fd)
+            os.close(fd)
+            raise RunDirError(f"{self.path}: in use by another kerasplm job ({holder}); wait for it to end, "
+                              f"or give another --out") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": started}) + "\n"
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, record.encode(), 0)
+        self._lock_fd = fd
+
+    def unlock(self):
+        """Release the lock :meth:`lock` took (the file stays: removing it would let a job that opened it before the
+        removal and one that creates it afresh both hold "the" lock)."""
+        if self._lock_fd is not None:
+            fd, self._lock_fd = self._lock_fd, None
+            os.close(fd)   # closing the last descriptor of the open file releases the flock
 
     def file(self, name):
         return os.path.join(self.path, name)
@@ -288,6 +333,20 @@ class RunDir:
         latest = self.latest_checkpoint()
         restore_checkpoint(tf.train.Checkpoint(**objects), latest, partial=True)
         return latest
+
+
+def _lock_holder(fd, wait=1.0):
+    """"pid P on HOST since T" from a held lock file's record; the holder writes it right after taking the lock,
+    so an empty record is read again for up to ``wait`` seconds."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            record = json.loads(os.pread(fd, 4096, 0).decode("utf-8"))
+            return f"pid {record['pid']} on {record['host']} since {record['started']}"
+        except (ValueError, KeyError, TypeError):
+            if time.monotonic() >= deadline:
+                return "a process that has not said which"
+            time.sleep(0.05)
 
 
 def _json_type(kind):

@@ -1,8 +1,10 @@
 """The run directory (one format, one loader), job options, and the run-file items of issue 15."""
 import json
 import os
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -65,6 +67,15 @@ def _truncate_checkpoint(out):
     return str(data), "truncated"
 
 
+def _overwrite_checkpoint_data(out):
+    """4 bytes of the data file overwritten: its checksum fails (TensorFlow's restore names the index)."""
+    data = Path(out) / "checkpoints" / "ckpt-2.data-00000-of-00001"
+    damaged = bytearray(data.read_bytes())
+    damaged[1000:1004] = b"\xff\xff\xff\xff"
+    data.write_bytes(bytes(damaged))
+    return str(data), "Checksum does not match"
+
+
 def _write_config(out, text):
     Path(out, "config.json").write_text(text, encoding="utf-8")
     return str(Path(out, "config.json"))
@@ -78,6 +89,7 @@ def _edit_config(out, edit):
 
 DAMAGE = {
     "truncated checkpoint": _truncate_checkpoint,
+    "overwritten checkpoint data": _overwrite_checkpoint_data,
     "truncated config": lambda out: (_write_config(out, Path(out, "config.json").read_text()[:40]),
                                      "not valid JSON"),
     "config without model": lambda out: (_edit_config(out, lambda c: c.pop("model")), "missing key 'model'"),
@@ -109,12 +121,27 @@ def test_damaged_run_files_are_one_line_errors(damage, run2, tsv, tmp_path, caps
         "resume": ["train", "translator", "--out", out, "--data", tsv, "--steps", "3", "--quiet",
                    "--export-to", "none"],
     }
-    if damage not in ("truncated checkpoint", "truncated config", "truncated vocabulary"):
+    if damage not in ("truncated checkpoint", "overwritten checkpoint data", "truncated config",
+                      "truncated vocabulary"):
         del commands["resume"]  # the same loader; resuming costs a data pipeline each
     for name, argv in commands.items():
         err = cli_error(argv, capsys)
         assert path in err and problem in err, (name, err)
     assert not (tmp_path / "export").exists()
+
+
+def test_damaged_checkpoint_data_is_one_line_in_a_real_process(run2, tsv, tmp_path):
+    """No "WARNING:tensorflow:" flood of unrestored values when the interpreter exits after the error."""
+    out = copy_run(run2, tmp_path)
+    path, problem = _overwrite_checkpoint_data(out)
+    proc = subprocess.run([sys.executable, "-m", "kerasplm.cli", "train", "translator", "--out", out, "--data", tsv,
+                           "--steps", "3", "--quiet", "--export-to", "none"],
+                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith(f"kerasplm: error: {path}: damaged checkpoint (") and problem in line, line
+    assert ".index" not in line
 
 
 def test_damaged_history_stops_a_resume_before_training(run2, tsv, tmp_path, capsys):
@@ -156,6 +183,9 @@ def test_resume_with_conflicting_options_is_refused(run2, tsv, tmp_path, capsys)
     assert "batch_size=8 (the run has 4)" in err and "vocab_size" not in err
     assert "--out" in err and "start fresh" in err
     assert load_translator(out).step == 2
+    run = RunDir(out)
+    run.lock()   # the refused job released the run's lock (same process, another open file: flock tells)
+    run.unlock()
 
 
 # ---- item 10: SIGTERM exits right after the checkpoint; history spans every session ----
@@ -289,6 +319,7 @@ def test_older_formats_are_refused_in_one_line_and_convert(version, run2, tmp_pa
     config = json.loads(Path(converted, "config.json").read_text())
     assert config["format_version"] == 3 and config["model"]["config"] == new_config["model"]["config"]
     assert config["preprocessor"] == new_config["preprocessor"]
+    assert not Path(converted, ".lock").exists()   # a lock file belongs to its directory's jobs
     assert sorted(os.listdir(Path(converted, "checkpoints"))) == sorted(os.listdir(Path(run2, "checkpoints")))
     assert load_translator(converted).translate(["Hola.", "Hace frío."]) == \
         load_translator(run2).translate(["Hola.", "Hace frío."])
@@ -351,3 +382,62 @@ def test_options_api():
     resolved, _ = resolve_options(TranslatorOptions, None, {"steps": 9, "mixed_precision": "mixed_bfloat16"},
                                   stored={"preset": "transformer_tiny", "vocab_size": 120})
     assert (resolved.preset, resolved.vocab_size, resolved.steps) == ("transformer_tiny", 120, 9)
+
+
+# ---- one writer per run directory: an flock that dies with its process ----
+TOY_ENV = dict(os.environ, PYTHONPATH=str(ROOT), KERASPLM_FAMILIES="tests.toy_family.manifest")
+
+
+def _train_toy(out, *args, **popen):
+    argv = [sys.executable, "-m", "kerasplm.cli", "train", "toy", "--out", str(out), *args]
+    if popen:
+        return subprocess.Popen(argv, cwd=ROOT, env=TOY_ENV, text=True, **popen)
+    return subprocess.run(argv, cwd=ROOT, env=TOY_ENV, capture_output=True, text=True, timeout=300)
+
+
+def test_run_lock_names_its_holder_and_is_released(run2, tmp_path):
+    path = str(tmp_path / "run")
+    first, second = RunDir(path), RunDir(path)
+    first.lock()
+    holder = rf"\(pid {os.getpid()} on {re.escape(socket.gethostname())} since \d{{4}}-\d\d-\d\dT"
+    with pytest.raises(RunDirError, match=rf"^{re.escape(path)}: in use by another kerasplm job {holder}"):
+        second.lock()
+    RunDir(path, writer=False).lock()   # a multi-worker job's other workers take no lock
+    first.unlock()
+    second.lock()
+    second.unlock()
+    # The module's run was trained in this process: its job released the lock when it ended.
+    trained = RunDir(run2)
+    trained.lock()
+    trained.unlock()
+    assert json.loads(Path(run2, ".lock").read_text())["pid"] == os.getpid()
+
+
+def test_a_second_job_on_a_run_fails_at_once_and_a_killed_holder_blocks_nothing(tmp_path):
+    out = tmp_path / "run"
+    first = _train_toy(out, "--steps", "1000000", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while first.poll() is None and time.monotonic() < deadline:
+            if (out / ".lock").exists() and f'"pid": {first.pid}' in (out / ".lock").read_text():
+                break
+            time.sleep(0.05)
+        assert first.poll() is None, first.communicate()[1][-3000:]
+        # Another RUN option: without the lock both jobs would find no config.json and train their own run.
+        second = _train_toy(out, "--steps", "5", "--max-chars", "5")
+        assert second.returncode == 2, second.stderr[-3000:]
+        (line,) = second.stderr.splitlines()
+        assert line.startswith(f"kerasplm: error: {out}: in use by another kerasplm job (pid {first.pid} on "
+                               f"{socket.gethostname()} since "), line
+        assert first.poll() is None   # the holder goes on
+    finally:
+        first.kill()
+        first.communicate()
+    # SIGKILL left the lock file and its record; the kernel released the flock with the process.
+    assert f'"pid": {first.pid}' in (out / ".lock").read_text()
+    resumed = _train_toy(out, "--steps", "5")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    step = int(re.search(rf"wrote {re.escape(str(out))}: step (\d+)", resumed.stdout).group(1))
+    again = _train_toy(out, "--steps", str(step + 5))   # the normal end released it: the next job resumes
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"wrote {out}: step {step + 5}" in again.stdout
