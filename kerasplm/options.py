@@ -108,7 +108,8 @@ class _Spec:
             too_high = self.maximum is not None and (
                 value > self.maximum or (self.exclusive_maximum and value == self.maximum))
             if too_low or too_high or not math.isfinite(value):  # inf and NaN: never a meaningful option value
-                return f"expected {self.describe()}" + ("" if math.isfinite(value) else ", a finite value")
+                return f"expected {self.describe()}" if math.isfinite(value) else \
+                    f"expected a finite value ({self.describe()})"
         choices = self.allowed_choices()
         if choices is not None and value not in choices:
             return f"expected one of {', '.join(map(str, choices))}"

@@ -229,8 +229,9 @@ def test_sigterm_exits_after_the_checkpoint_without_bleu(tsv, tmp_path):
 @pytest.mark.parametrize("value", ["-3", "1", "nan"])
 def test_label_smoothing_is_validated(value, capsys):
     err = cli_error(["train", "translator", "--label-smoothing", value, "--steps", "1"], capsys)
-    assert f"--label-smoothing: expected a number >= 0 and < 1, got '{value}'" in err
-    with pytest.raises(ValueError, match="option label_smoothing: expected a number >= 0 and < 1"):
+    expected = "a number >= 0 and < 1" if value != "nan" else "a finite value (a number >= 0 and < 1)"
+    assert f"--label-smoothing: expected {expected}, got '{value}'" in err
+    with pytest.raises(ValueError, match=f"option label_smoothing: expected {re.escape(expected)}"):
         TranslatorOptions(label_smoothing=float(value))
 
 
