@@ -41,9 +41,9 @@ import os
 import tensorflow as tf
 
 from kerasplm.export import warmup
-from kerasplm.export.base import ExportModule, map_option_groups, save_version
+from kerasplm.export.base import ExportModule, save_version
 from kerasplm.generation.engine import causal_lm_search
-from kerasplm.generation.options import request_checks
+from kerasplm.generation.options import map_option_groups, request_checks
 from kerasplm.generation.sampling import row_seeds
 from kerasplm.models.gpt_generator import (TextGenerator, load_text_generator, perplexity, score_token_ids,
                                            trim_generated)
@@ -162,7 +162,7 @@ class GeneratorModule(ExportModule):
     def generate(self, prompt, max_new_tokens, temperature, top_k, top_p, seed):
         """Greedy or seeded sampling with every option, one value per row (0 = default, see the module
         docstring) -> ``{"text": string [B]}``. Rows are decoded in groups of equal temperature, top_k and top_p
-        (:func:`kerasplm.export.base.map_option_groups`); ``max_new_tokens`` and ``seed`` act per row."""
+        (:func:`kerasplm.generation.options.map_option_groups`); ``max_new_tokens`` and ``seed`` act per row."""
         rows = tf.shape(prompt)[0]
         checks = [
             tf.debugging.assert_equal(tf.stack([tf.size(o) for o in (max_new_tokens, temperature, top_k, top_p, seed)]),

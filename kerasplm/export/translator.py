@@ -28,8 +28,8 @@ import keras
 import tensorflow as tf
 
 from kerasplm.export import warmup
-from kerasplm.export.base import ExportModule, map_option_groups, save_version
-from kerasplm.generation.options import DEFAULT_ALPHA
+from kerasplm.export.base import ExportModule, save_version
+from kerasplm.generation.options import DEFAULT_ALPHA, map_option_groups
 from kerasplm.generation.seq2seq import Seq2SeqDecoder
 from kerasplm.runs import load_run
 from kerasplm.text.preprocessing import TranslatorPreprocessor
@@ -103,7 +103,7 @@ class TranslatorModule(ExportModule):
         """Beam search (``beam_size`` 0 or 1: one beam, the greedy tokens) with an optional cap ``max_length``
         (0: length rule), one value of each per sentence (batch-safe) -> ``{"translation": string [B], "score":
         float32 [B]}`` (score = log P / GNMT length penalty). Sentences of equal options are decoded together
-        (:func:`kerasplm.export.base.map_option_groups`)."""
+        (:func:`kerasplm.generation.options.map_option_groups`)."""
         rows = tf.shape(inputs)[0]
         checks = [tf.debugging.assert_equal(tf.stack([tf.size(beam_size), tf.size(max_length)]), rows,
                                             message="beam_size and max_length need one value per sentence "
@@ -140,8 +140,8 @@ class TranslatorModule(ExportModule):
 
     def warmup_requests(self):
         """Every signature (:func:`kerasplm.export.warmup.default_requests`). The first ``translate`` call builds
-        every beam-size branch of the graph at once (measured: 16 s for 8 branches of ``transformer_seed``, then
-        0.07 s for any size), so one call warms them all; with ``jit_compile`` each size is XLA-compiled when it
+        every beam-size branch of the graph at once (``transformer_seed``: 15.6 s for the first call at beam 4, then
+        0.08 s; benchmarks/RESULTS.md, ``bench_warmup.py``), so one call warms them all; with ``jit_compile`` each size is XLA-compiled when it
         first runs, so ``translate`` is then also replayed once per beam size 2..``max_beam_size``."""
         requests = super().warmup_requests()
         if self.jit_compile:

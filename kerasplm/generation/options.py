@@ -113,3 +113,44 @@ def request_checks(temperature, top_k, top_p):
         tf.debugging.assert_greater_equal(top_p, tf.zeros_like(top_p), message=TOP_P_RULE),
         tf.debugging.assert_less_equal(top_p, tf.ones_like(top_p), message=TOP_P_RULE),
     ]
+
+
+def map_option_groups(fn, rows, options, output_dtypes):
+    """Run ``fn`` once per distinct combination of per-row options, in graph: a request's options as the batch-safe
+    signatures of the exports take them (:mod:`kerasplm.export.translator`, :mod:`kerasplm.export.generator`).
+
+    TF Serving's request batching concatenates the inputs of concurrent requests along their 0th dimension, so
+    a signature is batch-safe only when every input has one row per example; an option is then a per-row vector,
+    and one merged batch may hold rows of different options. Decoding takes its options as scalars (one beam
+    size, one temperature for the whole search), so the rows are grouped by their options and each group is
+    decoded on its own; a batch whose rows agree (the usual case) runs as one group.
+
+    Args:
+      fn: ``fn(rows_of_group: list, options_of_group: list) -> {name: tensor [n]}``: ``rows_of_group`` are the
+        ``rows`` tensors gathered to the group's n rows (in batch order), ``options_of_group`` the options as
+        scalars.
+      rows: tensors ``[B, ...]`` passed per row (prompts, per-row caps, seeds...).
+      options: int32 / float32 tensors ``[B]`` that must be scalars for ``fn`` (rows are grouped by them; floats
+        compare by their bits).
+      output_dtypes: ``{name: dtype}`` of ``fn``'s outputs, each of shape ``[n]``.
+    Returns ``{name: tensor [B]}``: each row's output, in the batch's order.
+    """
+    keys = tf.stack([o if o.dtype == tf.int32 else tf.bitcast(tf.cast(o, tf.float32), tf.int32) for o in options],
+                    axis=1)
+    _, group_of_row = tf.raw_ops.UniqueV2(x=keys, axis=tf.constant([0], tf.int64), out_idx=tf.int32)
+    num_groups = tf.reduce_max(tf.concat([group_of_row, [-1]], axis=0)) + 1
+
+    def body(group, row_ids, outputs):
+        members = tf.cast(tf.where(tf.equal(group_of_row, group))[:, 0], tf.int32)
+        result = fn([tf.gather(x, members) for x in rows], [tf.gather(o, members[0]) for o in options])
+        return (group + 1, row_ids.write(group, members),
+                {name: outputs[name].write(group, tf.ensure_shape(result[name], [None])) for name in outputs})
+
+    def array(dtype):
+        return tf.TensorArray(dtype, size=num_groups, infer_shape=False, element_shape=[None])
+
+    _, row_ids, outputs = tf.while_loop(
+        lambda group, *_: group < num_groups, body,
+        (tf.constant(0), array(tf.int32), {name: array(dtype) for name, dtype in output_dtypes.items()}))
+    order = row_ids.concat()
+    return {name: tf.dynamic_stitch([order], [outputs[name].concat()]) for name in output_dtypes}

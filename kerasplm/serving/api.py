@@ -729,6 +729,20 @@ def example_from_json(value, what: str = "Example") -> example_pb2.Example:
     return example
 
 
+def serialized_examples_from_input(request_input, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE) -> list:
+    """A ``tensorflow.serving.Input`` proto's examples as serialized ``tf.Example``\\ s: with a context, the context's
+    bytes followed by the example's, as TF Serving builds them (the example's own values win when parsed); the
+    count checked against ``max_batch_size`` before serializing. Used by gRPC Classify / Regress / MultiInference
+    and by the warmup replay of classify / regress logs."""
+    kind = request_input.WhichOneof("kind")
+    listed = getattr(request_input, kind) if kind else None
+    if listed is None or not listed.examples:
+        raise RequestError(400, "Input is empty.")
+    check_rows(len(listed.examples), max_batch_size, "The request's examples")
+    context = listed.context.SerializeToString() if kind == "example_list_with_context" else b""
+    return [context + example.SerializeToString() for example in listed.examples]
+
+
 def serialized_examples_from_json(body: dict, api_name: str, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE) -> list:
     """A classify / regress request's ``examples`` (and optional ``context``) as serialized ``tf.Example``\\ s.
 

@@ -205,17 +205,9 @@ class GrpcFrontEnd:
         return response
 
     def _serialized_examples(self, request_input) -> list:
-        """An ``Input`` proto's examples as serialized ``tf.Example``\\ s (with a context: the context's bytes
-        followed by the example's, as TF Serving builds them); the count checked before serializing."""
-        kind = request_input.WhichOneof("kind")
-        if kind is None:
-            raise api.RequestError(400, "Input is empty.")
-        listed = getattr(request_input, kind)
-        if not listed.examples:
-            raise api.RequestError(400, "Input is empty.")
-        api.check_rows(len(listed.examples), self.server.max_batch_size, "The request's examples")
-        context = listed.context.SerializeToString() if kind == "example_list_with_context" else b""
-        return [context + example.SerializeToString() for example in listed.examples]
+        """An ``Input`` proto's examples as serialized ``tf.Example``\\ s (:func:`api.serialized_examples_from_input`),
+        the rows capped at ``max_batch_size``."""
+        return api.serialized_examples_from_input(request_input, self.server.max_batch_size)
 
     def _example_call(self, request, labels: dict, api_name: str):
         model, loaded = self._resolve(request.model_spec)
@@ -223,12 +215,19 @@ class GrpcFrontEnd:
         labels["signature"] = signature
         return model, loaded, signature, self._serialized_examples(request.input)
 
-    def classify(self, request, labels: dict):
-        model, loaded, signature, serialized = self._example_call(request, labels, "classify")
-        response = classification_pb2.ClassificationResponse()
+    def _example_task(self, request, labels: dict, api_name: str):
+        """Classify or Regress (``api_name``): the response with its model spec and result."""
+        model, loaded, signature, serialized = self._example_call(request, labels, api_name)
+        if api_name == "classify":
+            response, fill = classification_pb2.ClassificationResponse(), self._classification_result
+        else:
+            response, fill = regression_pb2.RegressionResponse(), self._regression_result
         _set_model_spec(response.model_spec, model.name, loaded.version, signature)
-        self._classification_result(loaded, signature, serialized, response.result)
+        fill(loaded, signature, serialized, response.result)
         return response
+
+    def classify(self, request, labels: dict):
+        return self._example_task(request, labels, "classify")
 
     def _classification_result(self, loaded, signature: str, serialized: list, result):
         classes, scores = api.run_classify(loaded, signature, serialized, self.server.max_batch_size,
@@ -243,11 +242,7 @@ class GrpcFrontEnd:
                     klass.score = scores[i, c]
 
     def regress(self, request, labels: dict):
-        model, loaded, signature, serialized = self._example_call(request, labels, "regress")
-        response = regression_pb2.RegressionResponse()
-        _set_model_spec(response.model_spec, model.name, loaded.version, signature)
-        self._regression_result(loaded, signature, serialized, response.result)
-        return response
+        return self._example_task(request, labels, "regress")
 
     def _regression_result(self, loaded, signature: str, serialized: list, result):
         for value in api.run_regress(loaded, signature, serialized, self.server.max_batch_size,

@@ -32,18 +32,18 @@ from dataclasses import dataclass, field
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the tensorflow-text ops the exported graphs use)
 from google.protobuf import text_format
-from tensorflow.core.example import example_pb2
 from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow_serving.apis import prediction_log_pb2
 
 from kerasplm.export.atomic import list_version_numbers
-from kerasplm.serving.api import PREDICT_METHOD, RequestError
+from kerasplm.serving.api import PREDICT_METHOD, RequestError, serialized_examples_from_input
 from kerasplm.serving.config import ModelConfig
 
 logger = logging.getLogger(__name__)
 
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 MAX_WARMUP_RECORDS = 1000  # TF Serving's limit: a version with more fails to load
+MAX_WARMUP_ROWS = 2**31 - 1  # a warmup record is the export's own: its rows are not capped like a client's
 
 @dataclass
 class LoadedVersion:
@@ -106,24 +106,6 @@ def load_version(model_base_path: str, version: int, warmup: bool = True) -> Loa
     return loaded
 
 
-def _examples_tensor(request_input, what: str) -> tf.Tensor:
-    """Serialized tf.Examples of a ``tensorflow.serving.Input`` (context features merged into each example)."""
-    kind = request_input.WhichOneof("kind")
-    if kind == "example_list":
-        examples = list(request_input.example_list.examples)
-    elif kind == "example_list_with_context":
-        context = request_input.example_list_with_context.context
-        examples = []
-        for example in request_input.example_list_with_context.examples:
-            merged = example_pb2.Example()
-            merged.CopyFrom(context)
-            merged.MergeFrom(example)
-            examples.append(merged)
-    else:
-        raise ValueError(f"{what}: the request's input holds no examples")
-    return tf.constant([e.SerializeToString() for e in examples], tf.string, shape=[len(examples)])
-
-
 def _warmup_call(loaded: LoadedVersion, log, what: str):
     """Run one ``PredictionLog``'s request (predict, classify or regress) on ``loaded``."""
     kind = log.WhichOneof("log_type")
@@ -132,7 +114,11 @@ def _warmup_call(loaded: LoadedVersion, log, what: str):
         tensors = {name: tf.constant(tf.make_ndarray(proto)) for name, proto in request.inputs.items()}
     elif kind in ("classify_log", "regress_log"):
         request = getattr(log, kind).request
-        tensors = {"inputs": _examples_tensor(request.input, what)}
+        try:
+            serialized = serialized_examples_from_input(request.input, MAX_WARMUP_ROWS)
+        except RequestError as e:
+            raise ValueError(f"{what}: {e.message}") from None
+        tensors = {"inputs": tf.constant(serialized, tf.string, shape=[len(serialized)])}
     else:
         raise ValueError(f"{what}: unsupported warmup log type {kind!r} (predict, classify and regress are replayed)")
     name = request.model_spec.signature_name or "serving_default"

@@ -17,7 +17,7 @@ import tensorflow as tf
 from tensorflow_serving.apis import prediction_log_pb2
 
 from kerasplm.export import ExportModule, read_metadata, save_version, warmup
-from kerasplm.export.base import map_option_groups
+from kerasplm.generation.options import map_option_groups
 from kerasplm.serving.models import load_version
 from tests.export.contract import assert_same_row, check_bad_inputs, check_warmup, run_isolated
 
