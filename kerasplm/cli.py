@@ -192,6 +192,11 @@ def _add_serve_parser(commands):
     sv.add_argument("--batch-chunk-size", type=_positive_int, default=serving_defaults.DEFAULT_BATCH_CHUNK_SIZE,
                     help="rows per signature call: larger requests run in chunks of this size, "
                          f"bounding memory (default {serving_defaults.DEFAULT_BATCH_CHUNK_SIZE})")
+    sv.add_argument("--max-response-bytes", type=_positive_int, default=serving_defaults.DEFAULT_MAX_RESPONSE_BYTES,
+                    help="largest answer to one request, counted as its output tensors' bytes (float32: 4 a "
+                         "value; strings: their length) after every chunk of rows; over it the request gets "
+                         "HTTP 413 / gRPC RESOURCE_EXHAUSTED, and no more of it runs. kerasplm's own flag "
+                         f"(default {serving_defaults.DEFAULT_MAX_RESPONSE_BYTES})")
     sv.add_argument("--poll-seconds", "--file_system_poll_wait_seconds", type=_positive_float,
                     default=serving_defaults.DEFAULT_POLL_SECONDS,
                     help=f"how often to look for new versions (default {serving_defaults.DEFAULT_POLL_SECONDS:g} s)")
@@ -269,7 +274,8 @@ def _serve(args):
             args.model_base_path, args.model_name, model_config_file=args.model_config_file,
             host=args.host, rest_api_port=rest_api_port, grpc_port=grpc_port,
             max_body_bytes=args.max_body_bytes, max_batch_size=args.max_batch_size,
-            batch_chunk_size=args.batch_chunk_size, poll_seconds=args.poll_seconds,
+            batch_chunk_size=args.batch_chunk_size, max_response_bytes=args.max_response_bytes,
+            poll_seconds=args.poll_seconds,
             shutdown_grace_seconds=args.shutdown_grace_seconds, quiet=args.quiet,
             max_connections=args.max_connections, header_timeout_seconds=args.header_timeout_seconds,
             config_poll_seconds=args.model_config_file_poll_wait_seconds,

@@ -74,10 +74,24 @@ class ElmoClassifierOptions(TrainingOptions):
     eval_batch_size: int = option(128, "examples per batch when scoring --dev", kind=int, minimum=1, scope=SESSION)
 
 
+# The exported SavedModel's caps on one call's work: every token comes back as L+2 vectors of 2P floats, so
+# the answer grows with rows x longest sentence. 256 tokens is a long paragraph; 16,384 tokens per call is
+# kerasplm serve's default chunk (64 rows) of sentences at that cap.
+DEFAULT_EXPORT_MAX_TOKENS = 256
+DEFAULT_EXPORT_MAX_BATCH_TOKENS = 64 * DEFAULT_EXPORT_MAX_TOKENS
+
+
 @dataclasses.dataclass(frozen=True)
 class ElmoExportOptions(ExportOptions):
     """``kerasplm export elmo``."""
     to: str = option("export/elmo", "model base path: the SavedModel goes to <to>/<version>/", metavar="DIR")
+    max_tokens: int = option(DEFAULT_EXPORT_MAX_TOKENS, "most whitespace tokens per sentence the SavedModel "
+                             "accepts; a longer sentence fails the call (INVALID_ARGUMENT, HTTP 400) before the "
+                             "biLM runs", kind=int, minimum=1)
+    max_batch_tokens: int = option(DEFAULT_EXPORT_MAX_BATCH_TOKENS, "most tokens per call, counted as the rows "
+                                   "times the longest sentence (every row is padded to it): bounds the memory of "
+                                   "one call, also under stock TF Serving, which does not split requests",
+                                   kind=int, minimum=1)
 
 
 @dataclasses.dataclass(frozen=True)

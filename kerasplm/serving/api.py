@@ -29,7 +29,10 @@ Requests (TF Serving's paths; ``<N>`` a version, ``<L>`` a version label from th
 * ``GET  /monitoring/prometheus/metrics``                             Prometheus text metrics.
 
 Work per request is bounded: at most ``max_batch_size`` rows (instances) per request, run through
-the signature ``batch_chunk_size`` rows at a time (see :func:`run_signature`).  JSON values are
+the signature ``batch_chunk_size`` rows at a time (see :func:`run_signature`), and an answer of at most
+``max_response_bytes`` (counted as the output tensors' bytes, :class:`AnswerSize`; checked after every chunk,
+so a request whose answer would be too large is refused with 413 / RESOURCE_EXHAUSTED after at most one chunk
+over the limit, before any JSON or proto is built).  JSON values are
 checked against the signature's dtypes before any tensor is built: booleans are not numbers,
 integers must fit the input's integer dtype (no silent int32 wrap-around) and floats are not
 accepted for integer inputs.
@@ -49,7 +52,8 @@ import tensorflow as tf
 from tensorflow.core.example import example_pb2, feature_pb2
 from tensorflow.core.framework import types_pb2
 
-from kerasplm.serving.defaults import DEFAULT_BATCH_CHUNK_SIZE, DEFAULT_MAX_BATCH_SIZE, DEFAULT_SIGNATURE
+from kerasplm.serving.defaults import (DEFAULT_BATCH_CHUNK_SIZE, DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_RESPONSE_BYTES,
+                                       DEFAULT_SIGNATURE)
 from kerasplm.serving.metrics import status_code_name
 
 PREDICT_METHOD = "tensorflow/serving/predict"
@@ -405,13 +409,25 @@ def _columnar_inputs(inputs, specs: dict, signature_name: str, max_batch_size: i
 # Running a signature in bounded chunks
 
 
+def op_error_summary(error: tf.errors.OpError) -> str:
+    """The line of a TensorFlow error that says what went wrong (e.g. ``assertion failed: [times must be >= 0]
+    ...``), without the "Graph execution error:" header and the traceback of where the node was defined."""
+    lines = [line.strip() for line in error.message.splitlines()]
+    for line in [x for x in lines if x.startswith("assertion failed:")] + lines:
+        if line and line not in ("Graph execution error:", "<stack traces unavailable>") \
+                and not line.startswith(("Detected at node", "File ")):
+            return line[:300]
+    return type(error).__name__
+
+
 def _call(fn, tensors: dict) -> dict:
     """Call a signature; TensorFlow errors become RequestErrors; outputs as numpy arrays."""
     try:
         outputs = fn(**tensors)
     except tf.errors.InvalidArgumentError as e:
-        # Like TF Serving: a request the model rejects (e.g. an out-of-range option) is the client's error.
-        raise RequestError(400, e.message) from None
+        # Like TF Serving: a request the model rejects (e.g. an out-of-range option or a cap of the export) is
+        # the client's error; the answer is the line that says what is wrong, not the graph's node trail.
+        raise RequestError(400, op_error_summary(e)) from None
     except tf.errors.OpError as e:
         raise RequestError(500, e.message) from None
     except (TypeError, ValueError) as e:  # e.g. a signature the checks above do not describe
@@ -457,16 +473,65 @@ def _concat_rows(arrays: list) -> np.ndarray:
     return out
 
 
-def run_signature(fn, tensors: dict, in_specs: dict, out_specs: dict, chunk_size: int) -> dict:
+class AnswerSize:
+    """The size of an answer as ``max_response_bytes`` counts it, added up chunk by chunk.
+
+    Numbers count their bytes (4 per float32 value), strings their lengths; padding counts as the
+    concatenated answer will hold it (a chunk wider than the ones before widens every row).  The JSON text
+    REST writes is larger (a float32 takes 10-20 characters), a gRPC TensorProto about the same.
+    """
+
+    def __init__(self, limit: int | None, total_rows: int | None = None):
+        self.limit = limit
+        self.total_rows = total_rows
+        self.rows = 0
+        self.counted_bytes = 0   # strings, and the numbers of an answer not split into rows
+        self.widths = {}    # numeric output -> (largest trailing shape so far, itemsize)
+
+    @property
+    def bytes(self) -> int:
+        return self.counted_bytes + sum(self.rows * int(np.prod(shape, dtype=np.int64)) * itemsize
+                                       for shape, itemsize in self.widths.values())
+
+    def add(self, outputs: dict, rows: int | None = None):
+        """Count one chunk's ``outputs`` (the next ``rows`` rows; None: a whole answer, not split into rows);
+        RequestError 413 (RESOURCE_EXHAUSTED) once the answer so far is over the limit."""
+        self.rows += rows or 0
+        for name, array in outputs.items():
+            if array.dtype == object:
+                self.counted_bytes += sum(len(v) for v in array.ravel())
+                continue
+            if rows is None:
+                self.counted_bytes += array.nbytes
+                continue
+            trailing = array.shape[1:] if array.ndim else ()
+            old = self.widths.get(name, (trailing, array.itemsize))[0]
+            self.widths[name] = (tuple(max(a, b) for a, b in zip(old, trailing)), array.itemsize)
+        if self.limit is not None and self.bytes > self.limit:
+            done = "its outputs" if self.total_rows is None or self.rows >= self.total_rows else \
+                f"the outputs of its first {self.rows} of {self.total_rows} rows alone"
+            raise RequestError(
+                413, f"The answer to this request would exceed the limit of {self.limit:,} bytes per response "
+                     f"(--max-response-bytes): {done} come to {self.bytes:,} bytes of tensors. "
+                     f"Send fewer or shorter rows.", code="RESOURCE_EXHAUSTED")
+
+
+def run_signature(fn, tensors: dict, in_specs: dict, out_specs: dict, chunk_size: int,
+                  max_response_bytes: int | None = None) -> dict:
     """Run ``fn(**tensors)`` at most ``chunk_size`` rows at a time; ``{output name: ndarray}``.
 
     A request with many rows is split along axis 0 (when :func:`_batch_rows` says the signature
     allows it), so the memory one request needs is bounded by a chunk, not by the request.  If a
     chunk's outputs turn out not to have one row per input row, the whole batch runs in one call.
+    With ``max_response_bytes`` the answer is counted after every chunk (:class:`AnswerSize`) and the
+    request refused (413) as soon as it is over: the chunks already run are dropped, none more runs.
     """
     rows = _batch_rows(tensors, in_specs, out_specs)
     if rows is None or rows <= chunk_size:
-        return _call(fn, tensors)
+        outputs = _call(fn, tensors)
+        AnswerSize(max_response_bytes).add(outputs)
+        return outputs
+    size = AnswerSize(max_response_bytes, rows)
     pieces = []
     for start in range(0, rows, chunk_size):
         part = {name: t[start:start + chunk_size] if in_specs[name].shape.rank != 0 else t
@@ -474,7 +539,11 @@ def run_signature(fn, tensors: dict, in_specs: dict, out_specs: dict, chunk_size
         outputs = _call(fn, part)
         n = min(chunk_size, rows - start)
         if any(a.ndim == 0 or a.shape[0] != n for a in outputs.values()):
-            return _call(fn, tensors)
+            pieces.clear()
+            outputs = _call(fn, tensors)
+            AnswerSize(max_response_bytes).add(outputs)
+            return outputs
+        size.add(outputs, n)
         pieces.append(outputs)
     return {name: _concat_rows([p[name] for p in pieces]) for name in pieces[0]}
 
@@ -509,12 +578,13 @@ def signature_name_of(body: dict, loaded, api_name: str = "predict") -> str:
 
 
 def run_predict(loaded, signature_name: str, tensors: dict, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
-                batch_chunk_size: int = DEFAULT_BATCH_CHUNK_SIZE, batcher=None) -> dict:
+                batch_chunk_size: int = DEFAULT_BATCH_CHUNK_SIZE, batcher=None,
+                max_response_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES) -> dict:
     """The predict core both front ends call: ``{output name: ndarray}`` for ``{input name: tensor}``.
 
     Checks the input names, the rows (at most ``max_batch_size`` per batched input) and the shapes
-    against the signature, then runs it ``batch_chunk_size`` rows at a time (:func:`run_signature`).
-    Dtypes are the front end's business: each builds tensors of the signature's dtypes or refuses.
+    against the signature, then runs it ``batch_chunk_size`` rows at a time (:func:`run_signature`), refusing
+    an answer over ``max_response_bytes`` (413).  Dtypes are the front end's business: each builds tensors of the signature's dtypes or refuses.
 
     With a ``batcher`` (a :class:`kerasplm.serving.batching.Batcher`, ``--enable_batching``) a request
     to a batch-safe signature (:func:`~kerasplm.serving.batching.batch_safe`) with at most the batcher's
@@ -536,9 +606,12 @@ def run_predict(loaded, signature_name: str, tensors: dict, max_batch_size: int 
 
         unknown_axes = {name: [i for i in range(1, spec.shape.rank) if spec.shape[i] is None]
                         for name, spec in out_specs.items()}
-        return batcher.submit((id(loaded), signature_name), {name: t.numpy() for name, t in tensors.items()},
-                              run, unknown_axes)
-    return run_signature(fn, tensors, specs, out_specs, batch_chunk_size)
+        arrays = batcher.submit((id(loaded), signature_name), {name: t.numpy() for name, t in tensors.items()},
+                                run, unknown_axes)
+        # A merged batch is bounded by the batcher's max_batch_size; the cap is on each request's own answer.
+        AnswerSize(max_response_bytes).add(arrays)
+        return arrays
+    return run_signature(fn, tensors, specs, out_specs, batch_chunk_size, max_response_bytes)
 
 
 def _batchable(batcher, in_specs: dict, out_specs: dict, tensors: dict) -> bool:
@@ -553,7 +626,8 @@ def _batchable(batcher, in_specs: dict, out_specs: dict, tensors: dict) -> bool:
 
 
 def predict(loaded, body: dict, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
-            batch_chunk_size: int = DEFAULT_BATCH_CHUNK_SIZE, batcher=None) -> dict:
+            batch_chunk_size: int = DEFAULT_BATCH_CHUNK_SIZE, batcher=None,
+            max_response_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES) -> dict:
     """Run a TF Serving predict request (already JSON-decoded) against one loaded version.
 
     ``loaded`` is a :class:`kerasplm.serving.models.LoadedVersion`.  At most ``max_batch_size`` rows
@@ -572,7 +646,8 @@ def predict(loaded, body: dict, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
     else:
         values = _columnar_inputs(body["inputs"], specs, signature_name, max_batch_size)
     tensors = {name: to_tensor(values[name], specs[name], name) for name in specs}
-    arrays = run_predict(loaded, signature_name, tensors, max_batch_size, batch_chunk_size, batcher)
+    arrays = run_predict(loaded, signature_name, tensors, max_batch_size, batch_chunk_size, batcher,
+                         max_response_bytes)
 
     if not row_format:
         columns = {name: to_json(a, name) for name, a in arrays.items()}
@@ -627,14 +702,15 @@ def _example_inputs(loaded, signature_name: str, serialized: list, max_batch_siz
 
 
 def run_classify(loaded, signature_name: str, serialized: list, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
-                 batch_chunk_size: int = DEFAULT_BATCH_CHUNK_SIZE) -> tuple:
+                 batch_chunk_size: int = DEFAULT_BATCH_CHUNK_SIZE,
+                 max_response_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES) -> tuple:
     """The classify core both front ends call: serialized ``tf.Example``\\ s (bytes, B of them) through a
     classification signature -> ``(classes, scores)``: a bytes array [B, C] or None, a float32 array [B, C] or
     None (whichever outputs the signature has), checked as TF Serving checks them."""
     tensors = _example_inputs(loaded, signature_name, serialized, max_batch_size)
     specs = loaded.input_specs(signature_name)
     arrays = run_signature(loaded.signatures[signature_name], tensors, specs, loaded.output_specs(signature_name),
-                           batch_chunk_size)
+                           batch_chunk_size, max_response_bytes)
     classes, scores = arrays.get("classes"), arrays.get("scores")
     if classes is None and scores is None:
         raise RequestError(400, 'Expected classification signature outputs to contain at least one of "classes" '
@@ -656,12 +732,13 @@ def run_classify(loaded, signature_name: str, serialized: list, max_batch_size: 
 
 
 def run_regress(loaded, signature_name: str, serialized: list, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
-                batch_chunk_size: int = DEFAULT_BATCH_CHUNK_SIZE) -> np.ndarray:
+                batch_chunk_size: int = DEFAULT_BATCH_CHUNK_SIZE,
+                max_response_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES) -> np.ndarray:
     """The regress core both front ends call: serialized ``tf.Example``\\ s (B) through a regression signature
     -> float32 array [B] (its output ``outputs``, of shape [B] or [B, 1])."""
     tensors = _example_inputs(loaded, signature_name, serialized, max_batch_size)
     arrays = run_signature(loaded.signatures[signature_name], tensors, loaded.input_specs(signature_name),
-                           loaded.output_specs(signature_name), batch_chunk_size)
+                           loaded.output_specs(signature_name), batch_chunk_size, max_response_bytes)
     if set(arrays) != {"outputs"}:
         raise RequestError(400, f"Expected one output Tensor 'outputs'; signature '{signature_name}' has: "
                                 f"{', '.join(sorted(arrays))}")
@@ -764,12 +841,14 @@ def serialized_examples_from_json(body: dict, api_name: str, max_batch_size: int
 
 
 def classify(loaded, body: dict, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
-             batch_chunk_size: int = DEFAULT_BATCH_CHUNK_SIZE) -> dict:
+             batch_chunk_size: int = DEFAULT_BATCH_CHUNK_SIZE,
+             max_response_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES) -> dict:
     """A TF Serving ``:classify`` request -> ``{"results": [[[label, score], ...] per example]}`` (a missing
     ``classes`` output gives labels "", missing ``scores`` gives 0.0, as TF Serving writes them)."""
     signature_name = signature_name_of(body, loaded, "classify")
     serialized = serialized_examples_from_json(body, "classify", max_batch_size)
-    classes, scores = run_classify(loaded, signature_name, serialized, max_batch_size, batch_chunk_size)
+    classes, scores = run_classify(loaded, signature_name, serialized, max_batch_size, batch_chunk_size,
+                                   max_response_bytes)
     rows, width = len(serialized), (classes if classes is not None else scores).shape[1]
     labels = [[""] * width] * rows if classes is None else _json_value(classes.tolist(), False)
     values = [[0.0] * width] * rows if scores is None else scores.tolist()
@@ -777,12 +856,15 @@ def classify(loaded, body: dict, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
 
 
 def regress(loaded, body: dict, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
-            batch_chunk_size: int = DEFAULT_BATCH_CHUNK_SIZE) -> dict:
+            batch_chunk_size: int = DEFAULT_BATCH_CHUNK_SIZE,
+            max_response_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES) -> dict:
     """A TF Serving ``:regress`` request -> ``{"results": [value per example]}``."""
     signature_name = signature_name_of(body, loaded, "regress")
     serialized = serialized_examples_from_json(body, "regress", max_batch_size)
-    return {"results": run_regress(loaded, signature_name, serialized, max_batch_size, batch_chunk_size).tolist()}
+    return {"results": run_regress(loaded, signature_name, serialized, max_batch_size, batch_chunk_size,
+                                   max_response_bytes).tolist()}
 
 
 INFERENCE_APIS = {"predict": predict, "classify": classify, "regress": regress}
-"""The REST handler of each POST verb: ``fn(loaded, JSON body, max_batch_size, batch_chunk_size) -> JSON``."""
+"""The REST handler of each POST verb: ``fn(loaded, JSON body, max_batch_size, batch_chunk_size, ...,
+max_response_bytes=...) -> JSON``."""

@@ -23,3 +23,8 @@ DEFAULT_MAX_CONNECTIONS = 256
 # From a connection's accept (or a keep-alive request's first byte) to the end of its header block: a
 # client trickling bytes cannot hold a connection (and its thread) longer than this.
 DEFAULT_HEADER_TIMEOUT_SECONDS = 10.0
+# The output tensors of one request's answer (numbers at their size, float32 4 bytes a value; strings their
+# length), checked chunk by chunk: 8 M float32 values, e.g. 64 sentences of 30 tokens through an ELMo of
+# 1024-wide layers with all four outputs. REST's JSON text of it is 3-5 times larger (and its Python lists
+# larger still while it is written), which is why the default is not higher.
+DEFAULT_MAX_RESPONSE_BYTES = 32 * 1024 * 1024

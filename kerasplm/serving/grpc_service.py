@@ -180,6 +180,9 @@ class GrpcFrontEnd:
         label = model_spec.version_label if which == "version_label" else None
         return self.server.resolve(model_spec.name, version, label)
 
+    def _max_response_bytes(self):
+        return getattr(self.server, "max_response_bytes", api.DEFAULT_MAX_RESPONSE_BYTES)
+
     def predict(self, request, labels: dict):
         model, loaded = self._resolve(request.model_spec)
         signature = api.find_signature(loaded, request.model_spec.signature_name)
@@ -196,7 +199,8 @@ class GrpcFrontEnd:
                                            self.max_bytes)
                    for name in specs}
         arrays = api.run_predict(loaded, signature, tensors, self.server.max_batch_size,
-                                 self.server.batch_chunk_size, getattr(self.server, "batcher", None))
+                                 self.server.batch_chunk_size, getattr(self.server, "batcher", None),
+                                 self._max_response_bytes())
         response = predict_pb2.PredictResponse()
         _set_model_spec(response.model_spec, model.name, loaded.version, signature)
         for name in dict.fromkeys(wanted) if wanted else sorted(arrays):
@@ -231,7 +235,7 @@ class GrpcFrontEnd:
 
     def _classification_result(self, loaded, signature: str, serialized: list, result):
         classes, scores = api.run_classify(loaded, signature, serialized, self.server.max_batch_size,
-                                           self.server.batch_chunk_size)
+                                           self.server.batch_chunk_size, self._max_response_bytes())
         for i in range(len(serialized)):
             classifications = result.classifications.add()
             for c in range((classes if classes is not None else scores).shape[1]):
@@ -246,7 +250,7 @@ class GrpcFrontEnd:
 
     def _regression_result(self, loaded, signature: str, serialized: list, result):
         for value in api.run_regress(loaded, signature, serialized, self.server.max_batch_size,
-                                     self.server.batch_chunk_size):
+                                     self.server.batch_chunk_size, self._max_response_bytes()):
             result.regressions.add().value = value
 
     def multi_inference(self, request, labels: dict):

@@ -36,7 +36,7 @@ from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow_serving.apis import prediction_log_pb2
 
 from kerasplm.export.atomic import list_version_numbers
-from kerasplm.serving.api import PREDICT_METHOD, RequestError, serialized_examples_from_input
+from kerasplm.serving.api import PREDICT_METHOD, RequestError, op_error_summary, serialized_examples_from_input
 from kerasplm.serving.config import ModelConfig
 
 logger = logging.getLogger(__name__)
@@ -132,17 +132,6 @@ def _warmup_call(loaded: LoadedVersion, log, what: str):
                                    for k, t in tensors.items()})
     except tf.errors.OpError as e:
         raise ValueError(f"{what}: signature {name!r} failed: {op_error_summary(e)}") from None
-
-
-def op_error_summary(error: tf.errors.OpError) -> str:
-    """The line of a TensorFlow error that says what went wrong (e.g. ``assertion failed: [times must be >= 0]
-    ...``), without the "Graph execution error:" header and the traceback of where the node was defined."""
-    lines = [line.strip() for line in error.message.splitlines()]
-    for line in [x for x in lines if x.startswith("assertion failed:")] + lines:
-        if line and line not in ("Graph execution error:", "<stack traces unavailable>") \
-                and not line.startswith(("Detected at node", "File ")):
-            return line[:300]
-    return type(error).__name__
 
 
 def replay_warmup(loaded: LoadedVersion) -> int:

@@ -11,7 +11,8 @@ import time
 from kerasplm.serving import api
 from kerasplm.serving.batching import Batcher
 from kerasplm.serving.defaults import (DEFAULT_GRPC_PORT, DEFAULT_GRPC_WORKERS, DEFAULT_HEADER_TIMEOUT_SECONDS,
-                                       DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONNECTIONS, DEFAULT_POLL_SECONDS,
+                                       DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_RESPONSE_BYTES,
+                                       DEFAULT_POLL_SECONDS,
                                        DEFAULT_REST_API_PORT, DEFAULT_SHUTDOWN_GRACE_SECONDS)
 from kerasplm.serving.config import ModelConfig, ModelConfigError, read_model_config_file
 from kerasplm.serving.http import HTTPServer
@@ -50,6 +51,9 @@ class ModelServer:
     requests to the same batch-safe signature of a version, REST and gRPC alike, run as one call
     (:attr:`batcher`; ``stop()`` runs the queued batches before it returns).
 
+    ``max_response_bytes`` bounds the answer to one request (its output tensors' bytes, counted after every
+    chunk of ``batch_chunk_size`` rows; over it: 413 / RESOURCE_EXHAUSTED, and no more chunks run).
+
     ``max_connections`` bounds the open REST connections (a thread each; one more is answered 503 and
     closed) and the gRPC calls in progress or waiting for a worker (one more is RESOURCE_EXHAUSTED);
     ``header_timeout_seconds`` bounds the time to receive a REST request's line and headers (408 and
@@ -72,6 +76,7 @@ class ModelServer:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         max_batch_size: int = api.DEFAULT_MAX_BATCH_SIZE,
         batch_chunk_size: int = api.DEFAULT_BATCH_CHUNK_SIZE,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         poll_seconds: float = DEFAULT_POLL_SECONDS,
         shutdown_grace_seconds: float = DEFAULT_SHUTDOWN_GRACE_SECONDS,
         quiet: bool = False,
@@ -94,7 +99,8 @@ class ModelServer:
         if len({m.name for m in models}) != len(models):
             raise ValueError("model names must be unique")
         for name, value in (("max_body_bytes", max_body_bytes), ("max_batch_size", max_batch_size),
-                            ("batch_chunk_size", batch_chunk_size), ("poll_seconds", poll_seconds),
+                            ("batch_chunk_size", batch_chunk_size), ("max_response_bytes", max_response_bytes),
+                            ("poll_seconds", poll_seconds),
                             ("max_connections", max_connections), ("header_timeout_seconds", header_timeout_seconds)):
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a finite number > 0, got {value}")
@@ -116,6 +122,7 @@ class ModelServer:
         self.max_body_bytes = int(max_body_bytes)
         self.max_batch_size = int(max_batch_size)
         self.batch_chunk_size = int(batch_chunk_size)
+        self.max_response_bytes = int(max_response_bytes)
         self.poll_seconds = float(poll_seconds)
         self.shutdown_grace_seconds = float(shutdown_grace_seconds)
         self.max_connections = int(max_connections)
@@ -278,10 +285,11 @@ class ModelServer:
                     signature = api.signature_name_of(request, loaded, route.api)
                     if route.api == "predict":   # classify and regress are not batched
                         result = api.predict(loaded, request, self.max_batch_size, self.batch_chunk_size,
-                                             self.batcher)
+                                             self.batcher, max_response_bytes=self.max_response_bytes)
                     else:
                         result = api.INFERENCE_APIS[route.api](loaded, request, self.max_batch_size,
-                                                               self.batch_chunk_size)
+                                                               self.batch_chunk_size,
+                                                               max_response_bytes=self.max_response_bytes)
             status = 200
         except api.RequestError as e:
             status, result = e.status, {"error": e.message}

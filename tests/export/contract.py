@@ -170,7 +170,7 @@ def assert_same_row(alone, batched, name=""):
 
 
 def check_bad_inputs(model, signature, input_name, output_check=None, normal=NORMAL, extra_inputs=None,
-                     extra_bad=None, compare_rows=None):
+                     extra_bad=None, compare_rows=None, refused=None):
     """Runs the bad-input battery on ``signature`` (of a SavedModel path or a loaded one); returns
     ``{label: outputs of that input alone}`` (labels: "normal", the keys of BAD_INPUTS and of ``extra_bad``).
 
@@ -179,8 +179,18 @@ def check_bad_inputs(model, signature, input_name, output_check=None, normal=NOR
     labelled in ``compare_rows`` (default: all), gives the same output alone and inside the mixed batch
     (:func:`assert_same_row`). ``output_check(texts, outputs)`` adds the family's own assertions; it is called
     for every batch run. ``extra_inputs`` as in :func:`call_signature` (e.g. a beam size).
+
+    ``refused``: ``{label: text}`` for inputs the export refuses by design (a cap on a sentence's tokens): alone,
+    each must fail with an InvalidArgumentError whose message contains ``text``; they stay out of the mixed batch.
     """
     cases = {"normal": normal, **BAD_INPUTS, **(extra_bad or {})}
+    for label, text in (refused or {}).items():
+        try:
+            call_signature(model, signature, input_name, [cases.pop(label)], extra_inputs)
+        except tf.errors.InvalidArgumentError as e:
+            assert text in e.message, f"{signature}: {label!r} refused with {e.message!r}, expected {text!r}"
+        else:
+            raise AssertionError(f"{signature}: {label!r} was answered; the export should refuse it ({text!r})")
     compare_rows = set(cases) if compare_rows is None else {"normal", *compare_rows}
 
     def run(texts):

@@ -1,5 +1,7 @@
 """ELMo export: the SavedModel equals the in-memory biLM, passes the shared contract (isolated load without
 kerasplm, bad-input battery plus one very long token), and `kerasplm export elmo` writes it from a run."""
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -54,18 +56,44 @@ def test_bad_inputs(exported):
             assert (outputs["elmo"][row, n:] == 0).all()
 
     alone = check_bad_inputs(exported, "serving_default", "sentences", output_check=output_check,
-                             extra_bad={"long_token": "x" * 20000})
+                             extra_bad={"long_token": "x" * 20000, "at_the_cap": " ".join(["w"] * 256)},
+                             refused={"long": "sentence 0 has 5000 tokens; this export accepts at most 256 per "
+                                              "sentence (kerasplm export elmo --max-tokens)"})
+    assert alone["at_the_cap"]["mask"].sum() == 256
     assert alone["empty"]["elmo"].shape == (1, 0, 32)
     assert alone["long_token"]["tokens"][0, 0] == b"x" * 20000
 
 
-def test_cli_exports_a_converted_run(tmp_path):
+def test_cli_exports_a_converted_run(tmp_path, capsys):
     from tests.convert.test_elmo_convert import bilm_tf_arrays, write_files
 
     run = convert_elmo_to_run(*write_files(tmp_path, bilm_tf_arrays()), tmp_path / "run")
     assert main(["export", "elmo", "--run", run.path, "--to", str(tmp_path / "export")]) == 0
-    assert read_metadata(tmp_path / "export" / "1")["preset"] == "custom"
+    meta = read_metadata(tmp_path / "export" / "1")
+    assert meta["preset"] == "custom" and (meta["max_tokens"], meta["max_batch_tokens"]) == (256, 16384)
     assert main(["export", "elmo", "--run", run.path, "--to", str(tmp_path / "export"), "--version", "1"]) == 2
+    assert main(["export", "elmo", "--run", run.path, "--to", str(tmp_path / "export"), "--max-tokens", "9",
+                 "--max-batch-tokens", "8"]) == 2
+    assert "--max-tokens (9) is more than --max-batch-tokens (8)" in capsys.readouterr().err
+
+
+def test_caps_on_a_calls_work(tmp_path, elmo):
+    """max_tokens caps a sentence, max_batch_tokens the rows x longest sentence of one call: each refusal is one
+    line naming its flag; at the caps the call is answered."""
+    import tensorflow as tf
+
+    fn = tf.saved_model.load(export_elmo(elmo, str(tmp_path / "capped"), max_tokens=3, max_batch_tokens=6)
+                             ).signatures["serving_default"]
+    assert fn(sentences=tf.constant(["a b c", "d e f"]))["mask"].numpy().sum() == 6
+    for sentences, message in (
+            (["a b c d"], "sentence 0 has 4 tokens; this export accepts at most 3 per sentence "
+                          "(kerasplm export elmo --max-tokens)"),
+            (["a", "b c", "d", "e f g"], "4 sentences padded to the longest (3 tokens) make 12 tokens; this export accepts at most 6 per "
+             "call (kerasplm export elmo --max-batch-tokens)")):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(message)):
+            fn(sentences=tf.constant(sentences))
+    with pytest.raises(ValueError, match="max_tokens <= max_batch_tokens"):
+        export_elmo(elmo, str(tmp_path / "bad"), max_tokens=7, max_batch_tokens=6)
 
 
 def test_kerasplm_serve_answers_predict(exported, elmo):

@@ -186,6 +186,36 @@ def test_signatures_with_scalar_outputs_are_not_split(toy):
     assert result == {"predictions": [{"outputs": c, "rows": 3} for c in "ABC"]}
 
 
+def test_an_answer_over_max_response_bytes_is_413_after_the_chunk_that_crosses(toy):
+    """Each row of "split" on "abcd" answers one 4-byte word and one int64 length: 12 bytes. With chunks of 2 rows
+    and a limit of 50 bytes the third chunk crosses it (72 bytes): refused then, and no fourth chunk runs."""
+    tensors = {"inputs": tf.constant(["abcd"] * 10)}
+    specs, out_specs = toy.input_specs("split"), toy.output_specs("split")
+    calls = []
+    with pytest.raises(api.RequestError) as info:
+        api.run_signature(_counting(toy.signatures["split"], calls), tensors, specs, out_specs, 2,
+                          max_response_bytes=50)
+    err = info.value
+    assert (err.status, err.code, len(calls)) == (413, "RESOURCE_EXHAUSTED", 3)
+    assert ("would exceed the limit of 50 bytes per response (--max-response-bytes): the outputs of its first "
+            "6 of 10 rows alone come to 72 bytes") in err.message
+    # At the limit the answer is whole; unsplittable and small requests are counted too.
+    out = api.run_signature(toy.signatures["split"], tensors, specs, out_specs, 2, max_response_bytes=120)
+    assert out["words"].shape == (10, 1)
+    err = _error(api.predict, toy, {"signature_name": "total", "instances": ["abc"] * 4}, max_response_bytes=15)
+    assert err.status == 413 and "its outputs come to 16 bytes" in err.message   # 4 x 3 bytes + an int32
+    assert api.predict(toy, {"signature_name": "total", "instances": ["abc"] * 4}, max_response_bytes=16)
+
+
+def test_answer_size_counts_padding_as_the_concatenated_answer_holds_it():
+    """A later, wider chunk widens every row before it: the count equals the concatenated array's bytes."""
+    size = api.AnswerSize(None)
+    first, second = np.zeros((2, 3), np.float32), np.zeros((3, 5), np.float32)
+    size.add({"x": first, "s": np.array([b"ab", b""], object)}, 2)
+    size.add({"x": second, "s": np.array([b"c", b"", b"def"], object)}, 3)
+    assert size.bytes == api._concat_rows([first, second]).nbytes + 6 == 106
+
+
 def test_predict_chunked_equals_unchunked(toy):
     body = {"signature_name": "analyze", "instances": [f"w{i} " * (i % 4) for i in range(10)]}
     assert api.predict(toy, body, batch_chunk_size=3) == api.predict(toy, body, batch_chunk_size=64)

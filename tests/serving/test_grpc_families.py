@@ -39,6 +39,8 @@ PREDICT_METHOD = "tensorflow/serving/predict"
 # Short enough for every export's window (the generator's 16 prompt tokens, the tagger's 16 positions).
 TEXTS = ["Where does John live?", "the [MASK] sat on the mat .", "Johanson lives in New York."]
 MAX_BATCH = 4
+# Far above every test's ordinary answer (the largest, ELMo's, is ~10 KB), far below ELMo's 4 rows x 200 tokens.
+MAX_RESPONSE_BYTES = 256 * 1024
 AVAILABLE = get_model_status_pb2.ModelVersionStatus.AVAILABLE
 
 
@@ -66,7 +68,8 @@ def served(tmp_path_factory):
         os.makedirs(root / name)
     (root / "models.config").write_text(_config(root))
     server = CLIServer(["--model_config_file", str(root / "models.config"), "--max-batch-size", str(MAX_BATCH),
-                        "--poll-seconds", "0.3"], root / "serve.log")
+                        "--max-response-bytes", str(MAX_RESPONSE_BYTES), "--poll-seconds", "0.3"],
+                       root / "serve.log")
     channel = None
     try:
         for name in FAMILIES:   # while the server imports TensorFlow and loads the first ones
@@ -259,3 +262,56 @@ def test_invalid_utf8_is_a_400_over_rest_too(served, model):
     assert b"\xff" in body
     status, answer = http("POST", f"{served.cli.url}/v1/models/{model}:predict", raw=body)
     assert status == 400 and "UTF-8" in answer["error"], answer
+
+
+# ---- the work and the answer of one request are capped ---------------------------------------------------------
+LONG = " ".join(["word"] * 5000)
+
+
+def _rest_and_grpc(served, model, texts):
+    """The same serving_default request (``texts`` as every string input) over REST and gRPC:
+    ``((status, JSON answer, answer bytes), grpc.RpcError or None)``."""
+    signature = _signature_defs(served, model)["serving_default"]
+    inputs = _inputs(signature, len(texts))
+    for name, info in signature.inputs.items():
+        if info.dtype == types_pb2.DT_STRING:
+            inputs[name] = np.array(texts, object)
+    raw = json.dumps({"inputs": {name: _json(value) for name, value in inputs.items()}}).encode()
+    status, answer = http("POST", f"{served.cli.url}/v1/models/{model}:predict", raw=raw, timeout=120)
+    try:
+        served.stub.Predict(_request(model, "serving_default", inputs, _dtypes(signature)), timeout=120)
+        error = None
+    except grpc.RpcError as e:
+        error = e
+    return (status, answer, len(json.dumps(answer))), error
+
+
+def test_the_elmo_request_of_the_report_is_refused_before_the_biLM_runs(served):
+    """One 2,000-word sentence among empty ones used to be answered with ~95 MB of JSON after 42 s."""
+    (status, answer, _), error = _rest_and_grpc(served, "elmo", ["w " * 2000] + [""] * (MAX_BATCH - 1))
+    message = "sentence 0 has 2000 tokens; this export accepts at most 256 per sentence (kerasplm export elmo " \
+              "--max-tokens)"
+    assert status == 400 and answer["error"] == f"assertion failed: [{message}]"
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and message in error.details()
+
+
+def test_an_answer_over_max_response_bytes_is_413_and_resource_exhausted(served):
+    (status, answer, _), error = _rest_and_grpc(served, "elmo", ["w " * 200] * MAX_BATCH)
+    fragment = f"would exceed the limit of {MAX_RESPONSE_BYTES:,} bytes per response (--max-response-bytes)"
+    assert status == 413 and fragment in answer["error"], answer
+    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and fragment in error.details()
+    (status, _, size), error = _rest_and_grpc(served, "elmo", ["w " * 200])   # one such row is within it
+    assert status == 200 and error is None and size > 100_000
+
+
+@pytest.mark.parametrize("model", FAMILIES)
+def test_a_5000_word_row_is_answered_within_bounds_or_refused(served, model):
+    """Every family bounds a row: the BERT-shaped exports cut it at their window, the translator at its source
+    length, the generator keeps its prompt's end; ELMo, whose every token comes back as vectors, refuses it."""
+    (status, answer, size), error = _rest_and_grpc(served, model, [LONG, TEXTS[0]])
+    if model == "elmo":
+        assert status == 400 and "this export accepts at most 256 per sentence" in answer["error"]
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    else:
+        assert status == 200 and error is None, answer
+        assert size < 20_000, f"{model}: a 5,000-word row gave {size:,} bytes of JSON"
