@@ -61,6 +61,11 @@ class BertPretrainingOptions(TrainingOptions):
             raise ValueError("masking 'span' needs span_separator (--span-separator): the spans come from the corpus")
 
 
+# Fine-tuning batches are cut to their longest example rounded up to a multiple of this (at most 128 / 16 = 8
+# widths), instead of being padded to --max-length: SST-2 sentences average ~12 word pieces.
+DEFAULT_LENGTH_BUCKET = 16
+
+
 @dataclasses.dataclass(frozen=True)
 class BertClassifierOptions(TrainingOptions):
     """Options of ``finetune_bert_classifier`` / ``kerasplm finetune bert-classifier`` (declared once)."""
@@ -79,6 +84,10 @@ class BertClassifierOptions(TrainingOptions):
     task: str = option("classification", "classification (labels are names) or regression (numbers, MSE)",
                        choices=["classification", "regression"])
     max_length: int = option(128, "tokens per example, [CLS]/[SEP] included", kind=int, minimum=3)
+    length_bucket: int = option(None, "pad each batch to its longest example rounded up to a multiple of this many "
+                                "tokens, not to --max-length (few widths: one trace, one XLA compile each); 0: pad "
+                                f"to --max-length (default: {DEFAULT_LENGTH_BUCKET}; runs made before the option: 0)",
+                                kind=int, minimum=0)
     batch_size: int = option(32, "examples per batch", kind=int, minimum=1)
     epochs: float = option(3.0, "epochs over the training file: the run's length without --steps and "
                                 "--time-budget, and the longest schedule --time-budget alone is fitted to",

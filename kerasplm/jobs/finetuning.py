@@ -43,10 +43,12 @@ import keras
 import tensorflow as tf
 
 from kerasplm.export.embedder import bert_run_parts
+from kerasplm.families.bert import DEFAULT_LENGTH_BUCKET
 from kerasplm.jobs.job import Job, provisional_total_steps
 from kerasplm.models.bert_tasks import classification_metrics
 from kerasplm.options import resolve_options
 from kerasplm.runs import RunDir
+from kerasplm.text.preprocessing import trim_to_bucket
 from kerasplm.training import BudgetSchedule
 from kerasplm.training.optimizers import FusedAdamW
 
@@ -113,11 +115,14 @@ def label_ids(path, labels, names, regression):
     return np.asarray([index[x] for x in labels], np.int64)
 
 
-def make_classification_dataset(preprocessor, texts, pairs, labels, batch_size, shuffle=False, seed=0, repeat=False):
+def make_classification_dataset(preprocessor, texts, pairs, labels, batch_size, shuffle=False, seed=0, repeat=False,
+                                length_bucket=0):
     """``((inputs dict, labels), ...)`` batches: strings packed by ``preprocessor`` in the tf.data graph.
 
     Training batches (``shuffle``/``repeat``) all have ``batch_size`` rows (one traced step); a seeded shuffle
-    replays the same order in every process, as the Trainer's exact resume needs.
+    replays the same order in every process, as the Trainer's exact resume needs. ``length_bucket`` > 0 cuts each
+    batch's padding to its longest example rounded up to a multiple of it (:func:`trim_to_bucket`), 0 keeps the
+    preprocessor's fixed width.
     """
     columns = (tf.constant(texts, tf.string), tf.constant(pairs if pairs is not None else texts, tf.string),
                tf.constant(labels))
@@ -132,7 +137,11 @@ def make_classification_dataset(preprocessor, texts, pairs, labels, batch_size, 
     def encode(text, pair, label):
         return preprocessor(text, pair if pairs is not None else None), label
 
-    return ds.map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).prefetch(2)
+    ds = ds.map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    if length_bucket:
+        ds = ds.map(lambda inputs, y: trim_to_bucket((inputs, y), inputs["padding_mask"], length_bucket),
+                    num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return ds.prefetch(2)
 
 
 def classification_scores(model, dataset, regression, num_labels):
@@ -289,6 +298,10 @@ class FineTuningJob(Job):
         if not self._examples_read:
             self.read_examples(self.options)
             self._examples_read = True
+        if getattr(self.options, "length_bucket", 0) is None:
+            # New runs cut their batches' padding; a run recorded before the option padded to --max-length and
+            # keeps doing so (the dropout masks of a step depend on the batch's width: exact resume).
+            self.options = self.options.replace(length_bucket=0 if self.resumed else DEFAULT_LENGTH_BUCKET)
         if hasattr(self.options, "schedule_steps"):
             self.options = self.plan_schedule(self.options)
             self.schedule = fine_tuning_schedule(self.options, self.options.schedule_steps)
@@ -421,19 +434,23 @@ class ClassificationJob(FineTuningJob):
         train_labels = label_ids(o.train, self.raw_labels, self.labels, self.regression)
         kind = "pairs" if self.pairs is not None else "single texts"
         classes = "regression" if self.regression else f"{len(self.labels)} labels: " + ", ".join(self.labels)
+        bucket = getattr(o, "length_bucket", 0) or 0
+        if bucket:
+            width = f"batches padded to their longest example, rounded up to a multiple of {bucket} tokens"
+            details = f"{details}; {width}" if details else width
         self.log(f"data: {len(self.texts)} training examples ({kind}), {classes}" + (f"; {details}" if details else ""))
         texts, pairs = self.texts, self.pairs
 
         def train_dataset():
             return make_classification_dataset(preprocessor, texts, pairs, train_labels, o.batch_size, shuffle=True,
-                                               seed=o.seed, repeat=True)
+                                               seed=o.seed, repeat=True, length_bucket=bucket)
 
         self.train_dataset = train_dataset
         if o.dev is not None:
             dev_texts, dev_pairs, dev_raw = self.read_tsv(o, o.dev)
             self.dev_dataset = make_classification_dataset(
                 preprocessor, dev_texts, dev_pairs, label_ids(o.dev, dev_raw, self.labels, self.regression),
-                o.eval_batch_size)
+                o.eval_batch_size, length_bucket=bucket)
 
     def evaluate(self, trainer, summary):
         summary["labels"] = self.labels

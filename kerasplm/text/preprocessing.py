@@ -7,6 +7,8 @@ eager code and inside an exported ``tf.Module``:
 * :func:`pack_segments`: one or more segments packed as ``[start] A [end]`` or ``[start] A [end] B [end]``
   (BERT: ``[CLS] A [SEP] B [SEP]``) with segment ids, trimmed to a total length;
 * :func:`pad_packed`: packed ragged ids -> dense model inputs at a fixed width, with the input mask;
+* :func:`trim_to_bucket`: a fixed-width batch cut to its longest row rounded up to a bucket width (training
+  pays for the tokens a batch holds, not for ``max_length``);
 * :class:`Preprocessor`: the base class of every family's preprocessor (a ``tf.Module``);
 * :class:`TranslatorPreprocessor`: the Transformer translator's [START]/[END] rule for the source and the
   target, its truncation (the cut keeps [END]) and the decoding's inverse (stop at [END], detokenize).
@@ -56,6 +58,36 @@ def pad_packed(token_ids, segment_ids, sequence_length, pad_id=0):
     token_ids, input_mask = tf_text.pad_model_inputs(token_ids, max_seq_length=sequence_length, pad_value=pad_id)
     segment_ids, _ = tf_text.pad_model_inputs(segment_ids, max_seq_length=sequence_length, pad_value=0)
     return {"token_ids": token_ids, "segment_ids": segment_ids, "input_mask": input_mask}
+
+
+def trim_to_bucket(structure, mask, multiple):
+    """Cuts a right-padded batch to its longest real row, rounded up to a multiple of ``multiple``.
+
+    ``mask`` (int or bool ``[..., L]``, nonzero = real token, L static) marks the real tokens of the batch;
+    every tensor in ``structure`` (any nest: inputs, labels) whose last axis has the static width L is cut to
+
+        W = min(L, multiple * max(1, ceil(longest / multiple))),   longest = the most real tokens in a row,
+
+    other tensors are left as they are. Because the rows are right-padded and a model masks padding, the cut
+    changes no real position's output; its point is speed: a batch of short sentences costs W, not L, tokens,
+    while the widths stay few (at most ceil(L / multiple): one trace of a shape-generic step, one XLA compile
+    per width). The cut axis has an unknown static size afterwards.
+    """
+    width = mask.shape[-1]
+    if width is None:
+        raise ValueError("trim_to_bucket needs a mask of static width (a batch padded to a fixed length)")
+    if not isinstance(multiple, int) or multiple < 1:
+        raise ValueError(f"multiple must be a positive integer, got {multiple!r}")
+    longest = tf.reduce_max(tf.concat([tf.reshape(tf.reduce_sum(tf.cast(tf.not_equal(mask, 0), tf.int32), -1),
+                                                  [-1]), [0]], 0))
+    cut = tf.minimum(width, multiple * tf.maximum(1, (longest + multiple - 1) // multiple))
+
+    def trim(tensor):
+        if tensor.shape.rank and tensor.shape[-1] == width:
+            return tensor[..., :cut]
+        return tensor
+
+    return tf.nest.map_structure(trim, structure)
 
 
 class Preprocessor(tf.Module):

@@ -111,6 +111,16 @@ def test_learns_reports_and_resumes(learned_run, toy, tmp_path):
     assert resumed["step"] == 32 and json.load(open(os.path.join(copy, "history.json")))["step"][-1] == 32
     with pytest.raises(OptionsConflict, match="learning_rate"):
         finetune_bert_classifier(copy, steps=50, learning_rate=1e-4)
+    # A new run cuts its batches to multiples of 16 tokens; a run recorded before the option keeps --max-length.
+    assert json.load(open(os.path.join(out, "config.json")))["options"]["length_bucket"] == 16
+    assert any("rounded up to a multiple of 16 tokens" in line for line in lines)
+    old, lines = str(tmp_path / "old"), []
+    shutil.copytree(out, old)
+    config = json.load(open(os.path.join(old, "config.json")))
+    del config["options"]["length_bucket"]
+    json.dump(config, open(os.path.join(old, "config.json"), "w"))
+    assert finetune_bert_classifier(old, steps=31, verbose=0, log=lines.append)["step"] == 31
+    assert any(line.startswith("data: ") for line in lines) and not any("rounded up" in line for line in lines)
 
 
 def test_resume_reaches_the_planned_total_and_a_budget_alone_fits_the_schedule(toy, tmp_path):
@@ -212,3 +222,31 @@ def test_a_mirrored_strategy_fine_tunes_like_one_device(toy, tmp_path):
     mirrored = finetune_bert_classifier(str(tmp_path / "mirrored"), distribute="mirrored", **common)
     assert mirrored["step"] == default["step"] == 3
     assert mirrored["final_loss"] == pytest.approx(default["final_loss"], rel=1e-2)
+
+
+def test_batches_are_cut_to_their_longest_example_and_the_model_does_not_notice(toy):
+    """length_bucket: each batch is cut to its longest example rounded up to a multiple of the bucket (unknown static
+    width), labels untouched, only padding dropped; the classifier's logits on the cut batch equal those on the
+    batch padded to the preprocessor's 32 tokens."""
+    from kerasplm.jobs.finetuning import make_classification_dataset
+    from kerasplm.runs import load_run
+    from kerasplm.text.bert_tokenizer import BertPreprocessor
+
+    backbone = load_run(toy["init"])
+    preprocessor = BertPreprocessor(backbone.preprocessor.tokenizer, 32)
+    model = BertClassifier(backbone, 2, dropout=0.0)
+    texts, labels = ["good", "the movie was very good and the plot was fine !", "bad", "sad film"], [1, 1, 0, 0]
+    full = make_classification_dataset(preprocessor, texts, None, labels, 2)
+    cut = make_classification_dataset(preprocessor, texts, None, labels, 2, length_bucket=4)
+    assert cut.element_spec[0]["token_ids"].shape.as_list() == [None, None]
+    widths = []
+    for (full_inputs, full_labels), (inputs, cut_labels) in zip(full, cut):
+        widths.append(inputs["token_ids"].shape[1])
+        longest = int(full_inputs["padding_mask"].numpy().sum(-1).max())
+        assert widths[-1] == -(-longest // 4) * 4 and full_inputs["token_ids"].shape[1] == 32
+        np.testing.assert_array_equal(cut_labels, full_labels)
+        for key, value in inputs.items():
+            np.testing.assert_array_equal(value, full_inputs[key][:, :widths[-1]])
+            assert not full_inputs["padding_mask"][:, widths[-1]:].numpy().any()
+        np.testing.assert_allclose(model(inputs, training=False), model(full_inputs, training=False), atol=1e-5)
+    assert widths == [16, 4]
