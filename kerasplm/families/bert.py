@@ -64,6 +64,9 @@ class BertPretrainingOptions(TrainingOptions):
 # Fine-tuning batches are cut to their longest example rounded up to a multiple of this (at most 128 / 16 = 8
 # widths), instead of being padded to --max-length: SST-2 sentences average ~12 word pieces.
 DEFAULT_LENGTH_BUCKET = 16
+LENGTH_BUCKET_HELP = ("pad each batch to its longest example rounded up to a multiple of this many tokens, not to "
+                      "{length} (few widths: one trace, one XLA compile each); 0: pad to {length} (default: "
+                      f"{DEFAULT_LENGTH_BUCKET}; runs made before the option: 0)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,10 +87,7 @@ class BertClassifierOptions(TrainingOptions):
     task: str = option("classification", "classification (labels are names) or regression (numbers, MSE)",
                        choices=["classification", "regression"])
     max_length: int = option(128, "tokens per example, [CLS]/[SEP] included", kind=int, minimum=3)
-    length_bucket: int = option(None, "pad each batch to its longest example rounded up to a multiple of this many "
-                                "tokens, not to --max-length (few widths: one trace, one XLA compile each); 0: pad "
-                                f"to --max-length (default: {DEFAULT_LENGTH_BUCKET}; runs made before the option: 0)",
-                                kind=int, minimum=0)
+    length_bucket: int = option(None, LENGTH_BUCKET_HELP.format(length="--max-length"), kind=int, minimum=0)
     batch_size: int = option(32, "examples per batch", kind=int, minimum=1)
     epochs: float = option(3.0, "epochs over the training file: the run's length without --steps and "
                                 "--time-budget, and the longest schedule --time-budget alone is fitted to",
@@ -122,6 +122,7 @@ class TaggerOptions(TrainingOptions):
     tag_scheme: str = option("iob2", "tags the model learns: iob2 (B- at every entity start) or iob1 as shipped",
                              choices=["iob1", "iob2"])
     sequence_length: int = option(128, "word pieces per sentence, [CLS]/[SEP] included", kind=int, minimum=3)
+    length_bucket: int = option(None, LENGTH_BUCKET_HELP.format(length="--sequence-length"), kind=int, minimum=0)
     batch_size: int = option(32, "sentences per batch", kind=int, minimum=0, exclusive_minimum=True)
     learning_rate: float = option(5e-5, "peak learning rate (AdamW)", kind=float, minimum=0,
                                   exclusive_minimum=True)
@@ -156,6 +157,7 @@ class SimCSEOptions(TrainingOptions):
     normalize: bool = option(True, "the exported embeddings are not L2-normalized", flag="--no-normalize",
                              const=False, choices=[True, False])
     max_length: int = option(32, "word pieces per sentence, [CLS]/[SEP] included", kind=int, minimum=3)
+    length_bucket: int = option(None, LENGTH_BUCKET_HELP.format(length="--max-length"), kind=int, minimum=0)
     batch_size: int = option(64, "sentences per batch (each the others' negatives)", kind=int, minimum=2)
     learning_rate: float = option(3e-5, "peak learning rate (AdamW)", kind=float, minimum=0, exclusive_minimum=True)
     warmup_fraction: float = option(0.0, "share of the steps with linear warmup", kind=float, minimum=0, maximum=1)

@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from kerasplm.families.bert import SimCSEOptions
-from kerasplm.jobs.finetuning import BERT_ASSETS, FineTuningJob
+from kerasplm.jobs.finetuning import BERT_ASSETS, FineTuningJob, cut_padding
 from kerasplm.models.bert import BertBackbone
 from kerasplm.models.bert_simcse import BertSimCSE, alignment_uniformity
 from kerasplm.options import RUN
@@ -44,13 +44,15 @@ def read_sentences(path, max_examples=None):
     return sentences
 
 
-def make_sentence_dataset(preprocessor, sentences, batch_size, seed):
-    """Endless batches of ``batch_size`` packed sentences (input dicts), in a seeded order every process replays."""
+def make_sentence_dataset(preprocessor, sentences, batch_size, seed, length_bucket=0):
+    """Endless batches of ``batch_size`` packed sentences (input dicts), in a seeded order every process replays,
+    each cut to its longest sentence rounded up to a multiple of ``length_bucket`` (0: the preprocessor's width)."""
     ds = tf.data.Dataset.from_tensor_slices(tf.constant(sentences, tf.string))
     ds = ds.shuffle(len(sentences), seed=seed, reshuffle_each_iteration=True).repeat()
     ds = ds.batch(batch_size, drop_remainder=True)
-    return ds.map(tf.autograph.experimental.do_not_convert(preprocessor), num_parallel_calls=tf.data.AUTOTUNE,
-                  deterministic=True).prefetch(2)
+    ds = ds.map(tf.autograph.experimental.do_not_convert(preprocessor), num_parallel_calls=tf.data.AUTOTUNE,
+                deterministic=True)
+    return cut_padding(ds, length_bucket).prefetch(2)
 
 
 def embed_sentences(model, preprocessor, sentences, batch_size=128):
@@ -93,7 +95,8 @@ class BertSimCSEJob(FineTuningJob):
             self.write_config("custom", {**o.stored(RUN), "sentence_embedding": recorded}, assets=BERT_ASSETS)
             self.preprocessor = BertPreprocessor(tokenizer, o.max_length)
         self.log(f"data: {len(self.sentences)} sentences, batches of {o.batch_size}, {o.pooling} pooling")
-        self.train_dataset = make_sentence_dataset(self.preprocessor, self.sentences, o.batch_size, o.seed)
+        self.train_dataset = make_sentence_dataset(self.preprocessor, self.sentences, o.batch_size, o.seed,
+                                                   o.length_bucket)
 
     def build_model(self):
         o = self.options

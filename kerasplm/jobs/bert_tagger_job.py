@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from kerasplm.data.conll import label_vocabulary, read_conll
 from kerasplm.families.bert import TaggerOptions
-from kerasplm.jobs.finetuning import BERT_ASSETS, FineTuningJob
+from kerasplm.jobs.finetuning import BERT_ASSETS, FineTuningJob, cut_padding
 from kerasplm.jobs.ner_metrics import conlleval
 from kerasplm.models.bert import BertBackbone
 from kerasplm.models.bert_tagger import INPUT_KEYS, BertTaggerPreprocessor, BertTokenClassifier, piece_tags, tag_texts
@@ -57,13 +57,14 @@ def load_bert_tagger(run_dir):
     return BertTagger(load_run(run_dir, family=FAMILY, what="a BERT tagger run (kerasplm finetune bert-tagger)"))
 
 
-def _dataset(preprocessor, sentences, label_ids, batch_size, seed=None):
+def _dataset(preprocessor, sentences, label_ids, batch_size, seed=None, length_bucket=0):
     words = tf.ragged.constant([list(s.tokens) for s in sentences], dtype=tf.string)
     labels = tf.ragged.constant([[label_ids.get(t, 0) for t in s.tags] for s in sentences], dtype=tf.int64)
     ds = tf.data.Dataset.from_tensor_slices((words, labels))
     if seed is not None:
         ds = ds.shuffle(len(sentences), seed=seed, reshuffle_each_iteration=True).repeat()
-    return ds.ragged_batch(batch_size).map(preprocessor, num_parallel_calls=tf.data.AUTOTUNE).prefetch(2)
+    ds = ds.ragged_batch(batch_size).map(preprocessor, num_parallel_calls=tf.data.AUTOTUNE)
+    return cut_padding(ds, length_bucket).prefetch(2)
 
 
 def predict_tags(model, preprocessor, sentences, labels, batch_size=64):
@@ -117,9 +118,11 @@ class BertTaggerJob(FineTuningJob):
             self.preprocessor = BertTaggerPreprocessor(tokenizer, o.sequence_length)
             self.write_config(init_config.get("preset", "custom"), assets=BERT_ASSETS)
         label_ids = {name: i for i, name in enumerate(self.labels)}
-        self.train_dataset = _dataset(self.preprocessor, self.train, label_ids, o.batch_size, seed=o.seed)
+        self.train_dataset = _dataset(self.preprocessor, self.train, label_ids, o.batch_size, seed=o.seed,
+                                      length_bucket=o.length_bucket)
         if self.dev:   # its loss is logged while training (eval_every); its entity F1 scored at the end
-            self.eval_dataset = _dataset(self.preprocessor, self.dev, label_ids, o.batch_size)
+            self.eval_dataset = _dataset(self.preprocessor, self.dev, label_ids, o.batch_size,
+                                         length_bucket=o.length_bucket)
 
     def build_model(self):
         o = self.options

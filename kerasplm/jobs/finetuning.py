@@ -53,7 +53,7 @@ from kerasplm.training import BudgetSchedule
 from kerasplm.training.optimizers import FusedAdamW
 
 __all__ = ["FineTuningJob", "ClassificationJob", "LayerwiseAdamW", "bert_init_parts", "classification_scores",
-           "fine_tuning_schedule", "label_ids", "layer_decay_multiplier", "make_classification_dataset",
+           "fine_tuning_schedule", "cut_padding", "label_ids", "layer_decay_multiplier", "make_classification_dataset",
            "make_optimizer", "read_classification_tsv"]
 
 # The schedule length of a resumed run recorded before ``schedule_steps`` existed, when it gives no steps either.
@@ -137,11 +137,22 @@ def make_classification_dataset(preprocessor, texts, pairs, labels, batch_size, 
     def encode(text, pair, label):
         return preprocessor(text, pair if pairs is not None else None), label
 
-    ds = ds.map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    if length_bucket:
-        ds = ds.map(lambda inputs, y: trim_to_bucket((inputs, y), inputs["padding_mask"], length_bucket),
-                    num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return ds.prefetch(2)
+    return cut_padding(ds.map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True), length_bucket
+                       ).prefetch(2)
+
+
+def cut_padding(dataset, length_bucket, mask_key="padding_mask"):
+    """``dataset`` (batches of an inputs dict, or of ``(inputs, labels)``) with every batch cut to its longest example
+    rounded up to a multiple of ``length_bucket`` (:func:`~kerasplm.text.preprocessing.trim_to_bucket`, the mask
+    ``inputs[mask_key]``); unchanged when ``length_bucket`` is 0 or None."""
+    if not length_bucket:
+        return dataset
+
+    def cut(*element):
+        inputs = element[0]
+        return trim_to_bucket(element if len(element) > 1 else inputs, inputs[mask_key], length_bucket)
+
+    return dataset.map(cut, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
 def classification_scores(model, dataset, regression, num_labels):

@@ -114,3 +114,21 @@ def test_usable_in_tf_data(tok):
     rows = [r for batch in ds for r in batch.to_list()]
     assert rows == old_translator_ids(tok.vocab, SENTENCES[:4], 5)
     assert np.all([len(r) <= 5 for r in rows])
+
+
+def test_trim_to_bucket_cuts_every_sequence_tensor_to_the_rounded_longest_row():
+    from kerasplm.text.preprocessing import trim_to_bucket
+
+    mask = tf.constant([[1, 1, 1, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 0, 0, 0]])      # longest 5 -> 6 with multiple 3
+    batch = ({"token_ids": mask * 7, "pair": tf.stack([mask, mask], 1)},            # [B, L] and [B, 2, L]
+             {"labels": mask * 2, "label": tf.constant([1, 0]), "classes": tf.zeros([2, 5])})
+    inputs, targets = trim_to_bucket(batch, mask, 3)
+    assert inputs["token_ids"].shape == (2, 6) and inputs["pair"].shape == (2, 2, 6)
+    np.testing.assert_array_equal(targets["labels"], (mask * 2)[:, :6])
+    assert targets["label"].shape == (2,) and targets["classes"].shape == (2, 5)   # not the sequence's width
+    # Never wider than the mask, never narrower than one bucket (an empty batch keeps well-defined shapes).
+    assert trim_to_bucket(mask, mask, 16).shape == (2, 8)
+    assert trim_to_bucket(tf.zeros([0, 8]), tf.zeros([0, 8]), 4).shape == (0, 4)
+    with pytest.raises(ValueError, match="static width"):
+        tf.function(lambda m: trim_to_bucket(m, m, 4),
+                    input_signature=[tf.TensorSpec([None, None])]).get_concrete_function()
