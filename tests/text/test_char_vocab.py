@@ -41,7 +41,8 @@ def test_the_vocabulary_file_round_trips_through_a_run(tmp_path):
     # The tokenizer survives a SavedModel whose loader knows no kerasplm class.
     module = tf.Module()
     module.tokenizer = tokenizer
-    module.encode = tf.function(lambda s: tokenizer.tokenize(s).to_tensor(), input_signature=[tf.TensorSpec([None], tf.string)])
+    module.encode = tf.function(lambda s: tokenizer.tokenize(s).to_tensor(),
+                                input_signature=[tf.TensorSpec([None], tf.string)])
     tf.saved_model.save(module, str(tmp_path / "saved"))
     loaded = tf.saved_model.load(str(tmp_path / "saved"))
     expected = tokenizer.tokenize(tf.constant(["hear 東"])).to_tensor().numpy()
