@@ -106,7 +106,7 @@ class CharRNNJob(Job):
             prompts = ["", self.held_out_text.strip().splitlines()[0][:40]]
             texts = self.result(trainer).generate(
                 prompts, max_new_tokens=min(o.sample_chars, self.model_config.max_positions - 48), temperature=0.8,
-                seed=o.seed)
+                seed=o.seed, jit_compile=o.jit_compile is not False)
             summary["samples"] = [{"prompt": p, "continuation": t} for p, t in zip(prompts, texts)]
 
     def describe(self, summary):
