@@ -95,9 +95,9 @@ def test_the_cache_holds_every_position_s_state(cell):
         np.testing.assert_allclose(logits.numpy()[:, 0], full[np.arange(3), position], atol=1e-5)
 
 
-def test_harness_config_checkpoint_and_xla(tmp_path):
+def test_harness_config_checkpoint_bfloat16_and_xla(tmp_path):
     check_model(lambda: make("lstm", dropout=0.1), ids(), expected_shapes=(3, 9, 20), tmp_path=tmp_path,
-                checks=("config", "checkpoint", "xla"))
+                checks=("config", "checkpoint", "mixed_bfloat16", "xla"))
 
 
 def test_the_loss_is_the_summed_next_character_cross_entropy():
