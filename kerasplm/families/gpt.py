@@ -79,15 +79,15 @@ class GPTClassifierOptions(BertClassifierOptions):
 class GenerateOptions(DecodingRequestOptions):
     """``kerasplm generate``: the prompts, the run, and a request's decoding options (temperature 0 = greedy)."""
     prompts: tuple = option((), "prompts (default: one per line on stdin)", positional=True, nargs="*")
-    run: str = option(None, "GPT run directory (kerasplm train gpt / convert gpt2)", metavar="RUN_DIR",
-                      required=True)
+    run: str = option(None, "GPT run directory (kerasplm train gpt / convert gpt2) or character RNN run (kerasplm "
+                            "train char-rnn)", metavar="RUN_DIR", required=True)
 
 
 @dataclasses.dataclass(frozen=True)
 class ScoreOptions(JobOptions):
     """``kerasplm score``."""
     file: str = option(None, "text file, one sequence per line ('-' for stdin)", positional=True)
-    run: str = option(None, "GPT run directory", metavar="RUN_DIR", required=True)
+    run: str = option(None, "GPT or character RNN run directory", metavar="RUN_DIR", required=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,17 +116,19 @@ COMMANDS = [
                         "start/delim/extract tokens, a linear head on the extract token, task loss + λ·LM loss. "
                         "Prints the dev accuracy, F1 and MCC and writes them to metrics.json. Rerun the same "
                         "command to resume."),
-    Command("", "generate", "continue prompts with a GPT run", GenerateOptions,
+    Command("", "generate", "continue prompts with a GPT or character RNN run", GenerateOptions,
             "kerasplm.jobs.language_model:print_generations",
             description="Generate a continuation of each prompt (arguments, or one per line on stdin) with a "
-                        "trained or converted GPT run. Temperature 0 = greedy."),
+                        "GPT run (trained or converted) or a character RNN run. Temperature 0 = greedy."),
     Command("", "score", "per-line log-likelihood and perplexity under a GPT run", ScoreOptions,
             "kerasplm.jobs.language_model:print_scores",
             description="Print, for each line of FILE ('-' = stdin), its log-likelihood in nats (given "
                         "<|endoftext|>), its token count and perplexity, tab-separated."),
-    Command("export", "generator", "export a GPT run (generate and score signatures)", GeneratorExportOptions,
+    Command("export", "generator", "export a GPT or character RNN run (generate and score signatures)",
+            GeneratorExportOptions,
             "kerasplm.export.generator:export_generator_run",
-            description="Export a GPT run (trained or converted) as a SavedModel: serving_default (greedy), "
+            description="Export a GPT run (trained or converted) or a character RNN run as a SavedModel: "
+                        "serving_default (greedy), "
                         "generate (sampling options) and score."),
     Command("convert", "gpt2", "a HuggingFace GPT-2 directory (config.json, model.safetensors)", WeightsDirectoryOptions,
             "kerasplm.convert.gpt2:convert_gpt2_command",

@@ -19,7 +19,9 @@ __all__ = ["RUN_FAMILY", "TextGenerator", "end_of_text_id", "load_text_generator
            "score_token_ids", "trim_generated"]
 
 RUN_FAMILY = "gpt"
-WHAT = "a GPT run (kerasplm train gpt / convert gpt2)"
+# The runs a TextGenerator uses: any language model with the engine's decoder-only protocol and a tokenizer.
+GENERATOR_FAMILIES = (RUN_FAMILY, "char_rnn")
+WHAT = "a GPT run (kerasplm train gpt / convert gpt2) or a character RNN run (kerasplm train char-rnn)"
 
 
 def end_of_text_id(tokenizer):
@@ -197,7 +199,8 @@ class TextGenerator:
 
 
 def load_text_generator(run_dir):
-    """The :class:`TextGenerator` of a GPT run directory (trained by ``kerasplm train gpt`` or converted):
+    """The :class:`TextGenerator` of a GPT run directory (trained by ``kerasplm train gpt`` or converted) or of a
+    character RNN run (``kerasplm train char-rnn``):
     :func:`kerasplm.runs.load_run`'s model and its tokenizer. One-line :class:`RunDirError` for a damaged run or a
     run without a tokenizer."""
-    return TextGenerator(load_run(run_dir, family=RUN_FAMILY, what=WHAT))
+    return TextGenerator(load_run(run_dir, family=GENERATOR_FAMILIES, what=WHAT))
