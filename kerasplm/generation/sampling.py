@@ -9,13 +9,15 @@ from softmax(logits / temperature) restricted to
   (computed without a sort: :func:`nucleus_mask`). With both, top-p applies to the renormalised top-k
   distribution.
 
-Randomness is stateless: the draw at loop step t uses ``stateless_fold_in(seed, t)``, so the same seed
-gives the same tokens (on the same device and batch), in graph, eager or XLA, with nothing to reset.
+Randomness is stateless and counter-based: row r's uniform at loop step t is a hash of ``(seed, t, r)``
+(:func:`counter_uniforms`: SplitMix64's finalizer in uint64 arithmetic), so the same seed gives the same
+tokens (on the same device and batch), in eager, graph or XLA code, with nothing to reset. Integer arithmetic
+is exact everywhere; TensorFlow's own stateless Philox kernels are not used for this because XLA's Philox
+gives other numbers than the CPU kernel for the same seed (a jit-compiled export would sample other tokens).
 A draw inverts the cumulative distribution: token = the first i with F(i) > u · F(V), u ~ Uniform(0, 1),
 F = cumsum(softmax(logits)); tokens of probability 0 (-inf logits) are never drawn. It needs one random
 number per row: ``tf.random.stateless_categorical`` (or the Gumbel-max trick) draws one per vocabulary
 entry, which took ~1.3 ms per step for 8,000 entries under XLA on CPU against ~0.1 ms for this.
-Every random op names Philox (see :mod:`kerasplm.layers.dropout` for why).
 
 The options may be Python values (checked by :func:`kerasplm.generation.options.validate_sampling`; the
 filters are then chosen when the function is traced) or scalar tensors, e.g. the inputs of a SavedModel
@@ -34,8 +36,8 @@ from kerasplm.generation.search import argmax_token
 
 NEG_INF = float("-inf")
 
-__all__ = ["as_seed", "filter_logits", "inverse_cdf_sample", "make_chooser", "make_sampler", "nucleus_mask",
-           "row_seeds", "top_k_padded", "validate_sampling"]
+__all__ = ["as_seed", "counter_uniforms", "filter_logits", "inverse_cdf_sample", "make_chooser", "make_sampler",
+           "nucleus_mask", "row_seeds", "top_k_padded", "validate_sampling"]
 
 
 def as_seed(seed):
@@ -58,24 +60,43 @@ def row_seeds(seeds):
 
     With per-row seeds a row's draws depend on its own seed only, not on its position in the batch or on the
     other rows: what a batch-safe SavedModel signature needs, since TF Serving's batching may merge several
-    requests into one call. Row r's draw at step t is ``stateless_uniform([1], fold_in([0, seed_r], t))``, the
+    requests into one call. Row r's draw at step t is :func:`counter_uniforms` of its own seed ``[0, seed_r]``, the
     draw of a one-row call seeded ``seed_r``: a prompt decodes the same alone, in a batch or in process."""
     seeds = tf.cast(seeds, tf.int32)
     return tf.stack([tf.zeros_like(seeds), seeds], axis=1)
 
 
-def _step_uniforms(seed, step, rows):
-    """float32 ``(rows,)`` uniforms for loop step ``step``: from one ``(2,)`` seed (row r takes the r-th number of
-    the step's stream), or one per row from ``(rows, 2)`` seeds (:func:`row_seeds`)."""
+_GOLDEN = 0x9E3779B97F4A7C15      # 2^64 / golden ratio: SplitMix64's increment
+_MIX = (0xBF58476D1CE4E5B9, 0x94D049BB133111EB)
+
+
+def _u64(x):
+    return tf.cast(tf.cast(x, tf.int64), tf.uint64)
+
+
+def _splitmix64(z):
+    """SplitMix64's finalizer (Steele, Lea & Flood 2014): a bijection of uint64 whose outputs pass BigCrush."""
+    for shift, multiplier in ((30, _MIX[0]), (27, _MIX[1])):
+        z = tf.bitwise.bitwise_xor(z, tf.bitwise.right_shift(z, tf.constant(shift, tf.uint64)))
+        z = z * tf.constant(multiplier, tf.uint64)
+    return tf.bitwise.bitwise_xor(z, tf.bitwise.right_shift(z, tf.constant(31, tf.uint64)))
+
+
+def counter_uniforms(seed, step, rows):
+    """float32 ``(rows,)`` uniforms in [0, 1) for loop step ``step``, the same in eager, graph and XLA code.
+
+    ``seed``: one ``(2,)`` seed, row r taking counter r of the step's stream, or ``(rows, 2)`` per-row seeds
+    (:func:`row_seeds`), each row taking counter 0 of its own stream, which is what a one-row call with that
+    seed draws. The number is ``splitmix64(splitmix64(key + t·G) + r·G)`` with ``key = s0·G + s1`` and G the
+    golden-ratio constant, its top 24 bits scaled to [0, 1) (float32's resolution near 1)."""
+    golden = tf.constant(_GOLDEN, tf.uint64)
+    seed = tf.convert_to_tensor(seed)
     if seed.shape.rank == 1:
-        step_seed = tf.random.experimental.stateless_fold_in(seed, step, alg="philox")
-        return tf.random.stateless_uniform(tf.reshape(rows, [1]), seed=step_seed, alg="philox")
-
-    def one_row(row_seed):
-        step_seed = tf.random.experimental.stateless_fold_in(row_seed, step, alg="philox")
-        return tf.random.stateless_uniform([1], seed=step_seed, alg="philox")[0]
-
-    return tf.map_fn(one_row, seed, fn_output_signature=tf.float32)
+        keys, counters = _u64(seed[0]) * golden + _u64(seed[1]), _u64(tf.range(rows))
+    else:
+        keys, counters = _u64(seed[:, 0]) * golden + _u64(seed[:, 1]), tf.zeros([rows], tf.uint64)
+    z = _splitmix64(_splitmix64(keys + _u64(step) * golden) + counters * golden)
+    return tf.cast(tf.bitwise.right_shift(z, tf.constant(40, tf.uint64)), tf.float32) * (1.0 / (1 << 24))
 
 
 def nucleus_mask(probs, top_p, iterations=32):
@@ -141,13 +162,10 @@ def filter_logits(logits, top_k=None, top_p=None):
 def inverse_cdf_sample(logits, seed, step=None):
     """One sample per row from softmax(logits) (``-inf`` logits are never drawn): int32 ``(n,)``.
 
-    ``seed``: the step's ``(2,)`` seed (``step`` None), or, with the loop ``step``, a ``(2,)`` seed or per-row
-    ``(n, 2)`` seeds that :func:`_step_uniforms` folds the step into."""
+    ``seed``: a ``(2,)`` seed or per-row ``(n, 2)`` seeds, drawn at loop ``step`` (None: 0) by
+    :func:`counter_uniforms`."""
     cdf = tf.math.cumsum(tf.nn.softmax(logits, axis=-1), axis=-1)                      # (n, V)
-    if step is None:
-        u = tf.random.stateless_uniform(tf.shape(cdf)[:1], seed=seed, alg="philox")
-    else:
-        u = _step_uniforms(seed, step, tf.shape(cdf)[0])
+    u = counter_uniforms(seed, 0 if step is None else step, tf.shape(cdf)[0])
     u = u * cdf[:, -1]
     return tf.reduce_sum(tf.cast(cdf <= u[:, tf.newaxis], tf.int32), axis=-1)
 

@@ -171,6 +171,28 @@ def test_sampler_draws_from_the_softmax_distribution():
     np.testing.assert_allclose(np.bincount(hot, minlength=5)[[1, 2, 4]] / len(hot), 1 / 3, atol=0.02)
 
 
+def test_draws_are_the_same_in_eager_graph_and_xla():
+    """The sampler's uniforms are integer hashes: XLA draws the numbers the CPU kernels draw (TensorFlow's
+    stateless Philox does not: under XLA it gives others for the same seed), so a jit-compiled generator samples
+    the tokens of the eager one. Per-row seeds equal one-row calls; the numbers look uniform."""
+    from kerasplm.generation.sampling import counter_uniforms, row_seeds
+
+    seed, step = tf.constant([3, 11]), tf.constant(5)
+    eager = counter_uniforms(seed, step, 4096).numpy()
+    np.testing.assert_array_equal(tf.function(counter_uniforms)(seed, step, 4096).numpy(), eager)
+    np.testing.assert_array_equal(tf.function(counter_uniforms, jit_compile=True)(seed, step, 4096).numpy(), eager)
+    assert eager.min() >= 0 and eager.max() < 1 and abs(eager.mean() - 0.5) < 0.02 and abs(eager.var() - 1 / 12) < 0.005
+    assert len(np.unique(eager)) > 4000 and not np.array_equal(eager, counter_uniforms(seed, step + 1, 4096))
+    per_row = counter_uniforms(row_seeds(tf.constant([7, 8, 7])), step, 3).numpy()
+    alone = [counter_uniforms(tf.constant([0, s]), step, 1).numpy()[0] for s in (7, 8)]
+    np.testing.assert_array_equal(per_row, [alone[0], alone[1], alone[0]])
+
+    logits = tf.random.stateless_normal([8, 50], seed=[1, 2]) * 3
+    sample = make_sampler(tf.constant([0, 9]), temperature=1.5, top_p=0.9)
+    expected = sample(logits, step).numpy()
+    np.testing.assert_array_equal(tf.function(sample, jit_compile=True)(logits, step).numpy(), expected)
+
+
 def test_negative_pad_id_lets_every_token_be_generated():
     """GPT-2's vocabulary has no padding token and its id 0 is "!": with pad_id=-1 id 0 is generated."""
     keras.utils.set_random_seed(4)
