@@ -13,6 +13,7 @@ from kerasplm.models.causal_lm import CausalLM, CausalLMConfig, DecoderOnlyBackb
 from kerasplm.models.elmo import ElmoBiLM, ElmoConfig, ElmoEmbedder, ElmoLanguageModel, ScalarMix
 from kerasplm.models.gpt import GPT, GPTBackbone, GPTConfig
 from kerasplm.models.presets import get_preset, list_presets, register_presets
+from kerasplm.models.rnn_seq2seq import RNNEncoder, RNNSeq2Seq, RNNSeq2SeqConfig
 from kerasplm.models.transformer import PRESETS as TRANSFORMER_PRESETS
 from kerasplm.models.transformer import Decoder, Encoder, Transformer, TransformerConfig
 
@@ -20,7 +21,7 @@ __all__ = [
     "Backbone", "BertBackbone", "BertClassifier", "BertConfig", "BertMaskedLMHead", "BertPretrainer",
     "BertTaggerPreprocessor", "BertTokenClassifier", "CausalLM", "CausalLMConfig", "ConfigMixin", "Decoder",
     "DecoderOnlyBackbone", "ElmoBiLM", "ElmoConfig", "ElmoEmbedder", "ElmoLanguageModel", "Encoder", "GPT",
-    "GPTBackbone", "GPTConfig", "Preprocessor", "ScalarMix", "TRANSFORMER_PRESETS", "Task", "Transformer",
+    "GPTBackbone", "GPTConfig", "Preprocessor", "RNNEncoder", "RNNSeq2Seq", "RNNSeq2SeqConfig", "ScalarMix", "TRANSFORMER_PRESETS", "Task", "Transformer",
     "TransformerConfig", "get_preset",
     "list_presets", "presets", "register_presets",
 ]
