@@ -214,6 +214,13 @@ class TranslatorJob(Job):
 
     def build_data(self):
         o, run, t0 = self.options, self.run_dir, time.time()
+        if translators.is_recurrent(o.preset):
+            # The Trainer XLA-compiles the forward pass alone; an RNN's recurrent loops (tf.scan, Keras' GRU) would
+            # hand their TensorLists across to the backward pass outside XLA, which TensorFlow cannot do.
+            if o.jit_compile is True:
+                raise ValueError(f"jit_compile=True: preset {o.preset} (an RNN) trains without XLA (drop the option, "
+                                 f"or pass --no-jit)")
+            self.options = o = o.replace(jit_compile=False)
         (train_src, self.train_tgt), (dev_src, dev_tgt), self.dev_set = _prepare_data(o)
         self.log(f"data: {len(train_src)} training pairs, {len(self.dev_set[0])} held-out source sentences "
                  f"({f'bundled Tatoeba data: {o.bundled_data}' if o.data is None else o.data})")

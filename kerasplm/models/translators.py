@@ -19,6 +19,11 @@ def model_class(preset):
     return MODEL_CLASSES[preset]
 
 
+def is_recurrent(preset):
+    """True for an RNN encoder-decoder preset."""
+    return model_class(preset) is rnn_seq2seq.RNNSeq2Seq
+
+
 def get_preset(name, **overrides):
     """The config of a translator preset (Transformer or RNN) with fields replaced by ``overrides``."""
     module = transformer if model_class(name) is transformer.Transformer else rnn_seq2seq

@@ -72,3 +72,10 @@ def test_the_seed_schedule_is_refused_for_an_rnn_in_one_line(corpus, tmp_path, c
     assert not os.path.exists(str(tmp_path / "r" / "config.json"))
     assert err == ["kerasplm: error: schedule 'seed' is the Transformer's CustomSchedule (warmup scaled by d_model); an RNN preset "
                    "trains with schedule 'budget'"]
+
+
+def test_xla_is_refused_for_an_rnn_in_one_line(corpus, tmp_path):
+    with pytest.raises(ValueError, match=r"^jit_compile=True: preset gru_bahdanau_tiny \(an RNN\) trains without XLA"):
+        train_translator(str(tmp_path / "r"), data=corpus, preset="gru_bahdanau_tiny", steps=1, jit_compile=True,
+                         log=lambda *_: None)
+    assert not os.path.exists(str(tmp_path / "r" / "config.json"))
