@@ -107,7 +107,8 @@ class Translator:
 
 def translator_preprocessor(src_tokenizer, tgt_tokenizer, model_config):
     """The translator's preprocessor for a model of ``model_config`` (the source cut at its position limit)."""
-    return TranslatorPreprocessor(src_tokenizer, tgt_tokenizer, max_source_length=translators.max_source_length(model_config))
+    return TranslatorPreprocessor(src_tokenizer, tgt_tokenizer,
+                                  max_source_length=translators.max_source_length(model_config))
 
 
 def load_translator(run_dir):
@@ -157,9 +158,6 @@ def _blocks(model_config):
 def _make_schedule(options, model_config):
     """The optimizer's learning-rate schedule for the job's options and model."""
     if options.schedule == "seed":
-        if _blocks(model_config) == "rnn":
-            raise ValueError("schedule 'seed' is the Transformer's CustomSchedule (warmup scaled by d_model); an RNN "
-                             "preset trains with schedule 'budget'")
         return CustomSchedule(model_config.d_model, options.warmup_steps)
     peak = options.peak_learning_rate or DEFAULT_PEAK_LEARNING_RATE[_blocks(model_config)]
     total = options.schedule_steps or options.steps
@@ -221,6 +219,9 @@ class TranslatorJob(Job):
                 raise ValueError(f"jit_compile=True: preset {o.preset} (an RNN) trains without XLA (drop the option, "
                                  f"or pass --no-jit)")
             self.options = o = o.replace(jit_compile=False)
+            if o.schedule == "seed":
+                raise ValueError("schedule 'seed' is the Transformer's CustomSchedule (warmup scaled by d_model); an "
+                                 "RNN preset trains with schedule 'budget'")
         (train_src, self.train_tgt), (dev_src, dev_tgt), self.dev_set = _prepare_data(o)
         self.log(f"data: {len(train_src)} training pairs, {len(self.dev_set[0])} held-out source sentences "
                  f"({f'bundled Tatoeba data: {o.bundled_data}' if o.data is None else o.data})")
@@ -262,11 +263,9 @@ class TranslatorJob(Job):
                 o = o.replace(schedule=DEFAULT_SCHEDULE[_blocks(self.model_config)])
             if o.schedule == "budget" and o.schedule_steps is None and o.steps is not None:
                 o = o.replace(schedule_steps=o.steps)
-            self.lr_schedule = _make_schedule(o, self.model_config)   # refuses what it cannot make before the run
             self.options = o   # the run is valid: from now on this directory holds a run to resume
             self.write_config(o.preset, assets=ASSETS)
-        else:
-            self.lr_schedule = _make_schedule(o, self.model_config)
+        self.lr_schedule = _make_schedule(o, self.model_config)
         self.schedule = self.lr_schedule if isinstance(self.lr_schedule, BudgetSchedule) else None
 
     def build_model(self):

@@ -5,7 +5,7 @@
 For queries q (the decoder's previous top hidden state) and keys k_s = values v_s (the encoder's top-layer
 outputs at source positions s):
 
-    additive:  score(q, k_s) = w_vᵀ tanh(W_q q + W_k k_s)       (W_q, W_k: no bias, as the seed's nn.Linear(bias=False))
+    additive:  score(q, k_s) = w_vᵀ tanh(W_q q + W_k k_s)       (no biases: the seed's nn.Linear(bias=False))
     dot:       score(q, k_s) = qᵀ k_s                             (q and k of the same width)
     general:   score(q, k_s) = qᵀ W_a k_s
     α = masked_softmax(scores, mask),  context = Σ_s α_s v_s

@@ -117,5 +117,6 @@ def test_serving(exported, reference):
 def test_no_attention_run_has_no_attention_signature(tmp_path):
     from kerasplm.export.translator import TranslatorModule
 
-    module = TranslatorModule(load_translator(write_tiny_rnn_translator_run(tmp_path / "run", preset="rnn_seq2seq_tiny")))
+    run = write_tiny_rnn_translator_run(tmp_path / "run", preset="rnn_seq2seq_tiny")
+    module = TranslatorModule(load_translator(run))
     assert sorted(module.signatures()) == ["serving_default", "translate"] and module.translate_with_attention is None

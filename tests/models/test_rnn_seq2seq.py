@@ -1,7 +1,8 @@
 """The RNN encoder-decoder translator (kerasplm/models/rnn_seq2seq.py): exact weight counts, the model harness,
 source masking, teacher forcing equal to step-by-step decoding, and parity with the seed's formulas in numpy.
 
-Seed parity (seed 001_7c98251cd258b33a.txt, §3.2 "注意力机制+循环神经网络"): the numpy functions below re-implement
+Seed parity (seed 001_7c98251cd258b33a.txt, §3.2 "注意力机制+循环神经网络"): the numpy functions below
+re-implement
 
 * ``masked_softmax(X, valid_lens)``: ``X = sequence_mask(X, valid_lens, value=-1e6)``, then softmax on the last
   axis (positions s >= valid_len replaced by -1e6);
