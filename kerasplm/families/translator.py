@@ -65,7 +65,7 @@ class TranslatorOptions(TrainingOptions):
                          "(gru_bahdanau: GRU + Bahdanau attention; rnn_seq2seq: no attention)",
                          choices="kerasplm.models.translators:PRESETS")
     dropout: float = option(None, "dropout rate of the model (default: the preset's: 0 for transformer_quick, "
-                            "0.1 for transformer_seed)",
+                            "0.1 for transformer_seed, gru_bahdanau and rnn_seq2seq)",
                             kind=float, minimum=0, maximum=1, exclusive_maximum=True)
     batch_size: int = option(DEFAULT_BATCH_SIZE, "sentence pairs per global batch", kind=int, minimum=0,
                              exclusive_minimum=True)
@@ -126,9 +126,12 @@ class TranslatorExportOptions(ExportOptions):
 
 
 COMMANDS = [
-    Command("train", "translator", "the Transformer translator (default: Spanish→English, bundled Tatoeba data)",
+    Command("train", "translator", "the Transformer translator, or an RNN one (--preset gru_bahdanau, rnn_seq2seq; "
+            "default: Spanish→English, bundled Tatoeba data)",
             TranslatorOptions, "kerasplm.jobs.translation:train_translator",
-            description="Train the seed's Transformer translator. With no --data it trains Spanish→English on the "
+            description="Train the seed's Transformer translator (or, with --preset gru_bahdanau or rnn_seq2seq, the "
+                        "seeds' GRU encoder-decoder with or without Bahdanau attention; RNN presets train without "
+                        "XLA). With no --data it trains Spanish→English on the "
                         "Tatoeba corpus bundled in the package, reports held-out BLEU and exports a SavedModel. "
                         f"With neither --steps nor --time-budget it trains for {DEFAULT_TIME_BUDGET} seconds. After "
                         "SIGTERM it saves a checkpoint and exits with status 143 (rerun the command to resume).",
