@@ -5,18 +5,43 @@ Both models take the same call (``((src_ids, tgt_in)) -> (logits, attention weig
 (``compute_loss_sums``), decoding protocol and export, so the job picks the class from the preset and nothing else
 changes.
 """
+import collections.abc
+
 from kerasplm.models import rnn_seq2seq, transformer
 
-PRESETS = {**transformer.PRESETS, **rnn_seq2seq.PRESETS}
-MODEL_CLASSES = {**{name: transformer.Transformer for name in transformer.PRESETS},
-                 **{name: rnn_seq2seq.RNNSeq2Seq for name in rnn_seq2seq.PRESETS}}
+_FAMILIES = ((transformer, transformer.Transformer), (rnn_seq2seq, rnn_seq2seq.RNNSeq2Seq))
+
+
+class _TranslatorPresets(collections.abc.Mapping):
+    """Both families' preset dicts as one read-only mapping, read live (a preset added to either dict is in it)."""
+
+    def __getitem__(self, name):
+        for module, _ in _FAMILIES:
+            if name in module.PRESETS:
+                return module.PRESETS[name]
+        raise KeyError(name)
+
+    def __iter__(self):
+        for module, _ in _FAMILIES:
+            yield from module.PRESETS
+
+    def __len__(self):
+        return sum(len(module.PRESETS) for module, _ in _FAMILIES)
+
+
+PRESETS = _TranslatorPresets()
+
+
+def _family(preset):
+    for module, cls in _FAMILIES:
+        if preset in module.PRESETS:
+            return module, cls
+    raise ValueError(f"unknown translator preset {preset!r}; expected one of {sorted(PRESETS)}")
 
 
 def model_class(preset):
     """The translator model class of a preset name."""
-    if preset not in MODEL_CLASSES:
-        raise ValueError(f"unknown translator preset {preset!r}; expected one of {sorted(MODEL_CLASSES)}")
-    return MODEL_CLASSES[preset]
+    return _family(preset)[1]
 
 
 def is_recurrent(preset):
@@ -26,8 +51,7 @@ def is_recurrent(preset):
 
 def get_preset(name, **overrides):
     """The config of a translator preset (Transformer or RNN) with fields replaced by ``overrides``."""
-    module = transformer if model_class(name) is transformer.Transformer else rnn_seq2seq
-    return module.get_preset(name, **overrides)
+    return _family(name)[0].get_preset(name, **overrides)
 
 
 def max_source_length(config):
