@@ -1,4 +1,5 @@
-"""Export a :class:`kerasplm.jobs.translation.Translator` as a TF Serving SavedModel (strings in, strings out).
+"""Export a :class:`kerasplm.jobs.translation.Translator` as a TF Serving SavedModel (strings in, strings out): the
+Transformer or the RNN encoder-decoder (:class:`kerasplm.models.RNNSeq2Seq`), the same signatures.
 
 The SavedModel is a :class:`TranslatorModule` (an :class:`kerasplm.export.base.ExportModule`) holding the Keras
 model, the preprocessor with both WordPiece tokenizers (vocabularies as ``tf.saved_model.Asset``) and the
@@ -11,7 +12,8 @@ decoding functions. Signatures (every
                               batch-safe; 0 = default for both: greedy / the length rule)
 ``translate_with_attention``  inputs -> translation, tokens string [batch, T], source_tokens string
                               [batch, S], attention float32 [batch, heads, T, S], target_length int32,
-                              source_length int32
+                              source_length int32 (the RNN's: heads = 1, its Bahdanau weights; an RNN
+                              without attention has no such signature)
 ``metadata``                  (no inputs) -> metadata string [] (the JSON of assets.extra/kerasplm.json;
                               added by :func:`kerasplm.export.base.save_version`)
 
@@ -70,6 +72,10 @@ class TranslatorModule(ExportModule):
         if self.max_beam_size < 1:
             raise ValueError(f"target vocabulary of {self.model.vocab_size} tokens is too small for beam search")
         self.jit_compile = decoder.jit_compile
+        if not getattr(self.model, "has_attention", True):
+            # An RNN without attention has no weights to show; the SavedModel would also trace this method (every
+            # tf.function of the module is saved), so it is hidden on the instance.
+            self.translate_with_attention = None
 
     # ---- graph helpers ----
     def _greedy(self, inputs):
@@ -151,8 +157,12 @@ class TranslatorModule(ExportModule):
         return requests
 
     def signatures(self):
-        return {"serving_default": self.serving_default, "translate": self.translate,
-                "translate_with_attention": self.translate_with_attention}
+        """Every signature; ``translate_with_attention`` only for a model with attention (not the RNN encoder-decoder
+        without it, ``has_attention`` False)."""
+        signatures = {"serving_default": self.serving_default, "translate": self.translate}
+        if self.translate_with_attention is not None:
+            signatures["translate_with_attention"] = self.translate_with_attention
+        return signatures
 
 
 def _translator_parts(translator):

@@ -1,4 +1,5 @@
-"""The Transformer translator (the seed's model): its command-line face, declared without TensorFlow.
+"""The translator (the seed's Transformer, or the seeds' RNN encoder-decoder with or without Bahdanau attention: the
+preset chooses): its command-line face, declared without TensorFlow.
 
 ``kerasplm train translator`` (:func:`kerasplm.jobs.translation.train_translator`), ``kerasplm translate``,
 ``kerasplm export translator``; runs of family ``transformer_translator``.
@@ -22,7 +23,8 @@ DEFAULT_VOCAB_SIZE = 8000
 SCHEDULES = ("budget", "seed")
 # Peak of the budget schedule when --peak-learning-rate is not given: pre-LN blocks train stably at twice the
 # rate that suits the seed's post-LN blocks (which plateaued at 2e-3 with batches of 64: RESULTS.md).
-DEFAULT_PEAK_LEARNING_RATE = {"pre-LN": 2e-3, "post-LN": 1e-3}
+# RNN presets: Adam's usual 1e-3 (not measured on this job yet).
+DEFAULT_PEAK_LEARNING_RATE = {"pre-LN": 2e-3, "post-LN": 1e-3, "rnn": 1e-3}
 DEFAULT_WARMUP_FRACTION = 0.1
 # The training data when --data is not given (kerasplm/data/sample/, drawn by kerasplm/data/make_sample.py):
 # "all" = the whole Tatoeba corpus less the held-out sentences (the default: at 165 s of training it scores
@@ -59,9 +61,11 @@ class TranslatorOptions(TrainingOptions):
     dev_size: int = option(1000, "held-out source sentences split off --data", kind=int, minimum=0, exclusive_minimum=True)
     max_pairs: int = option(None, "read at most this many pairs of --data", kind=int, minimum=0, exclusive_minimum=True)
     # model and training
-    preset: str = option(DEFAULT_PRESET, "model preset", choices="kerasplm.models.transformer:PRESETS")
+    preset: str = option(DEFAULT_PRESET, "model preset: a Transformer (transformer_*) or an RNN encoder-decoder "
+                         "(gru_bahdanau: GRU + Bahdanau attention; rnn_seq2seq: no attention)",
+                         choices="kerasplm.models.translators:PRESETS")
     dropout: float = option(None, "dropout rate of the model (default: the preset's: 0 for transformer_quick, "
-                            "0.1 for transformer_seed)",
+                            "0.1 for transformer_seed, gru_bahdanau and rnn_seq2seq)",
                             kind=float, minimum=0, maximum=1, exclusive_maximum=True)
     batch_size: int = option(DEFAULT_BATCH_SIZE, "sentence pairs per global batch", kind=int, minimum=0,
                              exclusive_minimum=True)
@@ -122,9 +126,12 @@ class TranslatorExportOptions(ExportOptions):
 
 
 COMMANDS = [
-    Command("train", "translator", "the Transformer translator (default: Spanish→English, bundled Tatoeba data)",
+    Command("train", "translator", "the Transformer translator, or an RNN one (--preset gru_bahdanau, rnn_seq2seq; "
+            "default: Spanish→English, bundled Tatoeba data)",
             TranslatorOptions, "kerasplm.jobs.translation:train_translator",
-            description="Train the seed's Transformer translator. With no --data it trains Spanish→English on the "
+            description="Train the seed's Transformer translator (or, with --preset gru_bahdanau or rnn_seq2seq, the "
+                        "seeds' GRU encoder-decoder with or without Bahdanau attention; RNN presets train without "
+                        "XLA). With no --data it trains Spanish→English on the "
                         "Tatoeba corpus bundled in the package, reports held-out BLEU and exports a SavedModel. "
                         f"With neither --steps nor --time-budget it trains for {DEFAULT_TIME_BUDGET} seconds. After "
                         "SIGTERM it saves a checkpoint and exits with status 143 (rerun the command to resume).",

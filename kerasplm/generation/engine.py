@@ -12,11 +12,14 @@ Decoder-only models (``kerasplm.models.CausalLM``)::
     model.output_table -> float32 (vocab, hidden) with logits = hidden · tableᵀ, or None
     model.hidden_with_cache(token_ids, cache, cache_index) -> (hidden (batch, n, hidden), cache)
 
-Encoder-decoder models (``kerasplm.models.Transformer``; :mod:`kerasplm.generation.seq2seq`)::
+Encoder-decoder models (``kerasplm.models.Transformer``, ``kerasplm.models.RNNSeq2Seq``;
+:mod:`kerasplm.generation.seq2seq`)::
 
     model.encode(src_ids, pad_id) -> (enc_output, padding_mask)
-    model.cross_attention_kv(enc_output) -> per-layer (k, v), computed once per source
+    model.cross_attention_kv(enc_output) -> what each step reads of the source (nested tensors, leading dim
+                                           batch), computed once per source
     model.init_cache(batch_size, max_length) -> cache
+      or model.initial_cache(cross_kv) -> cache    (a decoder state that starts from the source: an RNN's)
     model.call_with_cache(ids, cache, cache_index, cross_kv, padding_mask) -> (logits, hidden, cache)
     model.max_target_length, model.vocab_size
 

@@ -90,17 +90,23 @@ def source_max_lengths(src_ids, cap, max_length_ratio=DEFAULT_RATIO, max_length_
 def transformer_step_fn(model, src_ids, max_length, beam_size=1, pad_id=0):
     """Encodes the source once and returns ``(step_fn, cache)`` for :mod:`kerasplm.generation.search`.
 
-    The encoder output, its padding mask and every layer's cross-attention keys/values are computed
-    here, once, and repeated ``beam_size`` times (rows sentence-major). ``cache`` is the per-layer
-    self-attention cache ``[(k, v)]``, each ``(batch · beam_size, num_heads, max_length, depth)``;
-    ``step_fn(ids (n,), step, cache) -> (logits (n, target_vocab_size), cache)``.
+    The encoder output, its padding mask and what every decoder step reads of it (``cross_attention_kv``: the
+    Transformer's per-layer keys/values; an RNN's projected attention keys, encoder outputs and final state) are
+    computed here, once, and repeated ``beam_size`` times (rows sentence-major). ``cache`` is the decoder's
+    evolving state: ``model.init_cache(batch · beam_size, max_length)`` (the Transformer's per-layer
+    self-attention cache ``[(k, v)]``, each ``(batch · beam_size, num_heads, max_length, depth)``), or, for a
+    model whose initial decoder state comes from the source (an RNN: the encoder's final state),
+    ``model.initial_cache(cross_kv)``. ``step_fn(ids (n,), step, cache) -> (logits (n, target_vocab_size), cache)``.
     """
     enc_output, padding_mask = model.encode(src_ids, pad_id)
     cross_kv = model.cross_attention_kv(enc_output)
     if beam_size > 1:
-        cross_kv = [(tf.repeat(k, beam_size, axis=0), tf.repeat(v, beam_size, axis=0)) for k, v in cross_kv]
-        padding_mask = tf.repeat(padding_mask, beam_size, axis=0)
-    cache = model.init_cache(tf.shape(src_ids)[0] * beam_size, max_length)
+        cross_kv, padding_mask = tf.nest.map_structure(lambda t: tf.repeat(t, beam_size, axis=0),
+                                                       (cross_kv, padding_mask))
+    if hasattr(model, "initial_cache"):
+        cache = model.initial_cache(cross_kv)
+    else:
+        cache = model.init_cache(tf.shape(src_ids)[0] * beam_size, max_length)
 
     def step_fn(ids, step, cache):
         logits, _, cache = model.call_with_cache(ids[:, tf.newaxis], cache, step, cross_kv, padding_mask)

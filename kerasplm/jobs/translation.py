@@ -1,4 +1,5 @@
-"""Train, reload and use the Transformer translator; the ``kerasplm train translator`` main job.
+"""Train, reload and use the translator (the Transformer, or the RNN encoder-decoder of an RNN preset); the
+``kerasplm train translator`` main job.
 
 Its run directory has the format of :mod:`kerasplm.runs` (family ``transformer_translator``,
 task ``translation``), with the assets ``source_vocab`` = ``src_vocab.txt`` and ``target_vocab`` =
@@ -24,7 +25,8 @@ from kerasplm.generation.seq2seq import Seq2SeqDecoder
 from kerasplm.families.translator import (BUNDLED_TRAIN, BUNDLED_VOCAB_MAX_SENTENCES, DEFAULT_PEAK_LEARNING_RATE,
                                          TranslatorOptions)
 from kerasplm.jobs.job import Job, provisional_total_steps
-from kerasplm.models.transformer import Transformer, get_preset, translation_loss
+from kerasplm.models import translators
+from kerasplm.models.transformer import translation_loss
 from kerasplm.runs import attach_run_info, load_run
 from kerasplm.runs.serialization import attach_preprocessor
 from kerasplm.text import TranslatorPreprocessor, WordPieceTokenizer, build_wordpiece_vocab, write_vocab
@@ -33,7 +35,7 @@ from kerasplm.training.optimizers import FusedAdam
 
 # By default pre-LN presets (transformer_quick) get the "budget" schedule and the seed's post-LN blocks
 # (transformer_seed) the seed's CustomSchedule (see kerasplm.families.translator.SCHEDULES).
-DEFAULT_SCHEDULE = {"pre-LN": "budget", "post-LN": "seed"}
+DEFAULT_SCHEDULE = {"pre-LN": "budget", "post-LN": "seed", "rnn": "budget"}
 FAMILY = "transformer_translator"
 ASSETS = {"source_vocab": "src_vocab.txt", "target_vocab": "tgt_vocab.txt"}
 SEED_SENTENCES = ["¿Puedo tomar prestado este libro?", "Hace mucho frío aquí.", "Esta es mi vida.",
@@ -105,7 +107,8 @@ class Translator:
 
 def translator_preprocessor(src_tokenizer, tgt_tokenizer, model_config):
     """The translator's preprocessor for a model of ``model_config`` (the source cut at its position limit)."""
-    return TranslatorPreprocessor(src_tokenizer, tgt_tokenizer, max_source_length=model_config.pe_input)
+    return TranslatorPreprocessor(src_tokenizer, tgt_tokenizer,
+                                  max_source_length=translators.max_source_length(model_config))
 
 
 def load_translator(run_dir):
@@ -145,7 +148,10 @@ def _vocab_max_sentences(options):
 
 
 def _blocks(model_config):
-    """"pre-LN" or "post-LN": the key of the job's per-block defaults (schedule, peak learning rate)."""
+    """"pre-LN", "post-LN" (Transformer blocks) or "rnn" (an RNN encoder-decoder): the key of the job's per-model
+    defaults (schedule, peak learning rate)."""
+    if not hasattr(model_config, "normalize_first"):
+        return "rnn"
     return "pre-LN" if model_config.normalize_first else "post-LN"
 
 
@@ -196,7 +202,9 @@ def _describe_run(summary, options):
 
 
 class TranslatorJob(Job):
-    """``kerasplm train translator``: the seed's Transformer on a parallel corpus, scored with held-out BLEU."""
+    """``kerasplm train translator``: the seed's Transformer, or the RNN encoder-decoder of an RNN preset
+    (``gru_bahdanau``, ``rnn_seq2seq``: :func:`kerasplm.models.translators.model_class`), on a parallel corpus,
+    scored with held-out BLEU."""
 
     family, task, options_class, what, result_key = FAMILY, "translation", TranslatorOptions, "translator", "translator"
     legacy_options = {"schedule": "seed", "bundled_data": "sample", "vocab_max_sentences": 0}
@@ -204,6 +212,16 @@ class TranslatorJob(Job):
 
     def build_data(self):
         o, run, t0 = self.options, self.run_dir, time.time()
+        if translators.is_recurrent(o.preset):
+            # The Trainer XLA-compiles the forward pass alone; an RNN's recurrent loops (tf.scan, Keras' GRU) would
+            # hand their TensorLists across to the backward pass outside XLA, which TensorFlow cannot do.
+            if o.jit_compile is True:
+                raise ValueError(f"jit_compile=True: preset {o.preset} (an RNN) trains without XLA (drop the option, "
+                                 f"or pass --no-jit)")
+            self.options = o = o.replace(jit_compile=False)
+            if o.schedule == "seed":
+                raise ValueError("schedule 'seed' is the Transformer's CustomSchedule (warmup scaled by d_model); an "
+                                 "RNN preset trains with schedule 'budget'")
         (train_src, self.train_tgt), (dev_src, dev_tgt), self.dev_set = _prepare_data(o)
         self.log(f"data: {len(train_src)} training pairs, {len(self.dev_set[0])} held-out source sentences "
                  f"({f'bundled Tatoeba data: {o.bundled_data}' if o.data is None else o.data})")
@@ -228,8 +246,8 @@ class TranslatorJob(Job):
         if not self.resumed:
             self.src_tok, self.tgt_tok = WordPieceTokenizer(src_vocab_path), WordPieceTokenizer(tgt_vocab_path)
             rate = {} if o.dropout is None else {"rate": o.dropout}
-            self.model_config = get_preset(o.preset, input_vocab_size=self.src_tok.vocab_size,
-                                           target_vocab_size=self.tgt_tok.vocab_size, **rate)
+            self.model_config = translators.get_preset(o.preset, input_vocab_size=self.src_tok.vocab_size,
+                                                       target_vocab_size=self.tgt_tok.vocab_size, **rate)
             self.preprocessor = translator_preprocessor(self.src_tok, self.tgt_tok, self.model_config)
         self.log(f"vocabularies: source {self.src_tok.vocab_size}, target {self.tgt_tok.vocab_size} WordPiece "
                  f"tokens; {time.time() - t0:.1f}s")
@@ -251,7 +269,7 @@ class TranslatorJob(Job):
         self.schedule = self.lr_schedule if isinstance(self.lr_schedule, BudgetSchedule) else None
 
     def build_model(self):
-        model = Transformer.from_config_object(self.model_config, name=self.config["preset"])
+        model = translators.build_model(self.model_config, name=self.config["preset"])
         return attach_preprocessor(model, self.preprocessor)
 
     def build_optimizer(self):

@@ -14,6 +14,7 @@ from kerasplm.models.char_rnn import CharRNNBackbone, CharRNNConfig, CharRNNLang
 from kerasplm.models.elmo import ElmoBiLM, ElmoConfig, ElmoEmbedder, ElmoLanguageModel, ScalarMix
 from kerasplm.models.gpt import GPT, GPTBackbone, GPTConfig
 from kerasplm.models.presets import get_preset, list_presets, register_presets
+from kerasplm.models.rnn_seq2seq import RNNEncoder, RNNSeq2Seq, RNNSeq2SeqConfig
 from kerasplm.models.transformer import PRESETS as TRANSFORMER_PRESETS
 from kerasplm.models.transformer import Decoder, Encoder, Transformer, TransformerConfig
 
@@ -22,7 +23,7 @@ __all__ = [
     "BertTaggerPreprocessor", "BertTokenClassifier", "CausalLM", "CausalLMConfig", "CharRNNBackbone", "CharRNNConfig",
     "CharRNNLanguageModel", "ConfigMixin", "Decoder",
     "DecoderOnlyBackbone", "ElmoBiLM", "ElmoConfig", "ElmoEmbedder", "ElmoLanguageModel", "Encoder", "GPT",
-    "GPTBackbone", "GPTConfig", "Preprocessor", "ScalarMix", "TRANSFORMER_PRESETS", "Task", "Transformer",
+    "GPTBackbone", "GPTConfig", "Preprocessor", "RNNEncoder", "RNNSeq2Seq", "RNNSeq2SeqConfig", "ScalarMix", "TRANSFORMER_PRESETS", "Task", "Transformer",
     "TransformerConfig", "get_preset",
     "list_presets", "presets", "register_presets",
 ]

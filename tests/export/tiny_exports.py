@@ -110,6 +110,33 @@ def export_tiny_translator(base, sentences=()):
     return export_translator(translator, base, max_beam_size=2)
 
 
+def write_tiny_rnn_translator_run(path, preset="gru_bahdanau_tiny", sentences=(), max_length=16):
+    """A translator run directory at ``path`` with a random-weight RNN encoder-decoder of ``preset`` (sources cut
+    and outputs capped at ``max_length`` tokens), WordPiece vocabularies of 60 bundled pairs (plus ``sentences``
+    on the source side), training step 7, written without training; returns ``path``."""
+    from kerasplm.data import read_parallel_tsv, sample_path
+    from kerasplm.jobs.translation import ASSETS, FAMILY
+    from kerasplm.models.rnn_seq2seq import RNNSeq2Seq
+    from kerasplm.runs import RunDir
+    from kerasplm.text import TranslatorPreprocessor, WordPieceTokenizer, build_wordpiece_vocab, write_vocab
+
+    run = RunDir(str(path))
+    os.makedirs(run.path, exist_ok=True)
+    src, tgt = read_parallel_tsv(sample_path("spa-eng-train.tsv"), src_col=1, tgt_col=0, max_pairs=60)
+    for asset, texts in (("source_vocab", src + list(sentences)), ("target_vocab", tgt)):
+        write_vocab(build_wordpiece_vocab(texts, vocab_size=200, learn_params=dict(lower_thresh=1)),
+                    run.file(ASSETS[asset]))
+    src_tok, tgt_tok = (WordPieceTokenizer(run.file(ASSETS[a])) for a in ("source_vocab", "target_vocab"))
+    tf.keras.utils.set_random_seed(3)
+    model = RNNSeq2Seq.from_preset(preset, src_tok.vocab_size, tgt_tok.vocab_size, max_source_length=max_length,
+                                   max_target_length=max_length)
+    preprocessor = TranslatorPreprocessor(src_tok, tgt_tok, max_source_length=max_length)
+    run.write_config(FAMILY, "translation", preset, model, {}, assets=ASSETS, preprocessor=preprocessor)
+    step = tf.Variable(7, dtype=tf.int64)
+    tf.train.CheckpointManager(tf.train.Checkpoint(model=model, step=step), run.checkpoint_dir, 1).save()
+    return run.path
+
+
 def export_tiny_generator(base, max_new_tokens=4):
     """The gpt_tiny run of :func:`write_tiny_gpt_run` exported to ``base`` (one prompt width, 16 tokens)."""
     from kerasplm.export.generator import export_generator

@@ -9,7 +9,7 @@ import keras
 import pytest
 
 from kerasplm.models import (BertBackbone, BertConfig, CausalLMConfig, DecoderOnlyBackbone, ElmoBiLM, ElmoConfig,
-                             GPTBackbone, GPTConfig, Transformer, TransformerConfig)
+                             GPTBackbone, GPTConfig, RNNSeq2Seq, RNNSeq2SeqConfig, Transformer, TransformerConfig)
 from kerasplm.models.base import config_arguments
 
 # All-distinct values (every integer field differs from every other, floats and booleans off their defaults),
@@ -34,6 +34,10 @@ CONFIGS = {
         filters=((1, 4), (2, 6)), char_embedding_dim=5, n_characters=70, max_characters_per_token=9,
         activation="tanh", n_highway=1, lstm_dim=12, projection_dim=8, n_layers=3, cell_clip=2.5, proj_clip=1.5,
         use_skip_connections=False, dropout=0.2)),
+    "rnn_seq2seq": (RNNSeq2Seq, RNNSeq2SeqConfig(
+        embedding_dim=6, units=14, num_layers=2, cell="lstm", bidirectional=True, attention="additive",
+        attention_units=9, input_vocab_size=50, target_vocab_size=60, rate=0.25, max_source_length=70,
+        max_target_length=80)),
 }
 
 # get_config() of these models as written (through JSON, as in a .keras file's config.json) by the code
@@ -58,6 +62,9 @@ SERIALIZED = {
              "activation": "tanh", "n_highway": 1, "lstm_dim": 12, "projection_dim": 8, "n_layers": 3,
              "cell_clip": 2.5, "proj_clip": 1.5, "use_skip_connections": False, "dropout": 0.2, "name": "m",
              "trainable": True},
+    "rnn_seq2seq": {"embedding_dim": 6, "units": 14, "num_layers": 2, "cell": "lstm", "bidirectional": True,
+                    "attention": "additive", "attention_units": 9, "input_vocab_size": 50, "target_vocab_size": 60,
+                    "rate": 0.25, "max_source_length": 70, "max_target_length": 80, "name": "m", "trainable": True},
 }
 
 
