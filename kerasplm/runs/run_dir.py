@@ -116,6 +116,7 @@ class RunDir:
         # (config, history, metrics) is the chief's.
         self.writer = writer
         self._lock_fd = None
+        self._created_dir = self._created_lock = False
 
     # ------------------------------------------------------------------ the writer's lock
     def lock(self):
@@ -124,22 +125,31 @@ class RunDir:
 
         ``flock`` on ``RUN_DIR/.lock``, non-blocking: the kernel drops it when its process ends however it ends
         (SIGKILL included), so a lock file left behind never blocks; the pid/host record in the file is only for
-        the message. A no-op when this process is not the run's writer.
+        the message. The lock counts only if the file locked is still the one at ``RUN_DIR/.lock`` (a job that
+        failed before writing anything removes the file: :meth:`unlock`). A no-op when this process is not the
+        run's writer.
         """
         if not self.writer or self._lock_fd is not None:
             return
-        os.makedirs(self.path, exist_ok=True)
-        fd = os.open(self.file(self.LOCK), os.O_RDWR | os.O_CREAT, 0o666)   # close-on-exec: children do not hold it
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _lock_holder(fd)
-            os.close(fd)
-            raise RunDirError(f"{self.path}: in use by another kerasplm job ({holder}); wait for it to end, "
-                              f"or give another --out") from None
-        except BaseException:
-            os.close(fd)
-            raise
+        path = self.file(self.LOCK)
+        while True:
+            self._created_dir = not os.path.isdir(self.path)
+            os.makedirs(self.path, exist_ok=True)
+            self._created_lock = not os.path.exists(path)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)   # close-on-exec: children do not hold it
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if _same_file(fd, path):
+                    break
+                os.close(fd)   # locked a file that was removed meanwhile: lock the one there now
+            except BlockingIOError:
+                holder = _lock_holder(fd)
+                os.close(fd)
+                raise RunDirError(f"{self.path}: in use by another kerasplm job ({holder}); wait for it to end, "
+                                  f"or give another --out") from None
+            except BaseException:
+                os.close(fd)
+                raise
         started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": started}) + "\n"
         os.ftruncate(fd, 0)
@@ -147,10 +157,21 @@ class RunDir:
         self._lock_fd = fd
 
     def unlock(self):
-        """Release the lock :meth:`lock` took (the file stays: removing it would let a job that opened it before the
-        removal and one that creates it afresh both hold "the" lock)."""
-        if self._lock_fd is not None:
-            fd, self._lock_fd = self._lock_fd, None
+        """Release the lock :meth:`lock` took. If the run directory holds nothing but the lock file (a job that
+        failed before writing anything), the lock file goes, and the directory too if :meth:`lock` created it:
+        a refused command leaves no trace. The removal happens while the lock is held, and :meth:`lock` checks
+        that the file it locked is still in place, so no two jobs ever hold the run's lock at once."""
+        if self._lock_fd is None:
+            return
+        fd, self._lock_fd = self._lock_fd, None
+        try:
+            if os.listdir(self.path) == [self.LOCK] and self._created_lock:
+                os.unlink(self.file(self.LOCK))
+                if self._created_dir:
+                    os.rmdir(self.path)
+        except OSError:   # someone else's files appeared, or the directory is not ours to tidy: keep it
+            pass
+        finally:
             os.close(fd)   # closing the last descriptor of the open file releases the flock
 
     def file(self, name):
@@ -333,6 +354,16 @@ class RunDir:
         latest = self.latest_checkpoint()
         restore_checkpoint(tf.train.Checkpoint(**objects), latest, partial=True)
         return latest
+
+
+def _same_file(fd, path):
+    """Whether the open file ``fd`` is the file now at ``path``."""
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (mine.st_dev, mine.st_ino) == (found.st_dev, found.st_ino)
 
 
 def _lock_holder(fd, wait=1.0):

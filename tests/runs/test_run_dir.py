@@ -442,3 +442,45 @@ def test_a_second_job_on_a_run_fails_at_once_and_a_killed_holder_blocks_nothing(
     again = _train_toy(out, "--steps", str(step + 5))   # the normal end released it: the next job resumes
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"wrote {out}: step {step + 5}" in again.stdout
+
+
+def test_a_refused_job_leaves_no_trace(tmp_path, capsys):
+    """A job refused before it writes anything removes its lock file, and the directory the lock created."""
+    from kerasplm import cli
+
+    out = tmp_path / "new" / "run"
+    assert cli.main(["train", "translator", "--preset", "transformer_huge", "--out", str(out)]) == 2
+    assert "option preset: expected one of" in capsys.readouterr().err
+    assert not out.exists() and (tmp_path / "new").exists()   # makedirs' parents stay; the run directory goes
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert cli.main(["train", "translator", "--preset", "transformer_huge", "--out", str(empty)]) == 2
+    assert empty.is_dir() and not any(empty.iterdir())         # the user's directory stays, without the lock
+
+
+def test_a_lock_taken_on_a_removed_lock_file_is_taken_again(tmp_path, monkeypatch):
+    """The race the removal opens: job B opens .lock, job A (failed, nothing written) removes it and the directory
+    and releases its flock, B's flock then succeeds on the removed file. B must notice and lock the file that is
+    at the path now, so that a third job is refused."""
+    from kerasplm.runs import run_dir
+
+    path = str(tmp_path / "run")
+    first, second = RunDir(path), RunDir(path)
+    first.lock()
+    real_flock, interleaved = run_dir.fcntl.flock, []
+
+    def flock(fd, operation):
+        if not interleaved:
+            interleaved.append(fd)
+            first.unlock()
+            assert not os.path.exists(path)
+        return real_flock(fd, operation)
+
+    monkeypatch.setattr(run_dir.fcntl, "flock", flock)
+    second.lock()
+    monkeypatch.setattr(run_dir.fcntl, "flock", real_flock)
+    assert os.path.exists(os.path.join(path, ".lock")) and interleaved
+    with pytest.raises(RunDirError, match="in use by another kerasplm job"):
+        RunDir(path).lock()
+    second.unlock()
+    assert not os.path.exists(path)
