@@ -53,7 +53,7 @@ class EmbedderModule(ExportModule):
         super().__init__(backbone, name="embedder")
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
-        limit = backbone.config.max_positions
+        limit = backbone.config.max_positions - backbone.config.position_offset
         sequence_length = int(sequence_length or limit)
         if not 3 <= sequence_length <= limit:
             raise ValueError(f"sequence_length must be in [3, {limit}] (the model's positions), got {sequence_length}")

@@ -1,7 +1,7 @@
 """BERT (and its variants): the command-line face of the family, declared without TensorFlow.
 
 ``kerasplm train bert``; ``finetune bert-classifier|bert-tagger|bert-simcse|bert-qa``; ``fill-mask``;
-``export fill-mask|embedder|classifier|tagger|qa``; ``convert bert``. Runs of families ``bert`` (pretrained or
+``export fill-mask|embedder|classifier|tagger|qa``; ``convert bert|distilbert|electra|roberta|albert``. Runs of families ``bert`` (pretrained or
 converted), ``bert_classifier``, ``bert_tagger``, ``bert_simcse``, ``bert_qa``.
 """
 import dataclasses
@@ -280,4 +280,18 @@ COMMANDS = [
             "kerasplm.convert.bert:convert_bert_command",
             description="Convert a HuggingFace BERT directory (config.json, model.safetensors, vocab.txt) or "
                         "Google's layout (bert_config.json, bert_model.ckpt.*, vocab.txt) into a run directory."),
+    Command("convert", "distilbert", "a HuggingFace DistilBERT directory", WeightsDirectoryOptions,
+            "kerasplm.convert.bert_variants:convert_distilbert_command",
+            description="Convert a HuggingFace DistilBERT directory (config.json, model.safetensors, vocab.txt) into "
+                        "a BERT run directory (no token types; the pooler, which DistilBERT lacks, drawn fresh)."),
+    Command("convert", "electra", "a HuggingFace ELECTRA discriminator or generator directory",
+            WeightsDirectoryOptions, "kerasplm.convert.bert_variants:convert_electra_command",
+            description="Convert a HuggingFace ELECTRA directory (config.json, model.safetensors, vocab.txt) into a "
+                        "BERT run directory: the discriminator with its replaced-token-detection head, or the "
+                        "generator as an MLM-only pretraining run."),
+    Command("convert", "roberta", "a HuggingFace RoBERTa directory", WeightsDirectoryOptions,
+            "kerasplm.convert.bert_variants:convert_roberta_command",
+            description="Convert a HuggingFace RoBERTa directory (config.json, model.safetensors, vocab.json, "
+                        "merges.txt) into a BERT run directory: byte-level BPE, <s> A </s></s> B </s>, positions "
+                        "from padding_idx + 1; a RobertaForMaskedLM keeps its MLM head."),
 ]

@@ -212,8 +212,9 @@ def bert_init_parts(init, length, length_option="max_length"):
     if init is None:
         raise ValueError("give the BERT run to start from (init / --init)")
     backbone, tokenizer, options = bert_run_parts(init)
-    if length > backbone.config.max_positions:
-        raise ValueError(f"{length_option}={length} exceeds the model's {backbone.config.max_positions} positions")
+    positions = backbone.config.max_positions - backbone.config.position_offset
+    if length > positions:
+        raise ValueError(f"{length_option}={length} exceeds the model's {positions} positions")
     return backbone, tokenizer, options
 
 
