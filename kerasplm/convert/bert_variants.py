@@ -239,6 +239,90 @@ def load_hf_roberta(directory, allow_pickle=False, **config_overrides):
     return model, PRETRAINING_TASK, {**options, "sentence_task": "none"}
 
 
+# ------------------------------------------------------------------------------------------------ ALBERT
+_ALBERT_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
+
+
+def albert_config(hf):
+    """A :class:`BertConfig` from an ALBERT ``config.json`` dict: factorized embedding, one shared block."""
+    act = _check_activation(hf, "hidden_act", tuple(_ALBERT_ACTIVATIONS))
+    for key in ("num_hidden_groups", "inner_group_num"):
+        if hf.get(key, 1) != 1:
+            raise ValueError(f"{key}={hf[key]} is not supported (one shared layer group of one layer, as every "
+                             "released ALBERT)")
+    config = config_from_hf({**hf, "hidden_act": "gelu"})
+    size = hf.get("embedding_size", 128)
+    return dataclasses.replace(config, embedding_size=None if size == config.hidden_size else size,
+                               share_layers=True, activation=_ALBERT_ACTIVATIONS[act]).validate()
+
+
+def albert_plan(backbone):
+    emb = backbone.embeddings
+    plan = [("embeddings.word_embeddings.weight", emb.embedding.embeddings, False),
+            ("embeddings.position_embeddings.weight", emb.position_embedding.embeddings, False),
+            ("embeddings.token_type_embeddings.weight", emb.segment_embedding.embeddings, False)]
+    plan += _norm("embeddings.LayerNorm", emb.embedding_layernorm)
+    if hasattr(emb, "embedding_projection"):
+        plan += _dense("encoder.embedding_hidden_mapping_in", emb.embedding_projection)
+    block, layer = backbone.blocks[0], "encoder.albert_layer_groups.0.albert_layers.0"
+    for hf, ours in (("query", block.mha.wq), ("key", block.mha.wk), ("value", block.mha.wv),
+                     ("dense", block.mha.dense)):
+        plan += _dense(f"{layer}.attention.{hf}", ours)
+    plan += _norm(f"{layer}.attention.LayerNorm", block.layernorm1)
+    plan += _dense(f"{layer}.ffn", block.ffn.layers[0]) + _dense(f"{layer}.ffn_output", block.ffn.layers[1])
+    plan += _norm(f"{layer}.full_layer_layer_norm", block.layernorm2)
+    return plan + _dense("pooler", backbone.pooler)
+
+
+def load_hf_albert(directory, allow_pickle=False, **config_overrides):
+    """``(model, task, options)`` of a HuggingFace ALBERT directory: ``AlbertForPreTraining`` (MLM + SOP) or
+    ``AlbertForMaskedLM`` (MLM) as a :class:`BertPretrainer` (the decoder tied to the word embeddings), a bare
+    ``AlbertModel`` as the :class:`BertBackbone`."""
+    config = dataclasses.replace(albert_config(_read_json(os.path.join(directory, "config.json"))),
+                                 **config_overrides).validate()
+    backbone = _fresh_backbone(config)
+    tensors, heads = _split_prefix(read_hf_tensors(directory, allow_pickle, keep_heads=True), "albert.")
+    absent = assign_plan(albert_plan(backbone), tensors, directory, optional=["pooler.weight", "pooler.bias"])
+    options = {"fresh_pooler": bool(absent)}
+    if not heads:
+        return backbone, "backbone", options
+    sentence_task = "sop" if any(k.startswith("sop_classifier.") for k in heads) else "none"
+    model = BertPretrainer(backbone, sentence_task=sentence_task)
+    _tied_decoder(heads, "predictions.decoder.weight", tensors, directory)
+    heads.pop("predictions.decoder.bias", None)   # the same tensor as predictions.bias
+    plan = _mlm_head_plan(model.mlm_head, "predictions.", ("dense", "LayerNorm", "bias"))
+    if sentence_task == "sop":
+        plan += _dense("sop_classifier.classifier", model.sentence_head)
+    assign_plan(plan, heads, directory)
+    return model, PRETRAINING_TASK, {**options, "sentence_task": sentence_task}
+
+
+def _spm_preprocessor(source, run, config):
+    """``spiece.model`` copied into the run; ``[CLS] A [SEP] B [SEP]`` over ALBERT's SentencePiece tokenizer of the
+    copy (lower case and accents as ``tokenizer_config.json`` says, default: lower-cased, accents removed)."""
+    from kerasplm.text.bert_tokenizer import BertPreprocessor  # noqa: PLC0415
+    from kerasplm.text.sentencepiece import AlbertSentencePieceTokenizer  # noqa: PLC0415
+
+    path = os.path.join(source, "spiece.model")
+    if not os.path.exists(path):
+        raise ValueError(f"{path}: not found (the run needs the model's SentencePiece vocabulary)")
+    settings = {}
+    tokenizer_config = os.path.join(source, "tokenizer_config.json")
+    if os.path.exists(tokenizer_config):
+        settings = _read_json(tokenizer_config)
+    lower_case, keep_accents = bool(settings.get("do_lower_case", True)), bool(settings.get("keep_accents", False))
+    AlbertSentencePieceTokenizer(path)   # a damaged file: refused before the run is written
+    with open(path, "rb") as f:
+        data = f.read()
+
+    def make():
+        tokenizer = AlbertSentencePieceTokenizer(run.file("spiece.model"), lower_case=lower_case,
+                                                 keep_accents=keep_accents)
+        return BertPreprocessor(tokenizer, config.max_positions, pad_to_length=False, pad_token="<pad>")
+    return {"spiece.model": data}, {"spm_model": "spiece.model"}, {"lower_case": lower_case,
+                                                                    "keep_accents": keep_accents}, make
+
+
 # RoBERTa's special tokens (HuggingFace's RobertaTokenizer defaults), recognised when written in the text.
 ROBERTA_SPECIAL_TOKENS = {"start": "<s>", "end": "</s>", "pad": "<pad>", "unk": "<unk>", "mask": "<mask>"}
 
@@ -289,8 +373,13 @@ def write_converted_run(source, out, load, kind, tokenizer_files):
     model, task, options = load()
     backbone = getattr(model, "backbone", model)
     files, assets, tokenizer_options, make_preprocessor = tokenizer_files(source, run, backbone.config)
-    for name, text in files.items():
-        run.write_text(name, text)
+    for name, content in files.items():
+        if isinstance(content, bytes):
+            os.makedirs(run.path, exist_ok=True)
+            with open(run.file(name), "wb") as f:
+                f.write(content)
+        else:
+            run.write_text(name, content)
     preprocessor = make_preprocessor()
     backbone.check_preprocessor(preprocessor)
     tf.train.CheckpointManager(tf.train.Checkpoint(model=model), run.checkpoint_dir, max_to_keep=1).save()
@@ -322,6 +411,12 @@ def convert_roberta_to_run(source, out, allow_pickle=False):
                                _bpe_preprocessor)
 
 
+def convert_albert_to_run(source, out, allow_pickle=False):
+    """A ``bert`` run from a HuggingFace ALBERT directory (``AlbertForPreTraining`` / ``AlbertForMaskedLM``: task
+    ``pretraining``; bare model: ``backbone``) and its ``spiece.model``."""
+    return write_converted_run(source, out, lambda: load_hf_albert(source, allow_pickle), "albert", _spm_preprocessor)
+
+
 def _command(convert):
     def command(source, out, allow_pickle=False):
         run = convert(source, out, allow_pickle=allow_pickle)
@@ -333,3 +428,4 @@ def _command(convert):
 convert_distilbert_command = _command(convert_distilbert_to_run)
 convert_electra_command = _command(convert_electra_to_run)
 convert_roberta_command = _command(convert_roberta_to_run)
+convert_albert_command = _command(convert_albert_to_run)

@@ -294,4 +294,9 @@ COMMANDS = [
             description="Convert a HuggingFace RoBERTa directory (config.json, model.safetensors, vocab.json, "
                         "merges.txt) into a BERT run directory: byte-level BPE, <s> A </s></s> B </s>, positions "
                         "from padding_idx + 1; a RobertaForMaskedLM keeps its MLM head."),
+    Command("convert", "albert", "a HuggingFace ALBERT directory", WeightsDirectoryOptions,
+            "kerasplm.convert.bert_variants:convert_albert_command",
+            description="Convert a HuggingFace ALBERT directory (config.json, model.safetensors, spiece.model) into a "
+                        "BERT run directory: factorized embedding, one shared block, SentencePiece vocabulary; "
+                        "AlbertForPreTraining / AlbertForMaskedLM keep their MLM (and SOP) heads."),
 ]

@@ -260,6 +260,18 @@ class BertPreprocessor(Preprocessor):
     def from_config(cls, config):
         return cls(**{**config, "tokenizer": keras.saving.deserialize_keras_object(config["tokenizer"])})
 
+    @classmethod
+    def for_tokenizer(cls, tokenizer, sequence_length=128, pad_to_length=True):
+        """The packing of the model ``tokenizer`` belongs to, told by its vocabulary: BERT's ``[CLS] A [SEP] B
+        [SEP]`` when it holds ``[CLS]`` (padding ``[PAD]``, or ``<pad>`` as ALBERT's SentencePiece), else RoBERTa's
+        ``<s> A </s></s> B </s>`` (padding ``<pad>``)."""
+        vocab = set(tokenizer.vocab)
+        pad = "[PAD]" if "[PAD]" in vocab or "<pad>" not in vocab else "<pad>"
+        if "[CLS]" in vocab or "<s>" not in vocab:
+            return cls(tokenizer, sequence_length, pad_to_length, pad_token=pad)
+        return cls(tokenizer, sequence_length, pad_to_length, start_token="<s>", end_token="</s>", pad_token=pad,
+                   pair_separators=2)
+
     def packed(self, text, text_pair=None):
         """Ragged ``(token_ids, segment_ids)`` [B, (len)], len <= sequence_length."""
         segments = [self.tokenizer.tokenize(text)]
