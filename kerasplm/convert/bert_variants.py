@@ -25,6 +25,7 @@ are reported together in one ``ValueError`` and nothing is assigned unless all f
 """
 import dataclasses
 import os
+import shutil
 
 import keras
 import numpy as np
@@ -373,15 +374,21 @@ def write_converted_run(source, out, load, kind, tokenizer_files):
     model, task, options = load()
     backbone = getattr(model, "backbone", model)
     files, assets, tokenizer_options, make_preprocessor = tokenizer_files(source, run, backbone.config)
-    for name, content in files.items():
-        if isinstance(content, bytes):
-            os.makedirs(run.path, exist_ok=True)
-            with open(run.file(name), "wb") as f:
-                f.write(content)
-        else:
-            run.write_text(name, content)
-    preprocessor = make_preprocessor()
-    backbone.check_preprocessor(preprocessor)
+    created = not os.path.exists(run.path)
+    try:
+        for name, content in files.items():
+            if isinstance(content, bytes):
+                os.makedirs(run.path, exist_ok=True)
+                with open(run.file(name), "wb") as f:
+                    f.write(content)
+            else:
+                run.write_text(name, content)
+        preprocessor = make_preprocessor()
+        backbone.check_preprocessor(preprocessor)
+    except BaseException:
+        if created:   # a failed conversion leaves no directory behind
+            shutil.rmtree(run.path, ignore_errors=True)
+        raise
     tf.train.CheckpointManager(tf.train.Checkpoint(model=model), run.checkpoint_dir, max_to_keep=1).save()
     options = {"source": os.path.abspath(source), "format": "huggingface", "model": kind, **options,
                **tokenizer_options}

@@ -225,7 +225,8 @@ class EmbedderExportOptions(ExportOptions):
 
 @dataclasses.dataclass(frozen=True)
 class WeightsDirectoryOptions(JobOptions):
-    """``kerasplm convert bert`` and ``convert gpt2``: a HuggingFace (or Google) directory -> a new run."""
+    """``kerasplm convert bert|distilbert|electra|roberta|albert`` and ``convert gpt2``: a HuggingFace (or Google)
+    directory -> a new run."""
     source: str = option(None, "the directory holding the weights", flag="--from", metavar="DIR", required=True)
     out: str = option(None, "the run directory to write (must not hold a run)", metavar="RUN_DIR", required=True)
     allow_pickle: bool = option(False, "also read pytorch_model.bin (unpickling runs code from the file: only for "

@@ -336,3 +336,16 @@ def test_a_sentencepiece_run_fine_tunes_a_classifier(albert, tmp_path):
     with pytest.raises(ValueError, match="needs a WordPiece \\(BERT\\) tokenizer"):
         finetune_bert_tagger(str(tmp_path / "tagger"), train=str(conll), init=run_dir, steps=1, sequence_length=8,
                              verbose=0)
+
+
+def test_a_tokenizer_that_does_not_fit_leaves_no_run(roberta, tmp_path, capsys):
+    """RoBERTa's special tokens missing from vocab.json: one line, exit 2, no directory written."""
+    source, _, _ = roberta
+    for name in ("config.json", "model.safetensors", "merges.txt"):
+        (tmp_path / name).write_bytes(open(os.path.join(source, name), "rb").read())
+    vocab = json.loads(open(os.path.join(source, "vocab.json"), encoding="utf-8").read())
+    del vocab["<mask>"]
+    (tmp_path / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    assert cli.main(["convert", "roberta", "--from", str(tmp_path), "--out", str(tmp_path / "run")]) == 2
+    assert "special tokens {'mask': '<mask>'} are not in the vocabulary" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
