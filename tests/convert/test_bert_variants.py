@@ -166,6 +166,16 @@ def test_electra_generator_mlm_logits_match_transformers(electra):
     expected = hf_outputs(generator).logits.numpy()
     np.testing.assert_allclose(outputs["mlm_logits"].numpy(), np.take_along_axis(expected, positions[..., None], 1),
                                atol=1e-4)
+    # `kerasplm fill-mask` reads the generator run: its top tokens are transformers' at the [MASK].
+    from kerasplm.export.bert import fill_mask_module
+
+    (candidates,), = fill_mask_module(run_dir, top_k=3).fill(["the [MASK] sat"])
+    ids = [WORDPIECE_VOCAB.index(t) for t in ("[CLS]", "the", "[MASK]", "sat", "[SEP]")]
+    with torch.no_grad():
+        probabilities = torch.softmax(generator(input_ids=torch.tensor([ids])).logits[0, 2], -1).numpy()
+    best = np.argsort(-probabilities)[:3]
+    assert [t for t, _ in candidates] == [WORDPIECE_VOCAB[i] for i in best]
+    np.testing.assert_allclose([p for _, p in candidates], probabilities[best], atol=1e-5)
 
 
 def test_a_converted_electra_discriminator_is_a_fine_tuning_init(electra, tmp_path):
