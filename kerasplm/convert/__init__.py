@@ -1,6 +1,7 @@
 """Pretrained weights from other formats into kerasplm models (see each family's module).
 
-``bert``: HuggingFace BERT directories and Google's original TF checkpoints; ``gpt2``: HuggingFace GPT-2
+``bert``: HuggingFace BERT directories and Google's original TF checkpoints; ``bert_variants``: HuggingFace
+DistilBERT, ELECTRA, RoBERTa and ALBERT directories (as ``bert`` runs); ``gpt2``: HuggingFace GPT-2
 directories; ``elmo``: AllenNLP bilm-tf's options.json + weights.hdf5. BERT and GPT-2 read safetensors (pickled ``pytorch_model.bin`` only with ``allow_pickle=True``) and
 report every missing, unknown or mis-shaped tensor in one error.
 """

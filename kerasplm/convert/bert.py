@@ -46,8 +46,9 @@ def weight_map(backbone):
     (``("encoder", ("layer", 0), "attention", "self", "query")``), ``kind`` one of ``_KINDS``."""
     emb = backbone.embeddings
     entries = [(("embeddings", "word_embeddings"), "embedding", emb.embedding.embeddings),
-               (("embeddings", "position_embeddings"), "embedding", emb.position_embedding.embeddings),
-               (("embeddings", "token_type_embeddings"), "embedding", emb.segment_embedding.embeddings)]
+               (("embeddings", "position_embeddings"), "embedding", emb.position_embedding.embeddings)]
+    if hasattr(emb, "segment_embedding"):   # not with num_segments=0 (DistilBERT)
+        entries.append((("embeddings", "token_type_embeddings"), "embedding", emb.segment_embedding.embeddings))
     entries += _norm(("embeddings", "LayerNorm"), emb.embedding_layernorm)
     if hasattr(emb, "embedding_projection"):  # ALBERT's factorized embedding (own HF names not mapped)
         entries += _dense(("encoder", "embedding_hidden_mapping_in"), emb.embedding_projection)

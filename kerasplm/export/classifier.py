@@ -58,8 +58,7 @@ class ClassifierModule(ExportModule):
         if preprocessor is None:
             raise ValueError("the classifier has no preprocessor (load it with kerasplm.runs.load_run)")
         if isinstance(preprocessor, BertPreprocessor):
-            self.preprocessor = BertPreprocessor(preprocessor.tokenizer, preprocessor.sequence_length,
-                                                 pad_to_length=False)
+            self.preprocessor = preprocessor.with_length(preprocessor.sequence_length, pad_to_length=False)
         else:
             self.preprocessor = preprocessor.with_padding(False)
         self.regression = classifier.num_labels == 1

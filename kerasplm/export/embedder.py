@@ -20,6 +20,7 @@ from kerasplm.models.bert import BertBackbone
 from kerasplm.models.bert_tasks import POOLINGS, pool_sequence
 from kerasplm.runs import RunDirError, load_run
 from kerasplm.text.bert_tokenizer import BertPreprocessor, BertTokenizer
+from kerasplm.text.wordpiece import WordPieceTokenizer
 
 FAMILY = "bert_embedder"
 # sentence-transformers' pooling modes (1_Pooling/config.json, as the converter records them) -> ours.
@@ -39,7 +40,8 @@ def bert_run_parts(run_dir):
     tokenizer = getattr(getattr(loaded, "preprocessor", None), "tokenizer", None)
     if tokenizer is None:
         raise RunDirError(f"{loaded.run_info.path}/config.json: the run stores no preprocessor (no tokenizer)")
-    if not isinstance(tokenizer, BertTokenizer):   # a tagger's or pretraining run's WordPiece: BERT's own rules
+    if isinstance(tokenizer, WordPieceTokenizer) and not isinstance(tokenizer, BertTokenizer):
+        # a tagger's or pretraining run's WordPiece: BERT's own rules (RoBERTa's BPE, ALBERT's SentencePiece: kept)
         tokenizer = BertTokenizer(tokenizer.vocabulary_file or tokenizer.vocab, lower_case=tokenizer.lower_case)
     return backbone, tokenizer, config.get("options", {})
 
@@ -53,13 +55,13 @@ class EmbedderModule(ExportModule):
         super().__init__(backbone, name="embedder")
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
-        limit = backbone.config.max_positions
+        limit = backbone.config.max_positions - backbone.config.position_offset
         sequence_length = int(sequence_length or limit)
         if not 3 <= sequence_length <= limit:
             raise ValueError(f"sequence_length must be in [3, {limit}] (the model's positions), got {sequence_length}")
         self.pooling, self.normalize, self.sequence_length = pooling, bool(normalize), sequence_length
         # Padded to the longest row of each request, not to sequence_length: serving pays for real tokens only.
-        self.preprocessor = BertPreprocessor(tokenizer, sequence_length, pad_to_length=False)
+        self.preprocessor = BertPreprocessor.for_tokenizer(tokenizer, sequence_length, pad_to_length=False)
 
     # autograph=False: straight-line code; autograph would rewrite the whole Keras model at every trace.
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")], autograph=False)
@@ -97,7 +99,7 @@ def export_embedder(run_dir, model_base_path, pooling=None, normalize=None, sequ
     module = EmbedderModule(backbone, tokenizer, pooling=pooling, normalize=normalize,
                             sequence_length=sequence_length)
     metadata = {"pooling": module.pooling, "normalize": module.normalize, "sequence_length": module.sequence_length,
-                "embedding_size": backbone.config.hidden_size, "lower_case": tokenizer.lower_case}
+                "embedding_size": backbone.config.hidden_size, "lower_case": getattr(tokenizer, "lower_case", None)}
     return save_version(module, model_base_path, version=version, overwrite=overwrite, metadata=metadata)
 
 

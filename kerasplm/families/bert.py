@@ -1,7 +1,7 @@
 """BERT (and its variants): the command-line face of the family, declared without TensorFlow.
 
 ``kerasplm train bert``; ``finetune bert-classifier|bert-tagger|bert-simcse|bert-qa``; ``fill-mask``;
-``export fill-mask|embedder|classifier|tagger|qa``; ``convert bert``. Runs of families ``bert`` (pretrained or
+``export fill-mask|embedder|classifier|tagger|qa``; ``convert bert|distilbert|electra|roberta|albert``. Runs of families ``bert`` (pretrained or
 converted), ``bert_classifier``, ``bert_tagger``, ``bert_simcse``, ``bert_qa``.
 """
 import dataclasses
@@ -236,7 +236,8 @@ class EmbedderExportOptions(ExportOptions):
 
 @dataclasses.dataclass(frozen=True)
 class WeightsDirectoryOptions(JobOptions):
-    """``kerasplm convert bert`` and ``convert gpt2``: a HuggingFace (or Google) directory -> a new run."""
+    """``kerasplm convert bert|distilbert|electra|roberta|albert`` and ``convert gpt2``: a HuggingFace (or Google)
+    directory -> a new run."""
     source: str = option(None, "the directory holding the weights", flag="--from", metavar="DIR", required=True)
     out: str = option(None, "the run directory to write (must not hold a run)", metavar="RUN_DIR", required=True)
     allow_pickle: bool = option(False, "also read pytorch_model.bin (unpickling runs code from the file: only for "
@@ -291,4 +292,23 @@ COMMANDS = [
             "kerasplm.convert.bert:convert_bert_command",
             description="Convert a HuggingFace BERT directory (config.json, model.safetensors, vocab.txt) or "
                         "Google's layout (bert_config.json, bert_model.ckpt.*, vocab.txt) into a run directory."),
+    Command("convert", "distilbert", "a HuggingFace DistilBERT directory", WeightsDirectoryOptions,
+            "kerasplm.convert.bert_variants:convert_distilbert_command",
+            description="Convert a HuggingFace DistilBERT directory (config.json, model.safetensors, vocab.txt) into "
+                        "a BERT run directory (no token types; the pooler, which DistilBERT lacks, drawn fresh)."),
+    Command("convert", "electra", "a HuggingFace ELECTRA discriminator or generator directory",
+            WeightsDirectoryOptions, "kerasplm.convert.bert_variants:convert_electra_command",
+            description="Convert a HuggingFace ELECTRA directory (config.json, model.safetensors, vocab.txt) into a "
+                        "BERT run directory: the discriminator with its replaced-token-detection head, or the "
+                        "generator as an MLM-only pretraining run."),
+    Command("convert", "roberta", "a HuggingFace RoBERTa directory", WeightsDirectoryOptions,
+            "kerasplm.convert.bert_variants:convert_roberta_command",
+            description="Convert a HuggingFace RoBERTa directory (config.json, model.safetensors, vocab.json, "
+                        "merges.txt) into a BERT run directory: byte-level BPE, <s> A </s></s> B </s>, positions "
+                        "from padding_idx + 1; a RobertaForMaskedLM keeps its MLM head."),
+    Command("convert", "albert", "a HuggingFace ALBERT directory", WeightsDirectoryOptions,
+            "kerasplm.convert.bert_variants:convert_albert_command",
+            description="Convert a HuggingFace ALBERT directory (config.json, model.safetensors, spiece.model) into a "
+                        "BERT run directory: factorized embedding, one shared block, SentencePiece vocabulary; "
+                        "AlbertForPreTraining / AlbertForMaskedLM keep their MLM (and SOP) heads."),
 ]

@@ -28,7 +28,7 @@ regression: MSE and Pearson's r). Resumable like every kerasplm job; :func:`load
 import keras
 
 from kerasplm.families.bert import BertClassifierOptions
-from kerasplm.jobs.finetuning import BERT_ASSETS, ClassificationJob
+from kerasplm.jobs.finetuning import ClassificationJob
 # Their home is kerasplm.jobs.finetuning (the fine-tuning rail); importable from here as before.
 from kerasplm.jobs.finetuning import LayerwiseAdamW, layer_decay_multiplier, read_classification_tsv
 from kerasplm.models.bert import BertBackbone
@@ -68,8 +68,8 @@ class BertClassifierJob(ClassificationJob):
                 self.init_backbone = BertBackbone.from_config_object(self.backbone_config, name=self.init_backbone.name)
             self.log(f"started from {o.init} ({'fresh weights' if o.random_init else 'pretrained'})")
             self.labels = self.new_labels()
-            self.write_config("custom", assets=BERT_ASSETS)
-            preprocessor = BertPreprocessor(tokenizer, o.max_length)
+            self.write_config("custom", assets=self.init_assets)
+            preprocessor = BertPreprocessor.for_tokenizer(tokenizer, o.max_length)
         self.classification_data(preprocessor)
 
     def build_model(self):

@@ -128,7 +128,7 @@ class BertQAJob(FineTuningJob):
             self.backbone_config = stored.backbone.config
             serving = stored.preprocessor
         else:
-            tokenizer, _ = self.start_from_bert(o.sequence_length, "sequence_length")
+            tokenizer, _ = self.start_from_bert(o.sequence_length, "sequence_length", wordpiece_only=True)
             self.write_config("custom", assets=BERT_ASSETS)
             # What the run stores with the model: windows padded to the longest of each request.
             serving = QuestionAnswerPreprocessor(tokenizer, o.sequence_length, o.doc_stride, o.max_query_length,

@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from kerasplm.families.bert import SimCSEOptions
-from kerasplm.jobs.finetuning import BERT_ASSETS, FineTuningJob, cut_padding
+from kerasplm.jobs.finetuning import FineTuningJob, cut_padding
 from kerasplm.models.bert import BertBackbone
 from kerasplm.models.bert_simcse import BertSimCSE, alignment_uniformity
 from kerasplm.options import RUN
@@ -92,8 +92,8 @@ class BertSimCSEJob(FineTuningJob):
         else:
             tokenizer, _ = self.start_from_bert(o.max_length)
             recorded = {"pooling": [_RECORDED_POOLING[o.pooling]], "normalize": o.normalize}
-            self.write_config("custom", {**o.stored(RUN), "sentence_embedding": recorded}, assets=BERT_ASSETS)
-            self.preprocessor = BertPreprocessor(tokenizer, o.max_length)
+            self.write_config("custom", {**o.stored(RUN), "sentence_embedding": recorded}, assets=self.init_assets)
+            self.preprocessor = BertPreprocessor.for_tokenizer(tokenizer, o.max_length)
         self.log(f"data: {len(self.sentences)} sentences, batches of {o.batch_size}, {o.pooling} pooling")
         self.train_dataset = make_sentence_dataset(self.preprocessor, self.sentences, o.batch_size, o.seed,
                                                    o.length_bucket)

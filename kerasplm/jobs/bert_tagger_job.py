@@ -110,7 +110,7 @@ class BertTaggerJob(FineTuningJob):
             self.backbone_config, self.labels = stored.backbone.config, list(stored.labels)
             self.preprocessor = stored.preprocessor
         else:
-            bert_tokenizer, init_config = self.start_from_bert(o.sequence_length, "sequence_length")
+            bert_tokenizer, init_config = self.start_from_bert(o.sequence_length, "sequence_length", wordpiece_only=True)
             self.labels = label_vocabulary(self.train)
             # The tagger's words are split by tensorflow-text's WordPiece tokenizer, with the init run's casing.
             tokenizer = WordPieceTokenizer(bert_tokenizer.vocabulary_file or bert_tokenizer.vocab,

@@ -50,6 +50,7 @@ from kerasplm.options import resolve_options
 from kerasplm.runs import RunDir
 from kerasplm.text.preprocessing import trim_to_bucket
 from kerasplm.training import BudgetSchedule
+from kerasplm.text.bert_tokenizer import BertTokenizer
 from kerasplm.training.optimizers import FusedAdamW
 
 __all__ = ["FineTuningJob", "ClassificationJob", "LayerwiseAdamW", "bert_init_parts", "classification_scores",
@@ -232,8 +233,9 @@ def bert_init_parts(init, length, length_option="max_length"):
     if init is None:
         raise ValueError("give the BERT run to start from (init / --init)")
     backbone, tokenizer, options = bert_run_parts(init)
-    if length > backbone.config.max_positions:
-        raise ValueError(f"{length_option}={length} exceeds the model's {backbone.config.max_positions} positions")
+    positions = backbone.config.max_positions - backbone.config.position_offset
+    if length > positions:
+        raise ValueError(f"{length_option}={length} exceeds the model's {positions} positions")
     return backbone, tokenizer, options
 
 
@@ -330,12 +332,27 @@ class FineTuningJob(Job):
                 shutil.copyfile(init_run.asset(init_config, key), self.run_dir.file(name))
         return assets, init_config
 
-    def start_from_bert(self, length, length_option="max_length"):
+    def start_from_bert(self, length, length_option="max_length", wordpiece_only=False):
         """A new run from the ``--init`` BERT run (:func:`bert_init_parts`): ``init_backbone`` and
-        ``backbone_config`` set, its vocabulary copied into the run (asset ``vocab``, :data:`BERT_ASSETS`).
+        ``backbone_config`` set, its vocabulary copied into the run (asset ``vocab``, :data:`BERT_ASSETS`; a converted
+        RoBERTa's or ALBERT's tokenizer files under their own assets), the assets the new run records in
+        ``init_assets``. ``wordpiece_only``: a job reading WordPiece offsets refuses another tokenizer in one line.
         Returns ``(its tokenizer over the new run's copy of the vocabulary, the init run's config)``."""
         backbone, tokenizer, _ = bert_init_parts(self.options.init, length, length_option)
         self.init_backbone, self.backbone_config = backbone, backbone.config
+        if not isinstance(tokenizer, BertTokenizer):
+            if wordpiece_only:
+                raise ValueError(f"{self.options.init}: this job needs a WordPiece (BERT) tokenizer, and the run's is "
+                                 f"a {type(tokenizer).__name__}")
+            self.init_assets, init_config = self.copy_init_assets()
+            names = set(self.init_assets.values())
+            if self.run_dir.writer:   # the tokenizer's files named in the new run
+                tokenizer = type(tokenizer).from_config({
+                    key: self.run_dir.file(os.path.basename(value))
+                    if isinstance(value, str) and os.path.basename(value) in names else value
+                    for key, value in tokenizer.get_config().items()})
+            return tokenizer, init_config
+        self.init_assets = BERT_ASSETS
         _, init_config = self.copy_init_assets(BERT_ASSETS)
         if self.run_dir.writer:   # the run's config names its own file, not the init run's
             tokenizer = type(tokenizer).from_config({**tokenizer.get_config(),

@@ -11,6 +11,7 @@ from kerasplm.models.bert_tasks import BertClassifier
 from kerasplm.models.bert_tagger import BertTaggerPreprocessor, BertTokenClassifier
 from kerasplm.models.causal_lm import CausalLM, CausalLMConfig, DecoderOnlyBackbone
 from kerasplm.models.char_rnn import CharRNNBackbone, CharRNNConfig, CharRNNLanguageModel
+from kerasplm.models.electra import ElectraDiscriminator
 from kerasplm.models.elmo import ElmoBiLM, ElmoConfig, ElmoEmbedder, ElmoLanguageModel, ScalarMix
 from kerasplm.models.gpt import GPT, GPTBackbone, GPTConfig
 from kerasplm.models.presets import get_preset, list_presets, register_presets
@@ -21,9 +22,9 @@ from kerasplm.models.transformer import Decoder, Encoder, Transformer, Transform
 __all__ = [
     "Backbone", "BertBackbone", "BertClassifier", "BertConfig", "BertMaskedLMHead", "BertPretrainer",
     "BertTaggerPreprocessor", "BertTokenClassifier", "CausalLM", "CausalLMConfig", "CharRNNBackbone", "CharRNNConfig",
-    "CharRNNLanguageModel", "ConfigMixin", "Decoder",
-    "DecoderOnlyBackbone", "ElmoBiLM", "ElmoConfig", "ElmoEmbedder", "ElmoLanguageModel", "Encoder", "GPT",
-    "GPTBackbone", "GPTConfig", "Preprocessor", "RNNEncoder", "RNNSeq2Seq", "RNNSeq2SeqConfig", "ScalarMix", "TRANSFORMER_PRESETS", "Task", "Transformer",
+    "CharRNNLanguageModel", "ConfigMixin", "Decoder", "DecoderOnlyBackbone", "ElectraDiscriminator", "ElmoBiLM",
+    "ElmoConfig", "ElmoEmbedder", "ElmoLanguageModel", "Encoder", "GPT", "GPTBackbone", "GPTConfig", "Preprocessor",
+    "RNNEncoder", "RNNSeq2Seq", "RNNSeq2SeqConfig", "ScalarMix", "TRANSFORMER_PRESETS", "Task", "Transformer",
     "TransformerConfig", "get_preset",
     "list_presets", "presets", "register_presets",
 ]

@@ -25,6 +25,9 @@ from kerasplm.models.base import Backbone
 from kerasplm.models.presets import register_presets
 from kerasplm.text.bert_tokenizer import BertPreprocessor
 
+# Block activations: exact-erf GELU (BERT) or its tanh approximation (ALBERT's "gelu_new").
+ACTIVATIONS = ("gelu", "gelu_tanh")
+
 # The run family of a BERT encoder's own runs (``kerasplm convert bert``, ``kerasplm train bert``).
 RUN_FAMILY = "bert"
 
@@ -34,7 +37,13 @@ class BertConfig:
     """Hyper-parameters of a BERT / ALBERT encoder (HuggingFace's names in brackets where they differ:
     num_layers [num_hidden_layers], num_heads [num_attention_heads], max_positions
     [max_position_embeddings], num_segments [type_vocab_size], dropout [hidden_dropout_prob],
-    attention_dropout [attention_probs_dropout_prob], layer_norm_epsilon [layer_norm_eps])."""
+    attention_dropout [attention_probs_dropout_prob], layer_norm_epsilon [layer_norm_eps]).
+
+    The defaults are BERT's; the variants the converters read set: ``num_segments`` 0 (DistilBERT: no token-type
+    table) or 1 (RoBERTa); ``embedding_size`` (ALBERT, ELECTRA: E -> H projection); ``share_layers`` (ALBERT);
+    ``activation`` ``"gelu_tanh"`` (ALBERT's ``gelu_new``); ``position_offset`` (RoBERTa: position i reads row
+    i + 2 of the table, HuggingFace's ``padding_idx + 1``; the usable length is ``max_positions - position_offset``).
+    A model with fewer than two token types reads no ``segment_ids``."""
 
     vocab_size: int
     num_layers: int
@@ -49,13 +58,24 @@ class BertConfig:
     embedding_size: int = None
     share_layers: bool = False
     initializer_range: float = 0.02
+    activation: str = "gelu"
+    position_offset: int = 0
 
     def validate(self):
         for name in ("vocab_size", "num_layers", "hidden_size", "num_heads", "intermediate_size",
-                     "max_positions", "num_segments"):
+                     "max_positions"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"BertConfig.{name} must be a positive integer, got {value!r}")
+        for name in ("num_segments", "position_offset"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"BertConfig.{name} must be a non-negative integer, got {value!r}")
+        if self.position_offset >= self.max_positions:
+            raise ValueError(f"BertConfig.position_offset={self.position_offset} leaves no position of "
+                             f"max_positions={self.max_positions}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"BertConfig.activation must be one of {ACTIVATIONS}, got {self.activation!r}")
         if self.hidden_size % self.num_heads:
             raise ValueError(f"BertConfig.hidden_size={self.hidden_size} must be divisible by "
                              f"num_heads={self.num_heads}")
@@ -127,7 +147,7 @@ class BertBackbone(Backbone):
 
         def block(name):
             return EncoderLayer(d_model=c.hidden_size, num_heads=c.num_heads, dff=c.intermediate_size,
-                                rate=c.dropout, normalize_first=False, activation="gelu",
+                                rate=c.dropout, normalize_first=False, activation=c.activation,
                                 layer_norm_epsilon=c.layer_norm_epsilon, attention_dropout=c.attention_dropout,
                                 kernel_initializer=init, name=name)
 
@@ -169,13 +189,17 @@ class BertBackbone(Backbone):
         the same way (``[CLS]`` first).
         """
         token_ids = inputs["token_ids"]
-        segment_ids = inputs.get("segment_ids")
+        # One token type (RoBERTa) or none (DistilBERT): the segments of a pair differ by their separators only.
+        segment_ids = inputs.get("segment_ids") if self.config.num_segments > 1 else None
         padding_mask = inputs.get("padding_mask")
         if padding_mask is None:
             padding_mask = tf.ones_like(token_ids)
         # kerasplm's convention: 1.0 = may not attend, broadcast over heads and queries.
         attention_mask = (1.0 - tf.cast(padding_mask, tf.float32))[:, tf.newaxis, tf.newaxis, :]
-        x = self.embeddings(token_ids, segment_ids=segment_ids, training=training)
+        positions = None
+        if self.config.position_offset:
+            positions = tf.range(tf.shape(token_ids)[1]) + self.config.position_offset
+        x = self.embeddings(token_ids, segment_ids=segment_ids, positions=positions, training=training)
         hidden_states, attentions = [x], []
         blocks = self.layer_blocks()
         for i, block in enumerate(blocks):
@@ -200,7 +224,7 @@ class BertBackbone(Backbone):
 def bert_run_preprocessor(tokenizer, config):
     """The preprocessor a ``bert`` run stores with its model (a :class:`BertConfig` ``config``): ``tokenizer``
     packing ``[CLS] A [SEP]`` up to the model's positions, each batch padded to its longest row."""
-    return BertPreprocessor(tokenizer, config.max_positions, pad_to_length=False)
+    return BertPreprocessor(tokenizer, config.max_positions - config.position_offset, pad_to_length=False)
 
 
 def check_vocabulary(vocab_size, preprocessor):

@@ -38,18 +38,24 @@ class BertMaskedLMHead(keras.layers.Layer):
     """BERT's MLM head: dense + exact GELU + LayerNorm, then the tied decoder plus an output bias.
 
     Args: ``output_size`` (E: the word-embedding width), ``vocab_size``, ``layer_norm_epsilon``,
-    ``initializer_range``.
+    ``initializer_range``, ``activation`` (``"gelu"``, exact; ``"gelu_tanh"``: ALBERT's ``gelu_new``).
     Call: ``hidden (B, L, H)``, ``positions int (B, P)``, ``embeddings (V, E)`` -> float32 logits ``(B, P, V)``;
     ``positions=None`` when ``hidden`` is already ``(B, P, H)`` at the positions (the backbone's
     ``output_positions``).
     """
 
-    def __init__(self, output_size, vocab_size, layer_norm_epsilon=1e-12, initializer_range=0.02, **kwargs):
+    def __init__(self, output_size, vocab_size, layer_norm_epsilon=1e-12, initializer_range=0.02, activation="gelu",
+                 **kwargs):
         super().__init__(**kwargs)
+        if activation not in ("gelu", "gelu_tanh"):
+            raise ValueError(f"activation must be 'gelu' or 'gelu_tanh', got {activation!r}")
         self.output_size, self.vocab_size = int(output_size), int(vocab_size)
         self.layer_norm_epsilon, self.initializer_range = layer_norm_epsilon, initializer_range
+        self.activation = activation
         init = keras.initializers.TruncatedNormal(stddev=initializer_range)
-        self.dense = keras.layers.Dense(self.output_size, activation="gelu", kernel_initializer=init, name="dense")
+        # The tanh form is applied in call(): a Dense's activation string names the exact GELU only.
+        self.dense = keras.layers.Dense(self.output_size, activation="gelu" if activation == "gelu" else None,
+                                        kernel_initializer=init, name="dense")
         self.layer_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="layer_norm")
 
     def build(self, hidden_shape=None, *args):
@@ -60,13 +66,17 @@ class BertMaskedLMHead(keras.layers.Layer):
 
     def call(self, hidden, positions, embeddings):
         picked = hidden if positions is None else tf.gather(hidden, tf.cast(positions, tf.int32), batch_dims=1)
-        x = self.layer_norm(self.dense(picked))
+        x = self.dense(picked)
+        if self.activation == "gelu_tanh":
+            x = keras.activations.gelu(x, approximate=True)
+        x = self.layer_norm(x)
         logits = table_logits(x, embeddings)                                           # (B, P, V)
         return tf.cast(logits, tf.float32) + tf.cast(self.bias, tf.float32)
 
     def get_config(self):
         return {**super().get_config(), "output_size": self.output_size, "vocab_size": self.vocab_size,
-                "layer_norm_epsilon": self.layer_norm_epsilon, "initializer_range": self.initializer_range}
+                "layer_norm_epsilon": self.layer_norm_epsilon, "initializer_range": self.initializer_range,
+                **({"activation": self.activation} if self.activation != "gelu" else {})}
 
 
 def _cross_entropy_sums(labels, logits, weights):
@@ -102,7 +112,7 @@ class BertPretrainer(UntrackedPreprocessor, ChecksBackboneVocabulary, Task):
         c = backbone.config
         init = keras.initializers.TruncatedNormal(stddev=c.initializer_range)
         self.mlm_head = BertMaskedLMHead(c.embedding_size or c.hidden_size, c.vocab_size, c.layer_norm_epsilon,
-                                         c.initializer_range, name="mlm_head")
+                                         c.initializer_range, activation=c.activation, name="mlm_head")
         self.sentence_head = None
         if sentence_task != "none":
             self.sentence_head = keras.layers.Dense(2, kernel_initializer=init, name="sentence_head")

@@ -215,21 +215,33 @@ class BertPreprocessor(Preprocessor):
     ``pad_to_length=True`` (fixed shapes for training), else the longest row of the batch (serving; at least 2).
 
     Args:
-      tokenizer: a :class:`BertTokenizer` (its vocabulary must hold ``[CLS]`` and ``[SEP]``, ``[PAD]`` = 0).
+      tokenizer: a :class:`BertTokenizer` (its vocabulary must hold ``[CLS]`` and ``[SEP]``, ``[PAD]`` = 0), or any
+        kerasplm tokenizer holding ``start_token``, ``end_token`` and ``pad_token``.
       sequence_length: the packed length cap, special tokens included (at most the model's positions).
+      start_token, end_token, pad_token: ``[CLS]``, ``[SEP]``, ``[PAD]`` (RoBERTa: ``<s>``, ``</s>``, ``<pad>``).
+      pair_separators: end tokens between the two texts of a pair: 1 (BERT) or 2 (RoBERTa's
+        ``<s> A </s></s> B </s>``).
     """
 
-    def __init__(self, tokenizer, sequence_length=128, pad_to_length=True, name=None):
+    def __init__(self, tokenizer, sequence_length=128, pad_to_length=True, name=None, start_token="[CLS]",
+                 end_token="[SEP]", pad_token="[PAD]", pair_separators=1):
         if isinstance(sequence_length, bool) or not isinstance(sequence_length, int) or sequence_length < 3:
             raise ValueError(f"sequence_length must be an integer >= 3 ([CLS] A [SEP] B [SEP] needs room), "
                              f"got {sequence_length!r}")
-        super().__init__(sequence_length=sequence_length, pad_id=tokenizer.pad_id, name=name)
-        missing = [t for t in ("[CLS]", "[SEP]") if t not in tokenizer.special_tokens]
+        if pair_separators not in (1, 2):
+            raise ValueError(f"pair_separators must be 1 (BERT) or 2 (RoBERTa), got {pair_separators!r}")
+        missing = [t for t in (start_token, end_token, pad_token) if t not in tokenizer.vocab]
         if missing:
             raise ValueError(f"the vocabulary lacks BERT's special token(s) {', '.join(missing)}")
+        super().__init__(sequence_length=sequence_length, pad_id=tokenizer.token_to_id(pad_token), name=name)
         self.tokenizer = tokenizer
-        self.cls_id, self.sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+        self.cls_id, self.sep_id = tokenizer.token_to_id(start_token), tokenizer.token_to_id(end_token)
         self.pad_to_length = bool(pad_to_length)
+        self.pair_separators = pair_separators
+        # Only what differs from BERT's defaults is written to a config (BERT runs' configs stay as they were).
+        self._special_config = {k: v for k, v, default in (
+            ("start_token", start_token, "[CLS]"), ("end_token", end_token, "[SEP]"), ("pad_token", pad_token, "[PAD]"),
+            ("pair_separators", pair_separators, 1)) if v != default}
 
     @property
     def special_token_ids(self):
@@ -237,18 +249,42 @@ class BertPreprocessor(Preprocessor):
 
     def get_config(self):
         return {"tokenizer": keras.saving.serialize_keras_object(self.tokenizer),
-                "sequence_length": self.sequence_length, "pad_to_length": self.pad_to_length, "name": self.name}
+                "sequence_length": self.sequence_length, "pad_to_length": self.pad_to_length, "name": self.name,
+                **self._special_config}
+
+    def with_length(self, sequence_length, pad_to_length):
+        """The same packing (tokenizer, special tokens) at another length."""
+        return type(self)(self.tokenizer, sequence_length, pad_to_length, **self._special_config)
 
     @classmethod
     def from_config(cls, config):
         return cls(**{**config, "tokenizer": keras.saving.deserialize_keras_object(config["tokenizer"])})
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer, sequence_length=128, pad_to_length=True):
+        """The packing of the model ``tokenizer`` belongs to, told by its vocabulary: BERT's ``[CLS] A [SEP] B
+        [SEP]`` when it holds ``[CLS]`` (padding ``[PAD]``, or ``<pad>`` as ALBERT's SentencePiece), else RoBERTa's
+        ``<s> A </s></s> B </s>`` (padding ``<pad>``)."""
+        vocab = set(tokenizer.vocab)
+        pad = "[PAD]" if "[PAD]" in vocab or "<pad>" not in vocab else "<pad>"
+        if "[CLS]" in vocab or "<s>" not in vocab:
+            return cls(tokenizer, sequence_length, pad_to_length, pad_token=pad)
+        return cls(tokenizer, sequence_length, pad_to_length, start_token="<s>", end_token="</s>", pad_token=pad,
+                   pair_separators=2)
 
     def packed(self, text, text_pair=None):
         """Ragged ``(token_ids, segment_ids)`` [B, (len)], len <= sequence_length."""
         segments = [self.tokenizer.tokenize(text)]
         if text_pair is not None:
             segments.append(self.tokenizer.tokenize(text_pair))
-        return pack_segments(segments, self.cls_id, self.sep_id, self.sequence_length)
+        if len(segments) == 1 or self.pair_separators == 1:
+            return pack_segments(segments, self.cls_id, self.sep_id, self.sequence_length)
+        # RoBERTa's "<s> A </s></s> B </s>": trimmed as HuggingFace's longest_first with its 4 special tokens,
+        # then the second separator put before B.
+        first, second = tf_text.RoundRobinTrimmer(max_seq_length=self.sequence_length - 4).trim(segments)
+        separator = tf.fill(tf.stack([second.nrows(), 1]), tf.cast(self.sep_id, second.dtype))
+        second = tf.concat([tf.RaggedTensor.from_tensor(separator), second], axis=1)
+        return pack_segments([first, second], self.cls_id, self.sep_id)
 
     @tf.autograph.experimental.do_not_convert
     def __call__(self, text, text_pair=None):

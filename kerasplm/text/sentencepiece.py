@@ -222,3 +222,51 @@ class SentencePieceTokenizer(VocabularyLookup, tf.Module):
         """Path of the ``.model`` file (inside assets/ once exported)."""
         return self._model_path
 
+
+
+@serializable
+class AlbertSentencePieceTokenizer(SentencePieceTokenizer):
+    """ALBERT's tokenizer: a pretrained SentencePiece model (``spiece.model``) after ALBERT's text normalization,
+    in graph, as HuggingFace's ``AlbertTokenizer`` does it before the model's own normalizer::
+
+        `` and '' -> "      (quotes as ALBERT's preprocessing wrote them)
+        NFKD, then nonspacing marks (Mn) removed    unless keep_accents
+        lower case                                   when lower_case
+
+    Ids equal HuggingFace's on accents, CJK ideographs, emoji, control characters, long words and empty text
+    (``tests/convert/test_bert_variants.py``). One known difference: Hangul. NFKD splits a syllable into jamo;
+    SentencePiece's normalizer composes them again (so does ALBERT's original Python tokenizer), while HuggingFace's
+    ``tokenizers`` applies the same character map grapheme by grapheme and leaves them apart (an unknown piece).
+    Special tokens written in the text (``[MASK]``) are not recognised: they are SentencePiece control symbols.
+    NUL, which tensorflow-text's op takes as the end of the string, is read as U+E000 (a private-use character,
+    unknown to ALBERT's vocabularies: one unknown piece, as SentencePiece makes of NUL).
+    """
+
+    def __init__(self, model, lower_case=True, keep_accents=False, name=None):
+        self.lower_case, self.keep_accents = bool(lower_case), bool(keep_accents)
+        super().__init__(model, name=name)
+
+    def get_config(self):
+        return {**super().get_config(), "lower_case": self.lower_case, "keep_accents": self.keep_accents}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(asset_path(config["model"]), lower_case=config.get("lower_case", True),
+                   keep_accents=config.get("keep_accents", False), name=config.get("name"))
+
+    def normalize(self, strings):
+        """ALBERT's normalization (the class docstring) of valid UTF-8 strings, any shape."""
+        strings = tf.strings.regex_replace(strings, "``|''", '"')
+        if not self.keep_accents:
+            strings = tf.strings.regex_replace(tf_text.normalize_utf8(strings, "NFKD"), r"\p{Mn}", "")
+        if self.lower_case:
+            strings = tf.strings.lower(strings, encoding="utf-8")
+        return strings
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def tokenize(self, strings):
+        """Strings [batch] -> int64 RaggedTensor [batch, (pieces)]; no special token added."""
+        # tensorflow-text's op ends a string at NUL, which SentencePiece's normalizer keeps (an unknown piece):
+        # U+E000 is read the same way (kept, unknown, merged with unknown neighbours as NUL is).
+        strings = tf.strings.regex_replace(sanitize_utf8(strings), r"\x00", "\ue000")
+        return tf.cast(self._op().tokenize(self.normalize(strings)), tf.int64)
