@@ -30,8 +30,8 @@ import tensorflow as tf
 from kerasplm.generation.engine import generate
 from kerasplm.layers.dropout import Dropout
 from kerasplm.models.base import Backbone, Task
+from kerasplm.models.causal_lm import CausalLM
 from kerasplm.models.presets import register_presets
-from kerasplm.training.losses import fused_masked_cross_entropy
 
 __all__ = ["CELLS", "CharRNNConfig", "CharRNNBackbone", "CharRNNLanguageModel", "PRESETS", "PRESET_NAMES",
            "num_parameters"]
@@ -226,13 +226,8 @@ class CharRNNLanguageModel(Task):
     def call(self, token_ids, training=None):
         return tf.cast(self.head(self.backbone(token_ids, training=training)["sequence_output"]), tf.float32)
 
-    def compute_loss_sums(self, batch, training):
-        if isinstance(batch, (tuple, list)):
-            token_ids, labels = batch
-        else:
-            token_ids, labels = batch[:, :-1], batch[:, 1:]
-        loss, count, correct = fused_masked_cross_entropy(labels, self(token_ids, training=training))
-        return {"loss": loss, "weight": count, "accuracy": correct}
+    # The next-token loss sums of every language model here (windows of ids, or (inputs, labels) pairs).
+    compute_loss_sums = CausalLM.compute_loss_sums
 
     # ---- incremental decoding (kerasplm.generation) ----
     def init_cache(self, batch_size, max_length):
