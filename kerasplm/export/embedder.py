@@ -1,23 +1,31 @@
 """Export a BERT encoder as a sentence-embedding SavedModel (strings in, vectors out).
 
-``serving_default``: ``text`` tf.string [None] -> ``embedding`` float32 [None, H]: the in-graph BERT tokenizer
-and ``[CLS] text [SEP]`` packing (:class:`kerasplm.text.BertPreprocessor`, cut at ``sequence_length``), the
-backbone, then ``[CLS]`` or mean pooling over the real tokens (Sentence-BERT, Reimers & Gurevych 2019) and
-optionally L2 normalization. Defaults come from the run: a run converted from a sentence-transformers model
-(all-MiniLM-L6-v2 ...) records its pooling, normalization and ``max_seq_length``
+``serving_default``: ``text`` tf.string [None] -> ``embedding`` float32 [None, H] ([None, k] with whitening): the
+in-graph BERT tokenizer and ``[CLS] text [SEP]`` packing (:class:`kerasplm.text.BertPreprocessor`, cut at
+``sequence_length``), the backbone, then ``[CLS]`` or mean pooling over the real tokens (Sentence-BERT, Reimers &
+Gurevych 2019), optionally BERT-whitening (Su et al. 2021: ``(pooled - mu) W``, fitted on a corpus at export time
+by :mod:`kerasplm.models.whitening`; ``mu`` [1, H] and ``W`` [H, k] are variables of the SavedModel) and
+optionally L2 normalization, in that order. Defaults come from the run: a run converted from a sentence-transformers
+model (all-MiniLM-L6-v2 ...) records its pooling, normalization and ``max_seq_length``
 (:func:`kerasplm.convert.bert.convert_bert_to_run`), so the export reproduces ``SentenceTransformer.encode``.
 
 >>> path = export_embedder("runs/minilm", "export/minilm")     # -> "export/minilm/1"
+>>> path = export_embedder("runs/minilm", "export/white", whitening="corpus.txt", whitening_dim=128)
 
 Any BERT run works (read with :func:`kerasplm.runs.load_run`): a converted or pretrained run (family ``bert``: the
 backbone, or the pretrainer's) or a fine-tuned task run (its ``backbone``). Variable tracking, metadata and the
 atomic versioned save are :mod:`kerasplm.export.base`'s.
 """
+import os
+
+import numpy as np
 import tensorflow as tf
 
+from kerasplm.data.sentences import read_sentence_lines
 from kerasplm.export.base import ExportModule, save_version
 from kerasplm.models.bert import BertBackbone
 from kerasplm.models.bert_tasks import POOLINGS, pool_sequence
+from kerasplm.models.whitening import fit_whitening
 from kerasplm.runs import RunDirError, load_run
 from kerasplm.text.bert_tokenizer import BertPreprocessor, BertTokenizer
 from kerasplm.text.wordpiece import WordPieceTokenizer
@@ -25,6 +33,8 @@ from kerasplm.text.wordpiece import WordPieceTokenizer
 FAMILY = "bert_embedder"
 # sentence-transformers' pooling modes (1_Pooling/config.json, as the converter records them) -> ours.
 _SENTENCE_TRANSFORMERS_POOLING = {"cls_token": "cls", "mean_tokens": "mean"}
+# Sentences per batch when the whitening corpus is embedded (sorted by length: little padding).
+WHITENING_BATCH_SIZE = 64
 
 
 def bert_run_parts(run_dir):
@@ -47,11 +57,16 @@ def bert_run_parts(run_dir):
 
 
 class EmbedderModule(ExportModule):
-    """The exported embedder: backbone + BERT preprocessor + pooling (see the module docstring)."""
+    """The exported embedder: backbone + BERT preprocessor + pooling [+ whitening] [+ L2 normalization] (see the
+    module docstring).
+
+    ``whitening``: ``(mu [1, H], W [H, k])`` (e.g. :func:`kerasplm.models.whitening.fit_whitening`'s), stored as the
+    float32 variables ``whitening_mean`` and ``whitening_kernel``; the embedding is then ``[B, k]``.
+    """
 
     family = FAMILY
 
-    def __init__(self, backbone, tokenizer, pooling="mean", normalize=True, sequence_length=None):
+    def __init__(self, backbone, tokenizer, pooling="mean", normalize=True, sequence_length=None, whitening=None):
         super().__init__(backbone, name="embedder")
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
@@ -62,30 +77,72 @@ class EmbedderModule(ExportModule):
         self.pooling, self.normalize, self.sequence_length = pooling, bool(normalize), sequence_length
         # Padded to the longest row of each request, not to sequence_length: serving pays for real tokens only.
         self.preprocessor = BertPreprocessor.for_tokenizer(tokenizer, sequence_length, pad_to_length=False)
+        self.whitening_mean = self.whitening_kernel = None
+        if whitening is not None:
+            mean, kernel = (np.asarray(a, np.float32) for a in whitening)
+            hidden = backbone.config.hidden_size
+            if mean.shape != (1, hidden) or kernel.ndim != 2 or kernel.shape[0] != hidden:
+                raise ValueError(f"whitening must be (mu [1, {hidden}], W [{hidden}, k]), got shapes {mean.shape}, "
+                                 f"{kernel.shape}")
+            # Tracked module attributes: saved as the SavedModel's variables, restored by any loader.
+            self.whitening_mean = tf.Variable(mean, trainable=False, name="whitening_mean")
+            self.whitening_kernel = tf.Variable(kernel, trainable=False, name="whitening_kernel")
+
+    @property
+    def embedding_size(self):
+        """The width of ``embedding``: k with whitening, else the backbone's H."""
+        if self.whitening_kernel is not None:
+            return int(self.whitening_kernel.shape[1])
+        return self.model.config.hidden_size
+
+    def pool(self, text):
+        """``text`` [B] -> the pooled final states, float32 [B, H] (neither whitened nor normalized)."""
+        inputs = self.preprocessor(text)
+        outputs = self.model(inputs, training=False)
+        pooled = pool_sequence(outputs["sequence_output"], inputs["padding_mask"], self.pooling)
+        return tf.cast(pooled, tf.float32)
+
+    def pooled_embeddings(self, sentences, batch_size=WHITENING_BATCH_SIZE):
+        """The pooled vectors of a list of strings, float32 numpy [N, H], computed batch by batch (sentences of
+        similar lengths together) by the same graph that serves them."""
+        pool = tf.function(self.pool, input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
+        order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
+        pooled = np.zeros((len(sentences), self.model.config.hidden_size), np.float32)
+        for start in range(0, len(order), batch_size):
+            rows = order[start:start + batch_size]
+            pooled[rows] = pool(tf.constant([sentences[i] for i in rows], tf.string)).numpy()
+        return pooled
 
     # autograph=False: straight-line code; autograph would rewrite the whole Keras model at every trace.
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")], autograph=False)
     def embed(self, text):
-        """``text`` [B] -> ``{"embedding": float32 [B, H]}``."""
-        inputs = self.preprocessor(text)
-        outputs = self.model(inputs, training=False)
-        embedding = pool_sequence(outputs["sequence_output"], inputs["padding_mask"], self.pooling)
+        """``text`` [B] -> ``{"embedding": float32 [B, H]}`` ([B, k] with whitening)."""
+        embedding = self.pool(text)
+        if self.whitening_kernel is not None:
+            # Before the normalization: whitening makes the cosine of the whitened vectors meaningful (the paper).
+            embedding = tf.matmul(embedding - self.whitening_mean, self.whitening_kernel)
         if self.normalize:
             embedding = tf.math.l2_normalize(embedding, axis=-1)
-        return {"embedding": tf.cast(embedding, tf.float32)}
+        return {"embedding": embedding}
 
     def signatures(self):
         return {"serving_default": self.embed}
 
 
-def export_embedder(run_dir, model_base_path, pooling=None, normalize=None, sequence_length=None, version=None,
-                    overwrite=False):
+def export_embedder(run_dir, model_base_path, pooling=None, normalize=None, sequence_length=None, whitening=None,
+                    whitening_dim=None, version=None, overwrite=False):
     """Export the BERT run ``run_dir`` as an embedder SavedModel in ``model_base_path/<version>/``.
 
     ``pooling`` ("cls" or "mean"), ``normalize`` and ``sequence_length`` default to the run's recorded
     sentence-transformers settings, else mean pooling, L2-normalized, the model's position limit.
+    ``whitening``: a corpus file (one sentence per line) embedded with this pooling to fit BERT-whitening's ``mu``
+    and ``W`` (``whitening_dim`` = k columns kept, default H), applied in graph before the normalization and
+    recorded in the metadata as ``whitening: {"dim", "corpus", "sentences"}`` (null without).
     Returns the version directory's path.
     """
+    if whitening_dim is not None and whitening is None:
+        raise ValueError("whitening_dim needs a whitening corpus (--whitening CORPUS)")
+    sentences = read_sentence_lines(whitening) if whitening is not None else None   # a bad corpus fails first
     backbone, tokenizer, options = bert_run_parts(run_dir)
     recorded = options.get("sentence_embedding") or {}
     if pooling is None:
@@ -98,14 +155,26 @@ def export_embedder(run_dir, model_base_path, pooling=None, normalize=None, sequ
     sequence_length = sequence_length or recorded.get("max_seq_length")
     module = EmbedderModule(backbone, tokenizer, pooling=pooling, normalize=normalize,
                             sequence_length=sequence_length)
+    whitening_record = None
+    if whitening is not None:
+        try:
+            mean, kernel = fit_whitening(module.pooled_embeddings(sentences), whitening_dim)
+        except ValueError as e:
+            raise ValueError(f"whitening on {whitening}: {e}") from None
+        module = EmbedderModule(backbone, tokenizer, pooling=pooling, normalize=normalize,
+                                sequence_length=sequence_length, whitening=(mean, kernel))
+        whitening_record = {"dim": module.embedding_size, "corpus": os.path.abspath(whitening),
+                            "sentences": len(sentences)}
     metadata = {"pooling": module.pooling, "normalize": module.normalize, "sequence_length": module.sequence_length,
-                "embedding_size": backbone.config.hidden_size, "lower_case": getattr(tokenizer, "lower_case", None)}
+                "embedding_size": module.embedding_size, "lower_case": getattr(tokenizer, "lower_case", None),
+                "whitening": whitening_record}
     return save_version(module, model_base_path, version=version, overwrite=overwrite, metadata=metadata)
 
 
-def export_embedder_run(run, to, pooling=None, normalize=None, sequence_length=None, version=None, overwrite=False):
+def export_embedder_run(run, to, pooling=None, normalize=None, sequence_length=None, whitening=None,
+                        whitening_dim=None, version=None, overwrite=False):
     """``kerasplm export embedder``: prints and returns the version directory."""
     path = export_embedder(run, to, pooling=pooling, normalize=normalize, sequence_length=sequence_length,
-                           version=version, overwrite=overwrite)
+                           whitening=whitening, whitening_dim=whitening_dim, version=version, overwrite=overwrite)
     print(path)
     return path

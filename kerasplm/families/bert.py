@@ -232,6 +232,15 @@ class EmbedderExportOptions(ExportOptions):
     normalize: bool = option(None, "L2-normalize the embeddings (default: as the run records, else yes)", kind=bool)
     sequence_length: int = option(None, "cap on tokens per text, [CLS]/[SEP] included (default: the run's "
                                   "max_seq_length, else the model's positions)", kind=int, minimum=3)
+    whitening: str = option(None, "fit BERT-whitening (Su et al. 2021) on this corpus, one sentence per line, and "
+                            "apply it in the export after the pooling, before the normalization", file=True,
+                            metavar="CORPUS")
+    whitening_dim: int = option(None, "whitened dimensions kept: the k of largest variance (default: all)", kind=int,
+                                minimum=1, metavar="K")
+
+    def check(self):
+        if self.whitening_dim is not None and self.whitening is None:
+            raise ValueError("option whitening_dim needs --whitening CORPUS")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,7 +287,8 @@ COMMANDS = [
     Command("export", "embedder", "export a BERT run as a sentence-embedding SavedModel", EmbedderExportOptions,
             "kerasplm.export.embedder:export_embedder_run",
             description="Export a BERT run (converted, pretrained or fine-tuned): `text` strings -> `embedding` "
-                        "vectors, pooled and normalized as the run records."),
+                        "vectors, pooled and normalized as the run records; --whitening CORPUS fits BERT-whitening "
+                        "on the corpus and applies it in graph."),
     Command("export", "classifier", "export a fine-tuned BERT or GPT classifier run", ExportOptions,
             "kerasplm.export.classifier:export_classifier_run",
             description="Export a `kerasplm finetune bert-classifier` or `gpt-classifier` run: `text` (and "

@@ -100,3 +100,84 @@ def test_batch_safe_with_warmup_records(exported):
     """TF Serving's batching rule holds for every signature, and the warmup records cover and replay on each."""
     check_batch_safe(exported)
     check_warmup(exported)
+
+
+# BERT-whitening (Su et al. 2021) on the tiny random BERT run: fitted on a corpus at export time, applied in graph.
+WHITENING_DIM = 8
+
+
+@pytest.fixture(scope="module")
+def whitened(toy, tmp_path_factory):
+    """``(version dir, corpus path, corpus sentences)``: the tiny run exported through the CLI with mean pooling,
+    whitening fitted on 64 toy sentences and cut to 8 dimensions, then L2-normalized (the default)."""
+    from tests.jobs.test_bert_finetune import toy_examples
+
+    root = tmp_path_factory.mktemp("whitened")
+    sentences = [text for text, _ in toy_examples(64, 3)]
+    corpus = root / "corpus.txt"
+    corpus.write_text("\n".join(sentences[:32]) + "\n\n" + "\n".join(sentences[32:]) + "\n", encoding="utf-8")
+    assert main(["export", "embedder", "--run", toy["init"], "--to", str(root / "export"), "--pooling", "mean",
+                 "--sequence-length", "16", "--whitening", str(corpus), "--whitening-dim", str(WHITENING_DIM)]) == 0
+    return str(root / "export" / "1"), str(corpus), sentences
+
+
+def tiny_pooled(run, texts):
+    """numpy mean pooling of the tiny run's final states (eager backbone, numpy pooling): [N, H]."""
+    import tensorflow as tf
+
+    from kerasplm.export.embedder import bert_run_parts
+    from kerasplm.text import BertPreprocessor
+
+    backbone, tokenizer, _ = bert_run_parts(run)
+    inputs = BertPreprocessor(tokenizer, 16)(tf.constant(texts))
+    states = backbone(inputs, training=False)["sequence_output"].numpy().astype(np.float64)
+    mask = inputs["padding_mask"].numpy().astype(np.float64)[:, :, None]
+    return (states * mask).sum(axis=1) / mask.sum(axis=1)
+
+
+def test_whitening_in_graph_equals_numpy(whitened, toy):
+    import tensorflow as tf
+
+    path, corpus, sentences = whitened
+    meta = read_metadata(path)
+    assert meta["whitening"] == {"dim": WHITENING_DIM, "corpus": corpus, "sentences": 64}
+    assert (meta["embedding_size"], meta["pooling"], meta["normalize"]) == (WHITENING_DIM, "mean", True)
+    variables = tf.train.load_checkpoint(os.path.join(path, "variables", "variables"))   # the SavedModel's values
+    mu, w = (variables.get_tensor(f"{name}/.ATTRIBUTES/VARIABLE_VALUE") for name in ("whitening_mean",
+                                                                                      "whitening_kernel"))
+    assert mu.shape == (1, 32) and w.shape == (32, WHITENING_DIM)
+    texts = ["the movie was good", "bad plot !", "a very nice film", "sad"]
+    (outputs,) = run_isolated(path, [("serving_default", {"text": texts})])   # loads and runs without kerasplm
+    got = np.array(outputs["embedding"], np.float32)
+    pooled = tiny_pooled(toy["init"], texts + sentences)
+    whitened_rows = (pooled[:len(texts)] - mu) @ w
+    expected = whitened_rows / np.linalg.norm(whitened_rows, axis=-1, keepdims=True)
+    assert got.shape == (4, WHITENING_DIM)
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    # mu and W whiten the corpus (pooled as the export pools it): zero mean, identity covariance over 8 dimensions
+    corpus_whitened = (pooled[len(texts):] - mu) @ w
+    np.testing.assert_allclose(corpus_whitened.mean(axis=0), 0.0, atol=1e-4)
+    np.testing.assert_allclose(np.cov(corpus_whitened.T), np.eye(WHITENING_DIM), atol=1e-3)
+
+
+def test_whitening_corpus_errors(toy, tmp_path, capsys):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"the movie was good\nbad \xff plot\n")
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"\n \n")
+    few = tmp_path / "few.txt"
+    few.write_text("the movie was good\nbad plot !\na very nice film\n", encoding="utf-8")
+    base = ["export", "embedder", "--run", toy["init"], "--to", str(tmp_path / "out")]
+    for extra, message in [(["--whitening", str(bad)], f"{bad}: line 2 is not valid UTF-8"),
+                           (["--whitening", str(empty)], f"{empty}: the corpus holds no sentence"),
+                           (["--whitening-dim", "4"], "whitening_dim needs --whitening CORPUS"),
+                           (["--whitening", str(few)], f"whitening on {few}: dim=32 keeps directions of zero "
+                                                       "variance: the 3 vectors span only 2 of their 32")]:
+        assert main(base + extra) == 2, extra
+        err = capsys.readouterr().err.strip()
+        assert message in err and "\n" not in err, err
+    with pytest.raises(SystemExit) as exited:       # a missing file: argparse's one-line usage error
+        main(base + ["--whitening", str(tmp_path / "none.txt")])
+    assert exited.value.code == 2
+    assert "argument --whitening: no such file" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
