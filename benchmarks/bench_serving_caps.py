@@ -11,7 +11,7 @@ measure the code before the caps). Requests, in this order, each timed at the cl
 Per request: HTTP status, seconds, answer bytes, the first 150 characters of an error, and the server's peak
 resident memory (VmHWM of /proc/PID/status) after it, against the peak after loading.
 
-    python benchmarks/bench_serving_caps.py [--repo OLD_CHECKOUT] [--preset elmo_tiny] [--out caps.json]
+    python benchmarks/bench_serving_caps.py [--repo OLD_CHECKOUT] [--preset elmo_tiny] [--only report ...] [--out caps.json]
 """
 import argparse
 import json
@@ -68,6 +68,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repo", default=os.path.join(HERE, ".."), help="the checkout whose export and server run")
     parser.add_argument("--preset", default="elmo_tiny")
+    parser.add_argument("--only", nargs="+", choices=list(REQUESTS), help="send only these requests")
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
     repo = os.path.abspath(args.repo)
@@ -92,6 +93,8 @@ def main(argv=None):
         post(url, {"instances": ["a warm up sentence"]})
         rows = {"loaded": {"peak_rss_mb": round(peak_rss_mb(proc.pid), 1)}}
         for name, sentences in REQUESTS.items():
+            if args.only and name not in args.only:
+                continue
             rows[name] = post(url, {"instances": sentences})
             rows[name]["peak_rss_mb"] = round(peak_rss_mb(proc.pid), 1)
             print(name, json.dumps(rows[name]), flush=True)
