@@ -27,7 +27,6 @@ import dataclasses
 import keras
 import tensorflow as tf
 
-from kerasplm.generation.engine import generate
 from kerasplm.layers.dropout import Dropout
 from kerasplm.models.base import Backbone, Task
 from kerasplm.models.causal_lm import CausalLM
@@ -246,17 +245,11 @@ class CharRNNLanguageModel(Task):
             raise ValueError(f"{where}: {size} tokens, but the model predicts vocab_size={self.vocab_size}; the "
                              f"file is damaged or from another run")
 
-    @property
-    def max_positions(self):
-        return self.backbone.config.max_positions
-
-    @property
-    def vocab_size(self):
-        return self.backbone.config.vocab_size
-
-    def generate(self, prompt_ids, prompt_lengths=None, **options):
-        """Token-id generation: :func:`kerasplm.generation.generate` (the RNN state is the cache)."""
-        return generate(self, prompt_ids, prompt_lengths, **options)
+    # As the causal LM's: the backbone config's sizes, and token-id generation through the engine (the RNN state
+    # is the cache).
+    max_positions = CausalLM.max_positions
+    vocab_size = CausalLM.vocab_size
+    generate = CausalLM.generate
 
 
 register_presets("char_rnn", CharRNNBackbone, PRESETS, num_parameters=num_parameters,

@@ -44,9 +44,6 @@ def naive_beam_search(model, src_ids, beam_size, alpha=0.6):
 
 
 def test_cached_greedy_equals_uncached(model):
-    if model.config.cell == "lstm":
-        pytest.skip("one greedy case is enough: the cached steps of every variant equal teacher forcing "
-                    "(tests/models/test_rnn_seq2seq.py)")
     cached = greedy_decode(model, SRC, max_length=T).numpy()
     np.testing.assert_array_equal(cached, greedy_decode_uncached(model, SRC, max_length=T).numpy())
     assert cached.shape[1] > 2
