@@ -85,7 +85,7 @@ def kerasplm_xla_step(config, batch):
     @tf.function(jit_compile=True)
     def train_step(data):
         with tf.GradientTape() as tape:
-            sums = translation_loss(model, data, training=True)
+            sums = translation_loss(model, data, training=True, real_tokens_only=False)   # XLA: static shapes
             loss = sums["loss"] / sums["weight"]
         grads = tape.gradient(loss, model.trainable_variables)
         grads = [tf.convert_to_tensor(g) for g in grads]   # dense, as the Trainer's

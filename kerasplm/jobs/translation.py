@@ -276,8 +276,10 @@ class TranslatorJob(Job):
         return FusedAdam(self.lr_schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
 
     def compute_loss(self, model, batch, training):
+        # Inside an XLA-compiled forward pass shapes may not depend on the data: every position is projected there.
         return translation_loss(model, batch, training,
-                                label_smoothing=self.options.label_smoothing if training else 0.0)
+                                label_smoothing=self.options.label_smoothing if training else 0.0,
+                                real_tokens_only=not self.trainer.jit_compile)
 
     def result(self, trainer):
         return Translator(attach_run_info(trainer.model, self.run_dir.path, self.config, trainer.step), self.preprocessor)

@@ -321,12 +321,18 @@ class RNNSeq2Seq(ConfigMixin, TracksLayerLists, keras.Model):
         return outputs, (None if self.attention is None else tf.transpose(weights, [1, 0, 2])), final_state
 
     def call(self, inputs, training=None):
+        hidden, attention_weights = self.output_hidden(inputs, training=training)
+        return tf.cast(self.final_layer(hidden), tf.float32), attention_weights
+
+    def output_hidden(self, inputs, training=None):
+        """The call up to the output layer: ``(top decoder outputs after dropout (B, T, units), attention weights
+        {"decoder_layer1_block2": α (B, 1, T, S)}, or {} without attention)``."""
         src_ids, tgt_in = inputs
         encoded, padding_mask = self.encode(src_ids, training=training)
         memory = self.cross_attention_kv(encoded)
         outputs, weights, _ = self.decode_sequence(tgt_in, memory, padding_mask, training=training)
-        logits = tf.cast(self.final_layer(self.dropout(outputs, training=training)), tf.float32)
-        return logits, ({} if weights is None else {"decoder_layer1_block2": weights[:, tf.newaxis]})
+        hidden = self.dropout(outputs, training=training)
+        return hidden, ({} if weights is None else {"decoder_layer1_block2": weights[:, tf.newaxis]})
 
     # ---- incremental decoding (kerasplm.generation) ----
     def call_with_cache(self, ids, cache, cache_index, memory, padding_mask=None):
@@ -342,8 +348,8 @@ class RNNSeq2Seq(ConfigMixin, TracksLayerLists, keras.Model):
         hidden = tf.stack(outputs, axis=1)
         return tf.cast(self.final_layer(hidden), tf.float32), hidden, cache
 
-    # The translator's loss and vocabulary check are the Transformer's (they read only the call and the config's
-    # vocabulary sizes): masked cross-entropy sums, padding (0) excluded; a vocabulary file of the wrong size named.
+    # The translator's loss and vocabulary check are the Transformer's (they read only output_hidden, final_layer and
+    # the config's vocabulary sizes): masked cross-entropy sums, padding (0) excluded; a vocabulary file of the wrong size named.
     compute_loss_sums = Transformer.compute_loss_sums
     check_preprocessor = Transformer.check_preprocessor
 

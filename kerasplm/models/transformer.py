@@ -295,6 +295,13 @@ class Transformer(ConfigMixin, keras.Model):
         self.built = True
 
     def call(self, inputs, training=None, enc_padding_mask=None, look_ahead_mask=None, dec_padding_mask=None):
+        dec_output, attention_weights = self.output_hidden(inputs, training, enc_padding_mask, look_ahead_mask,
+                                                           dec_padding_mask)
+        return tf.cast(self.final_layer(dec_output), tf.float32), attention_weights
+
+    def output_hidden(self, inputs, training=None, enc_padding_mask=None, look_ahead_mask=None,
+                      dec_padding_mask=None):
+        """The call up to the output layer: ``(dec_output (batch, tar_len, d_model), attention_weights)``."""
         inp, tar = inputs
         if enc_padding_mask is None or look_ahead_mask is None or dec_padding_mask is None:
             masks = create_masks(inp, tar)
@@ -305,8 +312,7 @@ class Transformer(ConfigMixin, keras.Model):
         dec_output, attention_weights = self.decoder(tar, enc_output, training=training,
                                                      look_ahead_mask=look_ahead_mask,
                                                      padding_mask=dec_padding_mask)
-        logits = tf.cast(self.final_layer(dec_output), tf.float32)
-        return logits, attention_weights
+        return dec_output, attention_weights
 
     # ---- incremental decoding (kerasplm.generation) ----
     def encode(self, inp, pad_id=0):
@@ -360,14 +366,14 @@ class Transformer(ConfigMixin, keras.Model):
         logits, _, cache = self.call_with_cache(ids_t, cache, step, cross_kv, padding_mask)
         return logits[:, 0], cache
 
-    def compute_loss_sums(self, batch, training, label_smoothing=0.0):
+    def compute_loss_sums(self, batch, training, label_smoothing=0.0, real_tokens_only=True):
         """The Trainer loss: ``batch = ((src_ids (B, S), tgt_in (B, T)), tgt_out (B, T))`` -> ``{"loss": summed
         masked cross-entropy (label smoothing ε = ``label_smoothing``), "weight": the real-token count,
         "accuracy": the correct-token count}``; padding (0) is excluded."""
         (src, tgt_in), tgt_out = batch
-        logits, _ = self((src, tgt_in), training=training)
-        loss_sum, num_tokens, correct = fused_masked_cross_entropy(tgt_out, logits, label_smoothing=label_smoothing)
-        return {"loss": loss_sum, "weight": num_tokens, "accuracy": correct}
+        hidden, _ = self.output_hidden((src, tgt_in), training=training)
+        return real_token_loss_sums(hidden, self.final_layer, tgt_out, label_smoothing=label_smoothing,
+                                    real_tokens_only=real_tokens_only)
 
     # Model.fit support: the loss and metrics see only the logits.
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
@@ -381,13 +387,40 @@ class Transformer(ConfigMixin, keras.Model):
         return super().compute_metrics(x, y, y_pred, sample_weight)
 
 
-def translation_loss(model, batch, training, label_smoothing=0.0):
+def real_token_loss_sums(hidden, final_layer, labels, label_smoothing=0.0, pad_id=0, real_tokens_only=True):
+    """A translator's loss sums, with the output layer applied to the real target tokens only.
+
+    ``hidden (B, T, d)`` are the decoder's outputs before ``final_layer`` (d -> V), ``labels (B, T)`` the target
+    ids, ``pad_id`` the padding. The output layer is the train step's largest matmul (V is thousands), and its
+    logits and gradients at padded positions are thrown away by the masked loss; so the N real positions are
+    gathered, ``(N, d)``, and only they are projected, ``(N, V)``: the same loss and gradients for about N / (B·T)
+    of that cost. N is rounded up to a multiple of 128 (the extra rows repeat position 0 and count as padding)
+    so that the loss's XLA kernel sees a few shapes rather than one per batch. ``real_tokens_only=False`` projects
+    every position (inside an XLA-compiled function, whose shapes must not depend on the data).
+    -> ``{"loss": summed cross-entropy (label smoothing ε), "weight": N, "accuracy": correct-token count}``.
+    """
+    if real_tokens_only:
+        flat_labels = tf.reshape(labels, [-1])
+        positions = tf.where(tf.not_equal(flat_labels, pad_id))[:, 0]                      # (N,)
+        n = tf.shape(positions)[0]
+        rows = (n + 127) // 128 * 128
+        positions = tf.pad(positions, [[0, rows - n]])
+        labels = tf.where(tf.range(rows) < n, tf.gather(flat_labels, positions), tf.cast(pad_id, labels.dtype))
+        hidden = tf.gather(tf.reshape(hidden, [-1, hidden.shape[-1]]), positions)          # (rows, d)
+    logits = tf.cast(final_layer(hidden), tf.float32)
+    loss_sum, num_tokens, correct = fused_masked_cross_entropy(labels, logits, pad_id=pad_id,
+                                                               label_smoothing=label_smoothing)
+    return {"loss": loss_sum, "weight": num_tokens, "accuracy": correct}
+
+
+def translation_loss(model, batch, training, label_smoothing=0.0, real_tokens_only=True):
     """Sums for :class:`kerasplm.training.Trainer` (its ``compute_loss(model, batch, training)``): the
     translator's own loss, :meth:`Transformer.compute_loss_sums` (masked cross-entropy and token accuracy).
 
     ``batch = ((src_ids (B, S), tgt_in (B, T)), tgt_out (B, T))``; padding (0) is excluded.
     """
-    return model.compute_loss_sums(batch, training=training, label_smoothing=label_smoothing)
+    return model.compute_loss_sums(batch, training=training, label_smoothing=label_smoothing,
+                                   real_tokens_only=real_tokens_only)
 
 
 register_presets("transformer", Transformer, PRESETS, num_parameters=num_parameters,

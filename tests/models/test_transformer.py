@@ -223,3 +223,37 @@ def test_the_translator_owns_its_loss():
     np.testing.assert_allclose(float(translation_loss(model, data, False, label_smoothing=0.1)["loss"]),
                                float(smoothed["loss"]), rtol=1e-6)
     assert float(smoothed["loss"]) != float(sums["loss"])
+
+
+def _loss_and_grads(model, data, jit, **kwargs):
+    from kerasplm.models.transformer import translation_loss
+
+    def run():
+        with tf.GradientTape() as tape:
+            sums = translation_loss(model, data, training=False, **kwargs)
+        return sums, tape.gradient(sums["loss"], model.trainable_variables)
+
+    sums, grads = tf.function(run, jit_compile=jit)() if jit is not None else run()
+    return {k: float(v) for k, v in sums.items()}, [tf.convert_to_tensor(g).numpy() for g in grads]
+
+
+@pytest.mark.parametrize("family", ["transformer", "rnn"])
+def test_the_loss_on_real_tokens_only_equals_the_loss_over_every_position(family):
+    """The output layer projects only the real target tokens (padded up to a multiple of 128 rows): the sums and
+    every gradient equal projecting every position, eagerly, in a graph, and under XLA (which projects them all)."""
+    from kerasplm.models import RNNSeq2Seq, get_preset
+
+    if family == "transformer":
+        model = tiny(rate=0.0)
+    else:
+        model = RNNSeq2Seq.from_config_object(get_preset("gru_bahdanau_tiny", input_vocab_size=50,
+                                                         target_vocab_size=60), name="tiny")
+    inp, tar = batch()
+    data = ((inp, tar[:, :-1]), tar[:, 1:])
+    full, full_grads = _loss_and_grads(model, data, None, real_tokens_only=False, label_smoothing=0.1)
+    assert full["weight"] == 4.0
+    for jit in (None, False, True):
+        sums, grads = _loss_and_grads(model, data, jit, real_tokens_only=not jit, label_smoothing=0.1)
+        assert sums == pytest.approx(full, rel=1e-5)
+        for got, want in zip(grads, full_grads):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
