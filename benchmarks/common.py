@@ -5,11 +5,10 @@ import platform
 import sys
 
 
-def machine_info():
-    """CPU model, usable cores, GPUs, library versions and the date, as a dict for the JSON results."""
-    import keras
-    import tensorflow as tf
+def machine_info(libraries=True):
+    """CPU model, usable cores, GPUs, library versions and the date, as a dict for the JSON results.
 
+    ``libraries=False`` leaves out what needs TensorFlow imported (GPUs, TensorFlow and Keras versions)."""
     cpu = platform.processor()
     try:
         with open("/proc/cpuinfo") as f:
@@ -17,10 +16,15 @@ def machine_info():
     except (OSError, StopIteration):
         pass
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"cpu": cpu, "cpu_count": os.cpu_count(), "cpus_usable": usable,
-            "gpus": [d.name for d in tf.config.list_physical_devices("GPU")],
-            "tensorflow": tf.__version__, "keras": keras.__version__, "python": platform.python_version(),
+    info = {"cpu": cpu, "cpu_count": os.cpu_count(), "cpus_usable": usable, "python": platform.python_version(),
             "date": datetime.datetime.now().isoformat(timespec="seconds")}
+    if libraries:
+        import keras
+        import tensorflow as tf
+
+        info.update(gpus=[d.name for d in tf.config.list_physical_devices("GPU")], tensorflow=tf.__version__,
+                    keras=keras.__version__)
+    return info
 
 
 def load_average():
@@ -33,20 +37,28 @@ def load_average():
 
 def keras_hub_or_reason():
     """(keras_hub module, None) when importable, else (None, a one-line "not installed" reason)."""
+    return library_or_reason("keras_hub", "keras-hub")
+
+
+def library_or_reason(module, package):
+    """(module, None) when ``module`` imports, else (None, a one-line "not installed" reason naming the pip
+    ``package`` and the benchmark extra)."""
+    import importlib
+
     try:
-        import keras_hub
+        return importlib.import_module(module), None
     except ImportError as e:
-        return None, f"keras-hub is not installed ({e}); pip install -e \".[test,bench]\""
-    return keras_hub, None
+        return None, f"{package} is not installed ({e}); pip install -e \".[test,bench]\""
 
 
-def interleaved(sides, rounds, steps_per_round, warmup=1):
+def interleaved(sides, rounds, steps_per_round, warmup=1, quiet=False):
     """Time several contenders taking turns, so that they share the machine's noise (a loaded machine).
 
     ``sides``: {name: zero-argument callable running one step and blocking until it is done}. Each side
     first runs ``warmup`` untimed steps (tracing / compilation: the first one's time is reported), then
     ``rounds`` rounds run every side for ``steps_per_round`` steps, the order rotating each round.
     Returns {name: {"seconds_per_step": median over rounds, "rounds": [...], "first_step_s": ...}}.
+    Progress goes to stderr unless ``quiet``.
     """
     import statistics
     import time
@@ -58,7 +70,8 @@ def interleaved(sides, rounds, steps_per_round, warmup=1):
             step()
             if name not in result:
                 result[name] = {"first_step_s": round(time.perf_counter() - t0, 2), "rounds": []}
-        print(f"{name}: warm ({result[name]['first_step_s']} s for the first step)", file=sys.stderr, flush=True)
+        if not quiet:
+            print(f"{name}: warm ({result[name]['first_step_s']} s for the first step)", file=sys.stderr, flush=True)
     names = list(sides)
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
@@ -66,8 +79,9 @@ def interleaved(sides, rounds, steps_per_round, warmup=1):
             for _ in range(steps_per_round):
                 sides[name]()
             result[name]["rounds"].append((time.perf_counter() - t0) / steps_per_round)
-            print(f"round {r + 1}/{rounds} {name}: {result[name]['rounds'][-1]:.3f} s/step", file=sys.stderr,
-                  flush=True)
+            if not quiet:
+                print(f"round {r + 1}/{rounds} {name}: {result[name]['rounds'][-1]:.3f} s/step",
+                      file=sys.stderr, flush=True)
     for value in result.values():
         value["seconds_per_step"] = statistics.median(value["rounds"])
         value["rounds"] = [round(t, 4) for t in value["rounds"]]

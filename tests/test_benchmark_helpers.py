@@ -42,3 +42,119 @@ def test_learning_curve_rows_pair_each_evaluation_with_the_last_logged_training_
     (tmp_path / "history.json").write_text('{"step": [1], "loss": [1.0]}')
     with pytest.raises(SystemExit, match="no held-out evaluations"):
         main([str(tmp_path)])
+
+
+# ------------------------------------------------------------------------- MFU (benchmarks/mfu.py), not timed
+
+def test_training_flops_per_token_is_six_n_plus_the_attention_term():
+    from benchmarks.mfu import training_flops_per_token, transformer_matmul_params
+
+    assert training_flops_per_token(1000, 2, 8, 4) == 6 * 1000 + 12 * 2 * 8 * 4 == 6768
+    assert training_flops_per_token(1000, 0, 512, 64) == 6000           # no attention layer: 6N alone
+    # BERT-base at sequence 128: N = 12 · (4 · 768² + 2 · 768 · 3072) = 84,934,656 non-embedding weights.
+    n = transformer_matmul_params(12, 768, 3072)
+    assert n == 84_934_656
+    assert training_flops_per_token(n, 12, 128, 768) == 509_607_936 + 14_155_776
+    # A decoder block with cross-attention has four more d x d matrices.
+    assert transformer_matmul_params(1, 8, 32, cross_attention_layers=1) == 4 * 64 + 2 * 8 * 32 + 4 * 64
+    with pytest.raises(ValueError, match="seq_len must be >= 0"):
+        training_flops_per_token(1, 1, -1, 1)
+
+
+def test_measured_matmul_peak_is_two_n_cubed_per_product_over_the_timed_products():
+    from benchmarks.mfu import measured_matmul_peak, mfu
+
+    calls, ticks = [], iter([10.0, 12.0])                     # the timed products take 2 s in all
+
+    def matmul(size, dtype):
+        assert (size, dtype) == (10, "bfloat16")
+        return lambda: calls.append(1)
+    peak = measured_matmul_peak("bfloat16", size=10, repeats=5, matmul=matmul, clock=lambda: next(ticks))
+    assert peak == 2 * 10 ** 3 * 5 / 2.0
+    assert len(calls) == 6                                    # one untimed product first
+    assert mfu(100.0, 20.0, 4000.0) == 0.5 and mfu(100.0, None, 4000.0) is None
+
+
+def test_bfloat16_peak_only_where_the_cpu_flags_say_so(tmp_path):
+    from benchmarks.mfu import cpu_has_bfloat16
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f\n")
+    assert not cpu_has_bfloat16(str(cpuinfo))
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16\n")
+    assert cpu_has_bfloat16(str(cpuinfo))
+    cpuinfo.write_text("flags\t\t: fpu amx_bf16 amx_tile\n")
+    assert cpu_has_bfloat16(str(cpuinfo))
+    assert not cpu_has_bfloat16(str(tmp_path / "absent"))
+
+
+# ------------------------------------------------------------------------- the runner (benchmarks/run.py)
+
+def test_ratio_is_kerasplm_over_the_anchor_in_higher_is_better_terms():
+    from benchmarks.run import ratio
+
+    assert ratio(300.0, 100.0, "tokens/s") == 3.0            # throughput: kerasplm / anchor
+    assert ratio(50.0, 100.0, "ms") == 2.0                     # latency: anchor / kerasplm
+    assert ratio(50.0, None, "ms") is None
+    with pytest.raises(ValueError, match="unknown unit 'furlongs'"):
+        ratio(1.0, 1.0, "furlongs")
+
+
+def test_compare_flags_only_ratios_that_fell_beyond_the_tolerance():
+    from benchmarks.run import compare, format_table
+
+    rows = [{"name": "a", "ratio": 0.89, "kerasplm": 89.0, "anchor": 100.0, "unit": "tokens/s"},
+            {"name": "b", "ratio": 0.91, "kerasplm": 91.0, "anchor": 100.0, "unit": "tokens/s"},
+            {"name": "c", "ratio": None, "unit": "tokens/s", "skipped": "keras-hub is not installed"},
+            {"name": "new", "ratio": 0.1, "unit": "ms"}]
+    old = [{"name": "a", "ratio": 1.0}, {"name": "b", "ratio": 1.0}, {"name": "c", "ratio": 2.0}]
+    assert compare(rows, old, 0.10) == ["a"]
+    assert rows[0]["regressed"] and not rows[1]["regressed"]
+    assert "regressed" not in rows[2] and "regressed" not in rows[3]   # nothing to judge
+    lines = format_table(rows).splitlines()
+    assert len(lines) == 2 + len(rows)
+    starts = [lines[0].index(h) for h in ("kerasplm", "ratio", "unit")]
+    assert lines[2].split()[0] == "a" and "REGRESSED (was 1.00x)" in lines[2]
+    assert lines[2][starts[2]:].startswith("tokens/s") and lines[5][starts[2]:].startswith("ms")
+    assert "skipped: keras-hub is not installed" in lines[4]
+    with pytest.raises(ValueError, match="tolerance"):
+        compare(rows, old, 1.5)
+
+
+def test_runner_end_to_end_on_its_selftest_entry_writes_json_and_flags_a_regression(tmp_path):
+    import json
+    import os
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"rows": [{"name": "selftest/matmul vs einsum", "ratio": 1e12}]}))
+    new = tmp_path / "new.json"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.run", "--only", "selftest", "--json", str(new),
+                           "--compare", str(old)], cwd=root, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr[-2000:]                 # the regression is the exit status
+    assert "REGRESSED" in proc.stdout and "regression: selftest/matmul vs einsum" in proc.stdout
+    result = json.loads(new.read_text())
+    assert {"machine", "date", "commit", "rows", "compared_with"} <= set(result)
+    assert result["machine"]["cpus_usable"] >= 1
+    measured, skipped = result["rows"]
+    assert {"name", "kerasplm", "anchor", "ratio", "unit", "mfu", "peak_rss_mb"} <= set(measured)
+    assert measured["name"] == "selftest/matmul vs einsum" and measured["unit"] == "tokens/s"
+    assert measured["ratio"] == pytest.approx(measured["kerasplm"] / measured["anchor"])
+    assert measured["mfu"] == pytest.approx(measured["kerasplm"] * 2 * 64 * 64 / measured["peak_flops"])
+    assert measured["peak_rss_mb"] > 1 and measured["regressed"] is True
+    assert skipped["name"] == "selftest/missing anchor" and skipped["ratio"] is None
+    assert "kerasplm_no_such_library is not installed" in skipped["skipped"]
+    assert result["compared_with"] == {"file": str(old), "tolerance": 0.1, "regressed": [measured["name"]]}
+
+
+def test_runner_rejects_an_unknown_comparison_and_an_unreadable_old_json(tmp_path, capsys):
+    from benchmarks.run import main
+
+    with pytest.raises(SystemExit):
+        main(["--only", "gpt_trian"])
+    assert "unknown comparison(s) gpt_trian; choose from translator_train" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--only", "selftest", "--compare", str(tmp_path / "absent.json")])
+    err = capsys.readouterr().err
+    assert "--compare" in err and "absent.json: cannot read its rows" in err
