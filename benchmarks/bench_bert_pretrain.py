@@ -20,6 +20,8 @@ every side: 6 · encoder weights · tokens + attention + MLM head on the masked 
 actually runs on every position, so its figure credits it only with the work the others do).
 
     python -m benchmarks.bench_bert_pretrain [--rounds 5] [--steps 3] [--sides kerasplm ...] [--json out.json]
+
+``runner_rows`` gives this comparison's rows to ``python -m benchmarks.run``.
 """
 import argparse
 import os
@@ -29,8 +31,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import numpy as np  # noqa: E402
 
-from benchmarks.common import (interleaved, keras_hub_or_reason, load_average, machine_info, trainer_step,  # noqa: E402
-                               write_results)
+from benchmarks.common import (interleaved, keras_hub_or_reason, library_or_reason, load_average,  # noqa: E402
+                               machine_info, pair_rows, trainer_step, write_results)
+from benchmarks.mfu import training_flops_per_token, transformer_matmul_params  # noqa: E402
 
 L, H, A, V, SEQ, BATCH, PRED = 4, 256, 4, 30522, 128, 16, 20
 SIDES = ("kerasplm", "kerasplm_xla", "keras_hub", "keras_hub_xla", "huggingface")
@@ -152,7 +155,7 @@ def build_sides(names, threads=None):
     return steps, info
 
 
-def main(argv=None):
+def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=3, help="steps per side per round")
@@ -163,7 +166,11 @@ def main(argv=None):
                         help="Keras dtype policy of the kerasplm and keras-hub sides (HF stays float32); the "
                              "peak is then a bfloat16 matmul's")
     parser.add_argument("--json")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def measure(args):
+    """Runs the sides of ``args`` (from ``build_parser``) interleaved; returns the results dict."""
     results = {"machine": machine_info(), "load_average_start": load_average(),
                "config": {"layers": L, "hidden": H, "heads": A, "vocab": V, "seq": SEQ, "batch": BATCH,
                           "predictions": PRED, "keras_dtype_policy": args.mixed_precision or "float32"}}
@@ -191,7 +198,42 @@ def main(argv=None):
         fastest = max(others, key=others.get)
         results["ratio_best_kerasplm_over_fastest_other"] = {
             "kerasplm": max(ours, key=ours.get), "other": fastest, "ratio": max(ours.values()) / others[fastest]}
-    write_results(results, args.json)
+    return results
+
+
+def runner_rows(argv=()):
+    """``benchmarks.run``'s rows: kerasplm against keras-hub ``BertMaskedLM`` without and with XLA (same
+    setting on both sides), and the faster kerasplm side against HF ``BertForMaskedLM``; training tokens/s.
+    Sides whose library is missing are not built; their rows are skipped with the reason."""
+    args = build_parser().parse_args(argv)
+    _, hub_reason = keras_hub_or_reason()
+    _, hf_reason = library_or_reason("transformers", "transformers")
+    if not hf_reason:
+        _, hf_reason = library_or_reason("torch", "torch")
+    args.sides = ["kerasplm", "kerasplm_xla"] + (["keras_hub", "keras_hub_xla"] if not hub_reason else []) \
+        + (["huggingface"] if not hf_reason else [])
+    pairs = [("no XLA vs keras-hub", "kerasplm", "keras_hub"),
+             ("XLA vs keras-hub XLA", "kerasplm_xla", "keras_hub_xla"),
+             ("vs HF BertForMaskedLM", ("kerasplm", "kerasplm_xla"), "huggingface")]
+    if hub_reason and hf_reason:
+        results = {}
+    else:
+        results = measure(args)
+    results.update({s: {"skipped": hub_reason} for s in ("keras_hub", "keras_hub_xla") if hub_reason})
+    if hf_reason:
+        results["huggingface"] = {"skipped": hf_reason}
+    # Model FLOPs per token: the encoder's matmuls and attention, plus the MLM head (dense H x H, then the
+    # tied H x V output) on the PRED masked positions of every SEQ.
+    n = transformer_matmul_params(L, H, 4 * H) + PRED / SEQ * (H * H + H * V)
+    flops = training_flops_per_token(n, L, SEQ, H)
+    config = {"layers": L, "hidden": H, "heads": A, "vocab": V, "seq": SEQ, "batch": BATCH, "predictions": PRED,
+              "rounds": args.rounds, "steps": args.steps}
+    return pair_rows(results, pairs, "tokens_per_second", config, flops_per_unit=flops)
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    write_results(measure(args), args.json)
 
 
 if __name__ == "__main__":

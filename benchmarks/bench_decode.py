@@ -13,6 +13,8 @@ The last rows run the same engine on a decoder-only model of the same width and 
 top-p sampling.
 
     python benchmarks/bench_decode.py --out results.json [--tokens 50] [--seed-tokens 50] [--repeats 5]
+
+``runner_rows`` gives this comparison's rows to ``python -m benchmarks.run``.
 """
 import argparse
 import json
@@ -62,7 +64,7 @@ def seed_model_like(model):
     return ref
 
 
-def main(argv=None):
+def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="write the results as JSON here")
     parser.add_argument("--tokens", type=int, default=50, help="tokens generated per sentence (kerasplm)")
@@ -70,8 +72,13 @@ def main(argv=None):
     parser.add_argument("--src-len", type=int, default=20, help="source words per sentence (+ [START]/[END])")
     parser.add_argument("--batch", type=int, default=64, help="batch size of the throughput rows")
     parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args(argv)
+    parser.add_argument("--seed-rows-only", action="store_true",
+                        help="only the batch-1 translator rows compared with the seed (what benchmarks.run reports)")
+    return parser
 
+
+def measure(args):
+    """Decodes as ``args`` (from ``build_parser``) says; returns (rows, batch-1 greedy tokens equal to the seed's)."""
     keras.utils.set_random_seed(0)
     model = Transformer.from_preset("transformer_seed", input_vocab_size=VOCAB, target_vocab_size=VOCAB)
     rng = np.random.default_rng(0)
@@ -109,6 +116,8 @@ def main(argv=None):
     same_tokens = bool(np.array_equal(out.numpy()[0, :same], seed_ids.numpy()[:same]))
     beam = make_beam_search_fn(model, beam_size=4, jit_compile=True, **fixed)
     kerasplm_row("kerasplm beam search K=4, cached, XLA", beam, 1, args.tokens, unpack=lambda out: out[0])
+    if args.seed_rows_only:
+        return rows, same_tokens
     kerasplm_row("kerasplm greedy, cached, tf.function", greedy[False], args.batch, args.tokens)
     kerasplm_row("kerasplm greedy, cached, XLA", greedy[True], args.batch, args.tokens)
 
@@ -125,7 +134,27 @@ def main(argv=None):
                     return fn(prompts[:batch], lengths[:batch], seed=1).tokens
                 kerasplm_row(f"kerasplm CausalLM {name}, prompts, cached, XLA", lm_call, batch, args.tokens,
                              unpack=lambda out: tf.pad(out, [[0, 0], [1, 0]]))
+    return rows, same_tokens
 
+
+def runner_rows(argv=()):
+    """``benchmarks.run``'s rows: at batch 1, kerasplm greedy (tf.function and XLA) and beam search (K=4)
+    against the seed's eager ``evaluate()`` greedy loop; generated tokens/s."""
+    args = build_parser().parse_args([*argv, "--seed-rows-only"])
+    rows, same_tokens = measure(args)
+    seed_row = rows[0]
+    config = {"preset": "transformer_seed", "vocab": VOCAB, "source_tokens": args.src_len + 2, "tokens": args.tokens,
+              "seed_tokens": args.seed_tokens, "repeats": args.repeats, "same_tokens_as_seed": same_tokens}
+    names = {"kerasplm greedy, cached, tf.function": "greedy vs seed", "kerasplm greedy, cached, XLA":
+             "greedy XLA vs seed", "kerasplm beam search K=4, cached, XLA": "beam 4 XLA vs seed"}
+    return [{"name": names[r["decoder"]], "kerasplm": r["tokens_per_s"], "anchor": seed_row["tokens_per_s"],
+             "kerasplm_side": r["decoder"], "anchor_side": seed_row["decoder"], "config": config}
+            for r in rows[1:] if r["batch"] == 1 and r["decoder"] in names]
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    rows, same_tokens = measure(args)
     base = rows[0]["tokens_per_s"]
     for r in rows:
         r["vs_seed"] = r["tokens_per_s"] / base

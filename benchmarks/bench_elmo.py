@@ -9,6 +9,8 @@ dataset. The two take turns (``--rounds`` rounds of ``--steps`` steps each) so t
 tokens/s = batch · window · steps / seconds (median over rounds).
 
     python benchmarks/bench_elmo.py [--preset elmo_tiny] [--vocab 2000] [--batch 32] [--window 20] [--rounds 3]
+
+``runner_rows`` gives this comparison's rows to ``python -m benchmarks.run``.
 """
 import argparse
 import json
@@ -70,7 +72,7 @@ def keras_side(args, data):
     return run
 
 
-def main():
+def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="elmo_tiny")
     parser.add_argument("--vocab", type=int, default=2000)
@@ -79,7 +81,11 @@ def main():
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--jit", action="store_true", help="XLA-compile both sides")
-    args = parser.parse_args()
+    return parser
+
+
+def measure(args):
+    """Times both sides as ``args`` (from ``build_parser``) says; returns {side: {"tokens_per_s", "first_step_s"}}."""
     data = make_batch(np.random.default_rng(0), args.batch, args.window, args.vocab)
     sides = {"kerasplm Trainer": trainer_side(args, data), "keras Model.fit": keras_side(args, data)}
     first, times = {}, {name: [] for name in sides}
@@ -93,8 +99,23 @@ def main():
             run(args.steps)
             times[name].append(time.perf_counter() - start)
     tokens = args.batch * args.window * args.steps
-    results = {name: {"tokens_per_s": round(tokens / float(np.median(t)), 1), "first_step_s": round(first[name], 2)}
-               for name, t in times.items()}
+    return {name: {"tokens_per_s": round(tokens / float(np.median(t)), 1), "first_step_s": round(first[name], 2)}
+            for name, t in times.items()}
+
+
+def runner_rows(argv=()):
+    """``benchmarks.run``'s row: the kerasplm Trainer step against ``Model.fit`` of the same network; tokens/s.
+    No MFU: 6·N does not count a character CNN, whose filters run over every character of a token."""
+    args = build_parser().parse_args(argv)
+    results = measure(args)
+    return [{"name": "vs Keras Model.fit", "kerasplm": results["kerasplm Trainer"]["tokens_per_s"],
+             "anchor": results["keras Model.fit"]["tokens_per_s"], "kerasplm_side": "kerasplm Trainer",
+             "anchor_side": "keras Model.fit", "config": {k: v for k, v in vars(args).items()}}]
+
+
+def main():
+    args = build_parser().parse_args()
+    results = measure(args)
     print(json.dumps({"benchmark": "elmo_train", "args": vars(args), "results": results,
                       "machine": machine_info()}, indent=2))
 

@@ -15,6 +15,8 @@ The sides take turns (``--rounds`` × ``--steps``), so they share the machine's 
 median seconds per step.
 
     python -m benchmarks.bench_finetune [--rounds 5] [--steps 3] [--preset minilm|bert_mini] [--json out.json]
+
+``runner_rows`` gives this comparison's rows to ``python -m benchmarks.run``.
 """
 import argparse
 import os
@@ -24,8 +26,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import numpy as np  # noqa: E402
 
-from benchmarks.common import (interleaved, keras_hub_or_reason, load_average, machine_info, trainer_step,  # noqa: E402
-                               write_results)
+from benchmarks.common import (interleaved, keras_hub_or_reason, load_average, machine_info, pair_rows,  # noqa: E402
+                               trainer_step, write_results)
+from benchmarks.mfu import training_flops_per_token, transformer_matmul_params  # noqa: E402
 
 SHAPES = {"minilm": dict(num_layers=6, hidden_size=384, num_heads=12, intermediate_size=1536),
           "bert_mini": dict(num_layers=4, hidden_size=256, num_heads=4, intermediate_size=1024)}
@@ -86,7 +89,7 @@ def keras_hub_step(shape, batch, jit_compile):
                   "keras_hub": keras_hub.__version__}
 
 
-def main(argv=None):
+def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", choices=sorted(SHAPES), default="minilm")
     parser.add_argument("--seq", type=int, default=128)
@@ -96,7 +99,11 @@ def main(argv=None):
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
     parser.add_argument("--json")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def measure(args):
+    """Runs the sides of ``args`` (from ``build_parser``) interleaved; returns the results dict."""
     shape, batch = SHAPES[args.preset], synthetic_batch(args.batch, args.seq)
     results = {"machine": machine_info(), "load_average_start": load_average(),
                "config": {"shape": args.preset, **shape, "vocab": V, "classes": CLASSES, "seq": args.seq,
@@ -122,7 +129,32 @@ def main(argv=None):
         best, fastest = max(ours, key=ours.get), max(others, key=others.get)
         results["ratio_best_kerasplm_over_fastest_keras_hub"] = {
             "kerasplm": best, "keras_hub": fastest, "ratio": ours[best] / others[fastest]}
-    write_results(results, args.json)
+    return results
+
+
+def runner_rows(argv=()):
+    """``benchmarks.run``'s rows: the kerasplm classifier step against keras-hub ``BertTextClassifier``,
+    without and with XLA on both sides; examples/s. Without keras-hub nothing is built and both rows are
+    skipped with the reason."""
+    args = build_parser().parse_args(argv)
+    _, reason = keras_hub_or_reason()
+    results = {"keras_hub": {"skipped": reason}, "keras_hub_xla": {"skipped": reason}} if reason else measure(args)
+    shape = SHAPES[args.preset]
+    d, layers = shape["hidden_size"], shape["num_layers"]
+    # Every position of the padded batch is computed: FLOPs per example = seq x FLOPs per token (the pooler
+    # and the classes' head are O(d^2) per example, left out).
+    flops = args.seq * training_flops_per_token(transformer_matmul_params(layers, d, shape["intermediate_size"]),
+                                                layers, args.seq, d)
+    config = {"shape": args.preset, **shape, "seq": args.seq, "batch": args.batch, "rounds": args.rounds,
+              "steps": args.steps}
+    return pair_rows(results, [("no XLA vs keras-hub", "kerasplm", "keras_hub"),
+                               ("XLA vs keras-hub XLA", "kerasplm_xla", "keras_hub_xla")],
+                     "examples_per_second", config, flops_per_unit=flops)
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    write_results(measure(args), args.json)
 
 
 if __name__ == "__main__":

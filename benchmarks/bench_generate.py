@@ -20,6 +20,8 @@ The limit counts the float32 table; the screened side reads it as bfloat16 (half
 rows per prompt, so its own limit is higher.
 
     python benchmarks/bench_generate.py --json results.json [--batch 1 4] [--prompt 32] [--new 96]
+
+``runner_rows`` gives this comparison's rows to ``python -m benchmarks.run``.
 """
 import argparse
 import json
@@ -33,7 +35,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import numpy as np  # noqa: E402
 
-from benchmarks.common import interleaved, keras_hub_or_reason, load_average, machine_info  # noqa: E402
+from benchmarks.common import (interleaved, keras_hub_or_reason, library_or_reason, load_average,  # noqa: E402
+                               machine_info)
 
 SHAPE = dict(n_layer=6, n_embd=512, n_head=8, vocab_size=50257, n_positions=1024)
 SIDES = ("kerasplm", "kerasplm_full_logits", "keras_hub", "keras_hub_xla", "huggingface")
@@ -67,7 +70,7 @@ def bytes_per_step(batch, length):
     return 4 * (weights + cache)
 
 
-def main(argv=None):
+def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--prompt", type=int, default=32)
@@ -75,8 +78,15 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--bandwidth-gib", type=float, default=1.0,
+                        help="size of the array read to measure the bandwidth limit (0: skip it, and its memory)")
     parser.add_argument("--json", "--out", dest="json")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def measure(args):
+    """Generates as ``args`` (from ``build_parser``) says; returns the results dict (one entry per batch size
+    in ``rows``)."""
 
     import keras
     import tensorflow as tf
@@ -91,10 +101,12 @@ def main(argv=None):
     result = {"machine": machine_info(), "load_average_start": load_average(), "shape": SHAPE,
               "prompt": args.prompt, "new_tokens": args.new, "torch_threads": torch.get_num_threads(),
               "transformers": transformers.__version__, "torch": torch.__version__, "rows": []}
-    bandwidth, by_library = read_bandwidth()
-    result["read_bandwidth_bytes_per_s"] = {"best": bandwidth, **by_library}
-    print(f"read bandwidth: {bandwidth / 1e9:.2f} GB/s ({', '.join(f'{k} {v / 1e9:.2f}' for k, v in by_library.items())})",
-          flush=True)
+    bandwidth = None
+    if args.bandwidth_gib > 0:
+        bandwidth, by_library = read_bandwidth(args.bandwidth_gib)
+        result["read_bandwidth_bytes_per_s"] = {"best": bandwidth, **by_library}
+        print(f"read bandwidth: {bandwidth / 1e9:.2f} GB/s "
+              f"({', '.join(f'{k} {v / 1e9:.2f}' for k, v in by_library.items())})", flush=True)
     torch.manual_seed(0)
     hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(**SHAPE)).eval()
     keras_hub, reason = keras_hub_or_reason()
@@ -153,14 +165,14 @@ def main(argv=None):
                 outputs["huggingface"] = out[:, args.prompt:].numpy()
             sides["huggingface"] = hf_generate
         timings = interleaved(sides, args.rounds, 1, warmup=1)
-        limit = batch * bandwidth / bytes_per_step(batch, total)
-        row = {"batch": batch, "bandwidth_limit_tokens_per_s": round(limit, 1),
+        limit = batch * bandwidth / bytes_per_step(batch, total) if bandwidth else None
+        row = {"batch": batch, "bandwidth_limit_tokens_per_s": limit and round(limit, 1),
                "bytes_per_step": bytes_per_step(batch, total), "load_average": load_average()}
         for name, t in timings.items():
             rate = batch * args.new / t["seconds_per_step"]
             shape_ok = outputs[name].shape == (batch, args.new)
             row[name] = {"tokens_per_s": round(rate, 1), "warmup_s": t["first_step_s"],
-                         "call_seconds": t["rounds"], "fraction_of_bandwidth_limit": round(rate / limit, 3),
+                         "call_seconds": t["rounds"], "fraction_of_bandwidth_limit": limit and round(rate / limit, 3),
                          "generated_shape_ok": bool(shape_ok)}
             if name != "huggingface" and "huggingface" in outputs:
                 row[name]["greedy_tokens_equal_hf"] = round(float(np.mean(outputs[name] == outputs["huggingface"])), 3)
@@ -174,6 +186,43 @@ def main(argv=None):
         print(json.dumps(row), flush=True)
     result["load_average_end"] = load_average()
     result["tensorflow"] = tf.__version__
+    return result
+
+
+def runner_rows(argv=()):
+    """``benchmarks.run``'s rows: for each batch size, kerasplm's engine (screened greedy, XLA) against
+    keras-hub ``GPT2CausalLM.generate`` (its default compile, and XLA) and HF ``generate``; new tokens/s. The
+    whole comparison needs transformers and torch (the HF model is the weights' source); keras-hub rows are
+    skipped with the reason where it is missing."""
+    args = build_parser().parse_args(argv)
+    _, hub_reason = keras_hub_or_reason()
+    _, hf_reason = library_or_reason("transformers", "transformers")
+    if not hf_reason:
+        _, hf_reason = library_or_reason("torch", "torch")
+    anchors = {"keras_hub": "vs keras-hub", "keras_hub_xla": "vs keras-hub XLA", "huggingface": "vs HF"}
+    config = {"shape": SHAPE, "prompt": args.prompt, "new": args.new, "rounds": args.rounds}
+    if hf_reason:
+        return [{"name": f"batch {b} {label}", "skipped": hf_reason, "config": config}
+                for b in args.batch for label in anchors.values()]
+    args.sides = ["kerasplm", "huggingface"] + ([] if hub_reason else ["keras_hub", "keras_hub_xla"])
+    result = measure(args)
+    rows = []
+    for row in result["rows"]:
+        for side, label in anchors.items():
+            out = {"name": f"batch {row['batch']} {label}", "anchor_side": side,
+                   "config": {**config, "batch": row["batch"]}}
+            if side not in row:
+                out["skipped"] = hub_reason or f"{side} did not run"
+            else:
+                out.update(kerasplm=row["kerasplm"]["tokens_per_s"], anchor=row[side]["tokens_per_s"],
+                           kerasplm_side="kerasplm, screened greedy, XLA")
+            rows.append(out)
+    return rows
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    result = measure(args)
     print(json.dumps(result, indent=2))
     if args.json:
         with open(args.json, "w") as f:

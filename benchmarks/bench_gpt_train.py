@@ -14,6 +14,8 @@ training tokens/s = batch × sequence / median seconds per step; the sides take 
 ``--steps``) so that they share the machine's load.
 
     python -m benchmarks.bench_gpt_train [--rounds 4] [--steps 2] [--json out.json]
+
+``runner_rows`` gives this comparison's rows to ``python -m benchmarks.run``.
 """
 import argparse
 import os
@@ -23,8 +25,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import numpy as np  # noqa: E402
 
-from benchmarks.common import (interleaved, keras_hub_or_reason, load_average, machine_info, trainer_step,  # noqa: E402
-                               write_results)
+from benchmarks.common import (interleaved, keras_hub_or_reason, load_average, machine_info, pair_rows,  # noqa: E402
+                               trainer_step, write_results)
+from benchmarks.mfu import training_flops_per_token, transformer_matmul_params  # noqa: E402
 
 V, POSITIONS = 50257, 1024
 SIDES = ("kerasplm", "kerasplm_xla", "keras_hub", "keras_hub_xla")
@@ -71,7 +74,7 @@ def keras_hub_step(args, tokens, jit_compile):
                   "keras_hub": keras_hub.__version__}
 
 
-def main(argv=None):
+def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=6)
     parser.add_argument("--hidden", type=int, default=512)
@@ -83,7 +86,11 @@ def main(argv=None):
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
     parser.add_argument("--json")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def measure(args):
+    """Runs the sides of ``args`` (from ``build_parser``) interleaved; returns the results dict."""
     tokens = np.random.default_rng(0).integers(1, V, size=(args.batch, args.seq + 1)).astype(np.int32)
     results = {"machine": machine_info(), "load_average_start": load_average(),
                "config": {"layers": args.layers, "hidden": args.hidden, "heads": args.heads, "vocab": V,
@@ -109,7 +116,29 @@ def main(argv=None):
         best, fastest = max(ours, key=ours.get), max(others, key=others.get)
         results["ratio_best_kerasplm_over_fastest_keras_hub"] = {
             "kerasplm": best, "keras_hub": fastest, "ratio": ours[best] / others[fastest]}
-    write_results(results, args.json)
+    return results
+
+
+def runner_rows(argv=()):
+    """``benchmarks.run``'s rows: the kerasplm GPT step against keras-hub ``GPT2CausalLM``, without and with
+    XLA on both sides; training tokens/s. Without keras-hub nothing is built and both rows are skipped with
+    the reason. (No HuggingFace training side exists yet.)"""
+    args = build_parser().parse_args(argv)
+    _, reason = keras_hub_or_reason()
+    results = {"keras_hub": {"skipped": reason}, "keras_hub_xla": {"skipped": reason}} if reason else measure(args)
+    # The tied token embedding is also the output projection: its H x V weights multiply every position.
+    n = transformer_matmul_params(args.layers, args.hidden, 4 * args.hidden) + args.hidden * V
+    flops = training_flops_per_token(n, args.layers, args.seq, args.hidden)
+    config = {"layers": args.layers, "hidden": args.hidden, "heads": args.heads, "vocab": V, "seq": args.seq,
+              "batch": args.batch, "rounds": args.rounds, "steps": args.steps}
+    return pair_rows(results, [("no XLA vs keras-hub", "kerasplm", "keras_hub"),
+                               ("XLA vs keras-hub XLA", "kerasplm_xla", "keras_hub_xla")],
+                     "tokens_per_second", config, flops_per_unit=flops)
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    write_results(measure(args), args.json)
 
 
 if __name__ == "__main__":

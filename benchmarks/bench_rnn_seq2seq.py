@@ -24,6 +24,8 @@ The sides take turns (``--rounds`` × ``--steps``), so they share the machine's 
 real target tokens / median seconds per step.
 
     python -m benchmarks.bench_rnn_seq2seq [--rounds 5] [--steps 3] [--preset gru_bahdanau] [--json out.json]
+
+``runner_rows`` gives this comparison's rows to ``python -m benchmarks.run``.
 """
 import argparse
 import os
@@ -33,7 +35,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import numpy as np  # noqa: E402
 
-from benchmarks.common import interleaved, load_average, machine_info, trainer_step, write_results  # noqa: E402
+from benchmarks.common import (interleaved, load_average, machine_info, pair_rows, trainer_step,  # noqa: E402
+                               write_results)
 
 V = 8000
 SIDES = ("kerasplm", "kerasplm_xla", "seed_keras")
@@ -169,7 +172,7 @@ def seed_keras_step(config, batch):
     return step, {"parameters": model.count_params(), "jit_compile": False}
 
 
-def main(argv=None):
+def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="gru_bahdanau", help="an RNN preset with additive attention")
     parser.add_argument("--batch", type=int, default=64)
@@ -179,13 +182,17 @@ def main(argv=None):
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
     parser.add_argument("--json")
-    args = parser.parse_args(argv)
+    return parser
 
+
+def measure(args, parser=None):
+    """Runs the sides of ``args`` (from ``build_parser``) interleaved; returns the results dict."""
     from kerasplm.models.rnn_seq2seq import get_preset
 
     config = get_preset(args.preset, input_vocab_size=V, target_vocab_size=V, rate=0.0)
     if config.attention != "additive" or config.cell != "gru" or config.bidirectional:
-        parser.error(f"--preset {args.preset}: the seed's model is a unidirectional GRU with additive attention")
+        (parser or build_parser()).error(
+            f"--preset {args.preset}: the seed's model is a unidirectional GRU with additive attention")
     batch = synthetic_batch(args.batch, args.length)
     target_tokens = int((batch[1] != 0).sum())
     results = {"machine": machine_info(), "load_average_start": load_average(),
@@ -205,7 +212,24 @@ def main(argv=None):
         seed = results["seed_keras"]["target_tokens_per_second"]
         results["ratio_over_seed_keras"] = {name: results[name]["target_tokens_per_second"] / seed
                                             for name in steps if name != "seed_keras"}
-    write_results(results, args.json)
+    return results
+
+
+def runner_rows(argv=()):
+    """``benchmarks.run``'s rows: the Trainer step (tf.function) and the whole step under XLA against the
+    seed's model in plain Keras; target tokens/s. No MFU (a recurrent model: 6·N + attention is a
+    Transformer's count)."""
+    args = build_parser().parse_args(argv)
+    results = measure(args)
+    return pair_rows(results, [("tf.function vs seed Keras", "kerasplm", "seed_keras"),
+                               ("XLA vs seed Keras", "kerasplm_xla", "seed_keras")],
+                     "target_tokens_per_second", {**results["config"], "rounds": args.rounds, "steps": args.steps})
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    write_results(measure(args, parser), args.json)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,9 @@ fixed, so every request generates the same tokens (the count is reported).
 
     python benchmarks/bench_serving.py [--run runs/translator] [--requests 200] --out results.json
     python benchmarks/bench_serving.py --max-request [--chunk-sizes 64 1024] --out max_request.json
+
+``--batch-sizes 1 8 32`` adds the signature's throughput at those request sizes; ``runner_rows`` gives this
+benchmark's rows to ``python -m benchmarks.run``.
 """
 import argparse
 import json
@@ -109,6 +112,29 @@ def bench_export(path, requests, warmup):
     return rows, {"first_call_s": round(first_call, 2), "generated_tokens": tokens, "translation": translation}
 
 
+def batch_throughput(path, batch_sizes, repeats):
+    """Sentences/s of the in-process ``serving_default`` signature against the request's batch size: each
+    request holds ``batch`` sentences of the bundled sample (the first ones, the same every call); median of
+    ``repeats`` calls after one untimed call per size (tracing that shape)."""
+    from kerasplm.data import read_parallel_tsv, sample_path
+
+    sources, _ = read_parallel_tsv(sample_path("spa-eng-train.tsv"), src_col=1, tgt_col=0)
+    fn = tf.saved_model.load(path).signatures["serving_default"]
+    rows = []
+    for batch in batch_sizes:
+        inputs = tf.constant(sources[:batch])
+        fn(inputs=inputs)
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn(inputs=inputs)["translation"].numpy()
+            times.append(time.perf_counter() - start)
+        seconds = float(np.median(times))
+        rows.append({"batch": batch, "seconds_per_request": round(seconds, 4),
+                     "sentences_per_s": round(batch / seconds, 2)})
+    return rows
+
+
 def _proc_memory_mb(pid):
     """Resident memory now and its peak so far (MiB) of process ``pid``, from /proc/<pid>/status."""
     with open(f"/proc/{pid}/status") as f:
@@ -179,7 +205,7 @@ def bench_max_request(base, chunk_sizes, max_batch_size, tmp):
     return rows
 
 
-def main(argv=None):
+def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", help="translator run directory (default: random transformer_seed model)")
     parser.add_argument("--requests", type=int, default=200)
@@ -192,11 +218,14 @@ def main(argv=None):
     parser.add_argument("--max-batch-size", type=int, default=1024, help="rows of the maximum request (default 1024)")
     parser.add_argument("--chunk-sizes", type=int, nargs="+", default=[64, 1024],
                         help="--batch-chunk-size values to compare (default 64 and 1024 = one call)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--batch-sizes", type=int, nargs="*", default=[],
+                        help="also the in-process throughput (sentences/s) of requests of these many sentences")
+    parser.add_argument("--batch-repeats", type=int, default=3, help="timed calls per --batch-sizes entry")
+    return parser
 
-    translator, model_desc = build_translator(args.run)
-    if args.max_request:
-        return max_request_main(args, translator, model_desc)
+
+def measure_exports(args, translator, model_desc):
+    """Latency rows of the exports (and the --batch-sizes throughput of the first export); the results dict."""
     results = {"model": model_desc, "sentence": SENTENCE, "requests": args.requests, "warmup": args.warmup,
                "machine": machine_info(), "rows": [], "exports": {}}
     with tempfile.TemporaryDirectory(prefix="bench_serving_") as tmp:
@@ -209,6 +238,33 @@ def main(argv=None):
             results["exports"][f"jit_compile={jit}"] = {"export_s": round(export_s, 1), **info}
             for row in rows:
                 results["rows"].append({"export": f"jit_compile={jit}", **row})
+            if args.batch_sizes and "batches" not in results:
+                results["batches"] = batch_throughput(path, args.batch_sizes, args.batch_repeats)
+    return results
+
+
+def runner_rows(argv=()):
+    """``benchmarks.run``'s rows (absolute: kerasplm serving has no anchor): p50 latency of one sentence through
+    the SavedModel signature and through ``kerasplm serve`` (REST), and the signature's sentences/s at each
+    --batch-sizes entry (default 1, 8, 32), for the jit_compile=False export."""
+    args = build_parser().parse_args(["--no-jit", "--batch-sizes", "1", "8", "32", *argv])
+    translator, model_desc = build_translator(args.run)
+    results = measure_exports(args, translator, model_desc)
+    config = {"model": model_desc, "requests": args.requests, "warmup": args.warmup, "export": "jit_compile=False"}
+    rows = [{"name": f"{r['path']} p50", "kerasplm": r["p50_ms"], "anchor": None, "unit": "ms",
+             "config": {**config, "p99_ms": r["p99_ms"]}} for r in results["rows"]]
+    rows += [{"name": f"signature, batch {b['batch']}", "kerasplm": b["sentences_per_s"], "anchor": None,
+              "unit": "sentences/s", "config": {**config, "batch": b["batch"], "repeats": args.batch_repeats}}
+             for b in results.get("batches", [])]
+    return rows
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    translator, model_desc = build_translator(args.run)
+    if args.max_request:
+        return max_request_main(args, translator, model_desc)
+    results = measure_exports(args, translator, model_desc)
 
     print(f"\nServing latency, one sentence per request ({model_desc}; {args.requests} requests after "
           f"{args.warmup} warm-up; {results['machine']['cpus_usable']} CPUs, TF {tf.__version__})\n")
@@ -219,6 +275,8 @@ def main(argv=None):
     for name, info in results["exports"].items():
         print(f"\n{name}: export {info['export_s']} s, first call {info['first_call_s']} s, "
               f"{info['generated_tokens']} generated tokens per request")
+    for row in results.get("batches", []):
+        print(f"signature, {row['batch']} sentences per request: {row['sentences_per_s']} sentences/s")
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             json.dump(results, f, indent=2, ensure_ascii=False)

@@ -7,6 +7,8 @@ take turns (a few steps each, for several rounds) so that they share any machine
 timed on its own; tokens/s = 64 * 40 / median step time, which shrugs off the odd slow step.
 
     python benchmarks/bench_train.py [--rounds 10] [--precisions float32,mixed_bfloat16] [--jit false]
+
+``runner_rows`` gives this comparison's rows to ``python -m benchmarks.run``.
 """
 import argparse
 import functools
@@ -27,6 +29,7 @@ from kerasplm.models import Transformer, get_preset  # noqa: E402
 from kerasplm.jobs.translation import translation_loss  # noqa: E402
 from kerasplm.training import CustomSchedule, Trainer  # noqa: E402
 from benchmarks.common import machine_info  # noqa: E402
+from benchmarks.mfu import training_flops_per_token, transformer_matmul_params  # noqa: E402
 from tests import seed_reference as seed  # noqa: E402
 
 BATCH, LENGTH, VOCAB = 64, 40, 8000
@@ -78,7 +81,7 @@ def seed_step(cfg, batches):
     return (lambda i: step(*tensors[i % len(tensors)])), time.perf_counter() - start
 
 
-def main():
+def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10, help="turns per contender")
     parser.add_argument("--steps-per-turn", type=int, default=4)
@@ -86,11 +89,16 @@ def main():
                         help=f"comma-separated kerasplm contenders, from {', '.join(PRECISIONS)}")
     parser.add_argument("--jit", choices=["auto", "true", "false"], default="auto")
     parser.add_argument("--out", help="also write the results as JSON here")
-    args = parser.parse_args()
+    return parser
+
+
+def measure(args, parser=None):
+    """Times the seed and every kerasplm precision of ``args`` (from ``build_parser``) in turns; returns
+    (info dict, the precisions run)."""
     precisions = args.precisions.split(",")
     unknown = sorted(set(precisions) - set(PRECISIONS))
     if unknown:
-        parser.error(f"unknown precision(s) {unknown}; choose from {PRECISIONS}")
+        (parser or build_parser()).error(f"unknown precision(s) {unknown}; choose from {PRECISIONS}")
     jit = {"auto": "auto", "true": True, "false": False}[args.jit]
     batches = make_batches(8, np.random.default_rng(0))
     cfg = get_preset("transformer_seed", input_vocab_size=VOCAB, target_vocab_size=VOCAB)
@@ -111,18 +119,50 @@ def main():
                 times[name].append(time.perf_counter() - start)
     tokens_per_s = {name: BATCH * LENGTH / float(np.median(t)) for name, t in times.items()}
     ratio = {name: tokens_per_s[name] / tokens_per_s["seed"] for name in steps}
-
-    print("| contender | target tokens/s | × seed | median step (ms) | first step (s) |")
-    print("|---|---:|---:|---:|---:|")
-    for name in steps:
-        label = "seed train_step, tf.function" if name == "seed" else (
-            f"kerasplm Trainer, {name}, jit_compile={jit_used}")
-        print(f"| {label} | {tokens_per_s[name]:,.0f} | {ratio[name]:.2f} | "
-              f"{1000 * np.median(times[name]):.0f} | {first_step[name]:.1f} |")
     info = {**machine_info(), "batch": BATCH, "length": LENGTH, "vocab": VOCAB, "rounds": args.rounds,
             "steps_per_turn": args.steps_per_turn, "jit_compile": jit_used, "tokens_per_s": tokens_per_s,
             "ratio_to_seed": ratio, "first_step_seconds": first_step,
             "step_seconds": {k: [round(x, 5) for x in v] for k, v in times.items()}}
+    return info, precisions
+
+
+def training_flops_per_target_token(cfg):
+    """Model training FLOPs per target token of ``cfg`` when source and target have LENGTH tokens each: the
+    encoder's weights (once per source token = once per target token), the decoder's with cross-attention,
+    the output projection (d x V, every target position), and attention over LENGTH positions in the encoder's
+    self-attention, the decoder's self-attention and its cross-attention (3 x num_layers attention layers)."""
+    n = (transformer_matmul_params(cfg.num_layers, cfg.d_model, cfg.dff)
+         + transformer_matmul_params(cfg.num_layers, cfg.d_model, cfg.dff, cross_attention_layers=cfg.num_layers)
+         + cfg.d_model * cfg.target_vocab_size)
+    return training_flops_per_token(n, 3 * cfg.num_layers, LENGTH, cfg.d_model)
+
+
+def runner_rows(argv=()):
+    """``benchmarks.run``'s rows: each kerasplm precision's Trainer step against the seed's ``train_step``
+    (float32, tf.function); target tokens/s."""
+    args = build_parser().parse_args(argv)
+    info, precisions = measure(args)
+    cfg = get_preset("transformer_seed", input_vocab_size=VOCAB, target_vocab_size=VOCAB)
+    config = {"preset": "transformer_seed", "batch": BATCH, "length": LENGTH, "vocab": VOCAB, "rounds": args.rounds,
+              "steps_per_turn": args.steps_per_turn, "jit_compile": info["jit_compile"]}
+    return [{"name": f"{p} vs seed", "kerasplm": info["tokens_per_s"][p], "anchor": info["tokens_per_s"]["seed"],
+             "kerasplm_side": f"Trainer, {p}", "anchor_side": "seed train_step, float32", "config": config,
+             "dtype": "bfloat16" if "bfloat16" in p else "float32",
+             "training_flops_per_unit": training_flops_per_target_token(cfg)} for p in precisions]
+
+
+def main():
+    parser = build_parser()
+    args = parser.parse_args()
+    info, _ = measure(args, parser)
+    times, first_step = info["step_seconds"], info["first_step_seconds"]
+    print("| contender | target tokens/s | × seed | median step (ms) | first step (s) |")
+    print("|---|---:|---:|---:|---:|")
+    for name in times:
+        label = "seed train_step, tf.function" if name == "seed" else (
+            f"kerasplm Trainer, {name}, jit_compile={info['jit_compile']}")
+        print(f"| {label} | {info['tokens_per_s'][name]:,.0f} | {info['ratio_to_seed'][name]:.2f} | "
+              f"{1000 * np.median(times[name]):.0f} | {first_step[name]:.1f} |")
     print(json.dumps({k: v for k, v in info.items() if k != "step_seconds"}))
     if args.out:
         with open(args.out, "w") as f:

@@ -102,6 +102,31 @@ def trainer_step(trainer, batch, term):
     return step, {"parameters": trainer.model.count_params(), "jit_compile": trainer.jit_compile}
 
 
+def pair_rows(results, pairs, figure, config, flops_per_unit=None, dtype="float32"):
+    """Rows for ``benchmarks.run`` from a side-by-side results dict ``{side: {figure: value, ...}}`` (a side
+    that could not run holds ``{"skipped": reason}`` or is absent).
+
+    ``pairs``: ``[(row name, kerasplm sides, anchor side)]``; with several kerasplm sides the fastest one's
+    figure is taken (its name goes in ``kerasplm_side``). A row whose anchor did not run is skipped with the
+    anchor's reason. ``flops_per_unit``: model training FLOPs per unit of ``figure`` (training rows' MFU)."""
+    rows = []
+    for name, ours, anchor in pairs:
+        ours = [ours] if isinstance(ours, str) else list(ours)
+        row = {"name": name, "anchor_side": anchor, "config": config}
+        measured = [s for s in ours if figure in results.get(s, {})]
+        if figure not in results.get(anchor, {}) or not measured:
+            missing = anchor if figure not in results.get(anchor, {}) else ours[0]
+            row["skipped"] = results.get(missing, {}).get("skipped", f"{missing} was not run")
+            rows.append(row)
+            continue
+        best = max(measured, key=lambda s: results[s][figure])
+        row.update(kerasplm=results[best][figure], anchor=results[anchor][figure], kerasplm_side=best, dtype=dtype)
+        if flops_per_unit:
+            row["training_flops_per_unit"] = flops_per_unit
+        rows.append(row)
+    return rows
+
+
 def write_results(results, path=None):
     """Prints ``results`` as JSON and, with ``path``, writes them there too."""
     import json

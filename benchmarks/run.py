@@ -28,7 +28,6 @@ import datetime
 import importlib
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -43,7 +42,7 @@ from benchmarks import mfu as mfu_lib  # noqa: E402
 
 # Unit -> True when a larger figure is better. The ratio is always "kerasplm is this many times better".
 UNITS = {"tokens/s": True, "target tokens/s": True, "new tokens/s": True, "examples/s": True, "requests/s": True,
-         "ms": False}
+         "sentences/s": True, "ms": False}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +64,7 @@ class Comparison:
 REGISTRY = {c.name: c for c in (
     Comparison("translator_train", "benchmarks.bench_train", "the seed's train_step (tf.function)",
                "target tokens/s", True, "transformer_seed, batch 64, length 40, Trainer vs the seed's train_step",
-               quick=("--rounds", "2", "--steps-per-turn", "2"), full=("--rounds", "10")),
+               quick=("--rounds", "2", "--steps-per-turn", "2", "--precisions", "float32"), full=("--rounds", "10")),
     Comparison("translator_decode", "benchmarks.bench_decode", "the seed's evaluate() (eager)", "tokens/s", False,
                "transformer_seed, batch 1: cached greedy and beam (K=4) vs the seed's evaluate()",
                quick=("--tokens", "20", "--seed-tokens", "20", "--repeats", "2"), full=()),
@@ -80,7 +79,8 @@ REGISTRY = {c.name: c for c in (
                quick=("--rounds", "2", "--steps", "1", "--warmup", "1"), full=()),
     Comparison("gpt_generate", "benchmarks.bench_generate", "keras-hub GPT2CausalLM.generate; HF generate",
                "new tokens/s", False, "GPT-2 layout L6 H512, greedy, batch 1, 4 and 32",
-               quick=("--batch", "1", "4", "--new", "32", "--rounds", "2"), full=("--batch", "1", "4", "32")),
+               quick=("--batch", "1", "4", "--new", "32", "--rounds", "2", "--bandwidth-gib", "0"),
+               full=("--batch", "1", "4", "32", "--bandwidth-gib", "0")),
     Comparison("elmo_train", "benchmarks.bench_elmo", "a plain Keras Model.fit of the same network", "tokens/s",
                True, "elmo_tiny biLM, vocab 2000, batch 32, window 20",
                quick=("--rounds", "2", "--steps", "2"), full=()),
@@ -187,25 +187,39 @@ def run_child(comparison, quick, log=sys.stderr):
             return result["rows"], {**result.get("info", {}), "seconds": round(seconds, 1)}
     last = next((line for line in reversed(tail) if line.strip()), "no output")
     return [{"name": comparison.name, "kerasplm": None, "anchor": None, "ratio": None, "unit": comparison.unit,
-             "mfu": None, "peak_rss_mb": None, "error": f"exit status {status}: {last}"}], {"seconds": round(seconds, 1)}
+             "mfu": None, "peak_rss_mb": None, "error": f"exit status {status}: {last}"}], \
+        {"seconds": round(seconds, 1)}
 
 
 # ----------------------------------------------------------------------------------------------------- compare
 
+def _merit(row):
+    """(what --compare judges, higher is better; its key): the ratio; for a row without an anchor (absolute
+    figures, comparable only on the same machine) the kerasplm figure itself, inverted for latencies;
+    (None, None) for a skipped or failed row."""
+    if row.get("ratio") is not None:
+        return row["ratio"], "ratio"
+    figure = row.get("kerasplm")
+    if row.get("anchor") is not None or not figure or row.get("unit") not in UNITS:
+        return None, None
+    return (figure if UNITS[row["unit"]] else 1.0 / figure), "kerasplm"
+
+
 def compare(rows, old_rows, tolerance):
     """Marks each row whose ratio fell below ``(1 - tolerance)`` × the same-named old row's ratio
-    (``regressed``: True, ``old_ratio``); rows without a ratio on either side are not judged.
-    Returns the names of the regressed rows."""
+    (``regressed``: True, ``old_ratio``); a row without an anchor is judged on its own figure in the same way
+    (``old_kerasplm``). Rows missing on either side, skipped or failed, are not judged. Returns the names of
+    the regressed rows."""
     if not 0 <= tolerance < 1:
         raise ValueError(f"--tolerance must be in [0, 1), got {tolerance}")
     old = {r["name"]: r for r in old_rows}
     regressed = []
     for row in rows:
-        before = old.get(row["name"], {}).get("ratio")
-        if before is None or row.get("ratio") is None:
+        (now, key), (then, old_key) = _merit(row), _merit(old.get(row["name"], {}))
+        if now is None or then is None or key != old_key:
             continue
-        row["old_ratio"] = before
-        row["regressed"] = row["ratio"] < before * (1 - tolerance)
+        row[f"old_{key}"] = old[row["name"]][key]
+        row["regressed"] = now < then * (1 - tolerance)
         if row["regressed"]:
             regressed.append(row["name"])
     return regressed
@@ -225,10 +239,12 @@ def format_table(rows):
     lines = []
     for r in rows:
         note = r.get("skipped") and f"skipped: {r['skipped']}" or r.get("error") and f"FAILED: {r['error']}" or ""
+        was = f"was {r['old_ratio']:.2f}x" if "old_ratio" in r else \
+            f"was {_figure(r['old_kerasplm'])}" if "old_kerasplm" in r else ""
         if r.get("regressed"):
-            note = f"REGRESSED (was {r['old_ratio']:.2f}x)"
-        elif "old_ratio" in r:
-            note = f"was {r['old_ratio']:.2f}x"
+            note = f"REGRESSED ({was})"
+        elif was:
+            note = was
         lines.append((r["name"], _figure(r.get("kerasplm")), _figure(r.get("anchor")),
                       "-" if r.get("ratio") is None else f"{r['ratio']:.2f}x", r.get("unit", ""),
                       "-" if r.get("mfu") is None else f"{100 * r['mfu']:.1f}%",
@@ -237,7 +253,8 @@ def format_table(rows):
     right = {1, 2, 3, 5, 6}
 
     def fmt(cells):
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
     return "\n".join([fmt(headers), fmt(["-" * w for w in widths])] + [fmt(line) for line in lines])
 
 

@@ -106,17 +106,25 @@ def test_compare_flags_only_ratios_that_fell_beyond_the_tolerance():
     rows = [{"name": "a", "ratio": 0.89, "kerasplm": 89.0, "anchor": 100.0, "unit": "tokens/s"},
             {"name": "b", "ratio": 0.91, "kerasplm": 91.0, "anchor": 100.0, "unit": "tokens/s"},
             {"name": "c", "ratio": None, "unit": "tokens/s", "skipped": "keras-hub is not installed"},
-            {"name": "new", "ratio": 0.1, "unit": "ms"}]
-    old = [{"name": "a", "ratio": 1.0}, {"name": "b", "ratio": 1.0}, {"name": "c", "ratio": 2.0}]
-    assert compare(rows, old, 0.10) == ["a"]
-    assert rows[0]["regressed"] and not rows[1]["regressed"]
+            {"name": "new", "ratio": 0.1, "kerasplm": 1.0, "anchor": 10.0, "unit": "ms"},
+            {"name": "p50", "ratio": None, "kerasplm": 12.0, "anchor": None, "unit": "ms"},
+            {"name": "rate", "ratio": None, "kerasplm": 95.0, "anchor": None, "unit": "sentences/s"}]
+    old = [{"name": "a", "ratio": 1.0, "anchor": 1.0}, {"name": "b", "ratio": 1.0, "anchor": 1.0},
+           {"name": "c", "ratio": 2.0, "anchor": 1.0},
+           {"name": "p50", "ratio": None, "kerasplm": 10.0, "anchor": None, "unit": "ms"},
+           {"name": "rate", "ratio": None, "kerasplm": 100.0, "anchor": None, "unit": "sentences/s"}]
+    # Absolute rows (no anchor) are judged on their own figure: 12 ms against 10 ms is 1/12 < 0.9 / 10.
+    assert compare(rows, old, 0.10) == ["a", "p50"]
+    assert rows[0]["regressed"] and not rows[1]["regressed"] and not rows[5]["regressed"]
     assert "regressed" not in rows[2] and "regressed" not in rows[3]   # nothing to judge
+    assert rows[4]["old_kerasplm"] == 10.0 and rows[0]["old_ratio"] == 1.0
     lines = format_table(rows).splitlines()
     assert len(lines) == 2 + len(rows)
     starts = [lines[0].index(h) for h in ("kerasplm", "ratio", "unit")]
     assert lines[2].split()[0] == "a" and "REGRESSED (was 1.00x)" in lines[2]
     assert lines[2][starts[2]:].startswith("tokens/s") and lines[5][starts[2]:].startswith("ms")
     assert "skipped: keras-hub is not installed" in lines[4]
+    assert "REGRESSED (was 10.00)" in lines[6] and lines[7].endswith("was 100")
     with pytest.raises(ValueError, match="tolerance"):
         compare(rows, old, 1.5)
 
