@@ -39,16 +39,16 @@ L, H, A, V, SEQ, BATCH, PRED = 4, 256, 4, 30522, 128, 16, 20
 SIDES = ("kerasplm", "kerasplm_xla", "keras_hub", "keras_hub_xla", "huggingface")
 
 
-def synthetic_batch(seed=0):
+def synthetic_batch(seed=0, batch=BATCH):
     rng = np.random.default_rng(seed)
-    positions = np.sort(np.stack([rng.choice(np.arange(1, SEQ - 1), PRED, replace=False) for _ in range(BATCH)]), 1)
-    return {"token_ids": rng.integers(5, V, size=(BATCH, SEQ)).astype(np.int32),
-            "segment_ids": (np.arange(SEQ) >= SEQ // 2).astype(np.int32)[None].repeat(BATCH, 0),
-            "padding_mask": np.ones((BATCH, SEQ), np.int32),
+    positions = np.sort(np.stack([rng.choice(np.arange(1, SEQ - 1), PRED, replace=False) for _ in range(batch)]), 1)
+    return {"token_ids": rng.integers(5, V, size=(batch, SEQ)).astype(np.int32),
+            "segment_ids": (np.arange(SEQ) >= SEQ // 2).astype(np.int32)[None].repeat(batch, 0),
+            "padding_mask": np.ones((batch, SEQ), np.int32),
             "masked_positions": positions.astype(np.int32),
-            "masked_ids": rng.integers(5, V, size=(BATCH, PRED)).astype(np.int32),
-            "masked_weights": np.ones((BATCH, PRED), np.float32),
-            "next_sentence_label": rng.integers(0, 2, size=BATCH).astype(np.int32)}
+            "masked_ids": rng.integers(5, V, size=(batch, PRED)).astype(np.int32),
+            "masked_weights": np.ones((batch, PRED), np.float32),
+            "next_sentence_label": rng.integers(0, 2, size=batch).astype(np.int32)}
 
 
 def model_flops_per_step():
@@ -229,6 +229,46 @@ def runner_rows(argv=()):
     config = {"layers": L, "hidden": H, "heads": A, "vocab": V, "seq": SEQ, "batch": BATCH, "predictions": PRED,
               "rounds": args.rounds, "steps": args.steps}
     return pair_rows(results, pairs, "tokens_per_second", config, flops_per_unit=flops)
+
+
+def memory_rows(argv=()):
+    """``benchmarks.run``'s BERT-base row (absolute, no anchor): the kerasplm pretraining step of ``bert_base``
+    (L12 H768 A12, vocabulary 30,522) at sequence 128 and batch ``--batch`` (32), ``--steps`` steps after one
+    untimed step; training tokens/s, and the runner's peak RSS column holds this process's peak memory (the
+    target: within 8 GB)."""
+    import statistics
+    import time
+
+    import tensorflow as tf
+
+    from kerasplm.jobs.bert_pretraining import BertPretrainingOptions, _optimizer
+    from kerasplm.models.bert import BertBackbone
+    from kerasplm.models.bert_pretraining import BertPretrainer
+    from kerasplm.training import Trainer
+
+    parser = argparse.ArgumentParser(description="BERT-base pretraining step: tokens/s and memory")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--jit", action="store_true", help="jit_compile the step")
+    args = parser.parse_args(argv)
+    batch = {k: tf.constant(v) for k, v in synthetic_batch(batch=args.batch).items()}
+    options = BertPretrainingOptions(corpus=__file__, schedule_steps=10_000)
+    trainer = Trainer(model=lambda: BertPretrainer(BertBackbone.from_preset("bert_base")),
+                      optimizer=lambda: _optimizer(options, 10_000), compute_loss=BertPretrainer.trainer_loss,
+                      jit_compile=args.jit, verbose=0)
+    step, info = trainer_step(trainer, batch, "mlm")
+    step()
+    times = []
+    for _ in range(args.steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    layers, hidden = 12, 768
+    n = transformer_matmul_params(layers, hidden, 4 * hidden) + PRED / SEQ * (hidden * hidden + hidden * V)
+    return [{"name": f"bert_base seq {SEQ} batch {args.batch}", "kerasplm": args.batch * SEQ / statistics.median(times),
+             "anchor": None, "config": {"preset": "bert_base", "seq": SEQ, "batch": args.batch, "steps": args.steps,
+                                        "predictions": PRED, **info},
+             "training_flops_per_unit": training_flops_per_token(n, layers, SEQ, hidden)}]
 
 
 def main(argv=None):

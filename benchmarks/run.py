@@ -71,6 +71,9 @@ REGISTRY = {c.name: c for c in (
     Comparison("bert_mlm_train", "benchmarks.bench_bert_pretrain", "keras-hub BertMaskedLM; HF BertForMaskedLM",
                "tokens/s", True, "bert_mini (L4 H256), seq 128, batch 16, with and without XLA",
                quick=("--rounds", "2", "--steps", "1", "--warmup", "1"), full=()),
+    Comparison("bert_base_memory", "benchmarks.bench_bert_pretrain", "none (absolute; peak RSS target 8 GB)",
+               "tokens/s", True, "bert_base (L12 H768) pretraining step, seq 128, batch 32: tokens/s and peak memory",
+               quick=("--steps", "2"), full=("--steps", "5"), function="memory_rows"),
     Comparison("bert_finetune", "benchmarks.bench_finetune", "keras-hub BertTextClassifier", "examples/s", True,
                "MiniLM-L6-H384 classifier, seq 128, batch 32, with and without XLA",
                quick=("--rounds", "2", "--steps", "1", "--warmup", "1"), full=()),
@@ -233,8 +236,9 @@ def _figure(x):
     return f"{x:,.0f}" if abs(x) >= 100 else f"{x:,.2f}"
 
 
-def format_table(rows):
-    """The rows as a fixed-width text table (one line per row, a header and a rule)."""
+def format_table(rows, markdown=False):
+    """The rows as a fixed-width text table (one line per row, a header and a rule); ``markdown``: as a
+    Markdown table (for benchmarks/RESULTS.md)."""
     headers = ("name", "kerasplm", "anchor", "ratio", "unit", "MFU", "peak RSS MB", "note")
     lines = []
     for r in rows:
@@ -249,8 +253,12 @@ def format_table(rows):
                       "-" if r.get("ratio") is None else f"{r['ratio']:.2f}x", r.get("unit", ""),
                       "-" if r.get("mfu") is None else f"{100 * r['mfu']:.1f}%",
                       "-" if r.get("peak_rss_mb") is None else f"{r['peak_rss_mb']:,.0f}", note))
-    widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(headers)]
     right = {1, 2, 3, 5, 6}
+    if markdown:
+        rule = ["---:" if i in right else "---" for i in range(len(headers))]
+        return "\n".join("| " + " | ".join(c.replace("|", "/") for c in cells) + " |"
+                         for cells in [headers, rule, *lines])
+    widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(headers)]
 
     def fmt(cells):
         return "  ".join(c.rjust(w) if i in right else c.ljust(w)
@@ -272,7 +280,7 @@ def git_commit():
 def machine_summary():
     """The parent's machine description (no TensorFlow import: the children report library versions)."""
     from benchmarks.common import machine_info
-    return machine_info(libraries=False)
+    return {k: v for k, v in machine_info(libraries=False).items() if k != "date"}
 
 
 # ----------------------------------------------------------------------------------------------------- selftest
@@ -315,6 +323,7 @@ def main(argv=None):
     parser.add_argument("--compare", metavar="OLD.json", help="flag rows whose ratio fell against this --json")
     parser.add_argument("--tolerance", type=float, default=0.10,
                         help="the fall of a ratio, as a fraction, that --compare flags (default 0.10)")
+    parser.add_argument("--markdown", action="store_true", help="print the table in Markdown (for RESULTS.md)")
     parser.add_argument("--list", action="store_true", help="list the comparisons and exit")
     parser.add_argument("--in-process", action="store_true",
                         help="run the comparisons in this process (what each child does) and write raw rows")
@@ -356,7 +365,7 @@ def main(argv=None):
         rows += got
         children[comparison.name] = info
     regressed = compare(rows, old_rows, args.tolerance) if old_rows is not None else []
-    print(format_table(rows))
+    print(format_table(rows, markdown=args.markdown))
     for name in regressed:
         print(f"regression: {name} fell more than {100 * args.tolerance:g}% against {args.compare}")
     libraries = next((i["machine"] for i in children.values() if i.get("machine")), None)

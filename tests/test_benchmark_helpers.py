@@ -125,6 +125,10 @@ def test_compare_flags_only_ratios_that_fell_beyond_the_tolerance():
     assert lines[2][starts[2]:].startswith("tokens/s") and lines[5][starts[2]:].startswith("ms")
     assert "skipped: keras-hub is not installed" in lines[4]
     assert "REGRESSED (was 10.00)" in lines[6] and lines[7].endswith("was 100")
+    markdown = format_table(rows, markdown=True).splitlines()
+    assert markdown[0] == "| name | kerasplm | anchor | ratio | unit | MFU | peak RSS MB | note |"
+    assert markdown[1] == "| --- | ---: | ---: | ---: | --- | ---: | ---: | --- |"
+    assert markdown[2] == "| a | 89.00 | 100 | 0.89x | tokens/s | - | - | REGRESSED (was 1.00x) |"
     with pytest.raises(ValueError, match="tolerance"):
         compare(rows, old, 1.5)
 
