@@ -17,9 +17,11 @@ marked skipped with the reason. ``--compare OLD.json`` marks rows whose ratio fe
 (a fraction) against the same-named row of an earlier ``--json`` and then exits with status 1; a comparison that
 failed exits with status 2.
 
-``--quick`` runs each comparison on its small configuration (fewer rounds, shorter generations, one size per
-axis): meant to finish within 20 minutes on 2 idle cores. The figures of a quick run are noisier; compare quick
-runs with quick runs.
+``--quick`` runs each comparison on its small configuration (fewer rounds, shorter generations, fewer batch
+sizes): meant to finish within 20 minutes on 2 idle cores. That is an estimate from smoke runs on a loaded
+machine (e.g. bert_mlm_train's quick configuration took 4.6 minutes there with 3 of its 5 sides), not a
+timing; keras-hub adds sides to four comparisons. The figures of a quick run are noisier; compare quick runs
+with quick runs. ``--timeout`` (default 30 minutes) kills a comparison that hangs and reports it failed.
 """
 import argparse
 import collections
@@ -166,8 +168,11 @@ def run_in_process(comparison, quick):
     return [complete_row(comparison, r, rss, peaks) for r in rows], {"machine": machine, "matmul_peaks": peaks}
 
 
-def run_child(comparison, quick, log=sys.stderr):
-    """Runs one comparison in a child process; returns (rows, info). A failed child gives one error row."""
+def run_child(comparison, quick, log=sys.stderr, timeout=None):
+    """Runs one comparison in a child process; returns (rows, info). A failed child, or one still running
+    after ``timeout`` seconds (then killed), gives one error row."""
+    import threading
+
     with tempfile.TemporaryDirectory(prefix="benchmarks_run_") as tmp:
         out = os.path.join(tmp, "rows.json")
         cmd = [sys.executable, "-m", "benchmarks.run", "--in-process", "--only", comparison.name, "--json", out]
@@ -178,12 +183,19 @@ def run_child(comparison, quick, log=sys.stderr):
         tail = collections.deque(maxlen=20)
         start = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        timer = threading.Timer(timeout, proc.kill) if timeout else None
+        if timer:
+            timer.start()
         for line in proc.stdout:
             tail.append(line.rstrip())
             if log is not None:
                 print(f"  [{comparison.name}] {line.rstrip()}", file=log, flush=True)
         status = proc.wait()
         seconds = time.perf_counter() - start
+        if timer:
+            timer.cancel()
+            if status != 0 and seconds >= timeout:
+                tail.append(f"killed after the --timeout of {timeout:g} s")
         if status == 0 and os.path.exists(out):
             with open(out) as f:
                 result = json.load(f)
@@ -323,6 +335,8 @@ def main(argv=None):
     parser.add_argument("--compare", metavar="OLD.json", help="flag rows whose ratio fell against this --json")
     parser.add_argument("--tolerance", type=float, default=0.10,
                         help="the fall of a ratio, as a fraction, that --compare flags (default 0.10)")
+    parser.add_argument("--timeout", type=float, default=1800,
+                        help="seconds a comparison may run before its child is killed (0: no limit; default 1800)")
     parser.add_argument("--markdown", action="store_true", help="print the table in Markdown (for RESULTS.md)")
     parser.add_argument("--list", action="store_true", help="list the comparisons and exit")
     parser.add_argument("--in-process", action="store_true",
@@ -361,7 +375,7 @@ def main(argv=None):
     rows, children = [], {}
     for comparison in selected:
         print(f"{comparison.name}: running (vs {comparison.anchor})", file=sys.stderr, flush=True)
-        got, info = run_child(comparison, args.quick)
+        got, info = run_child(comparison, args.quick, timeout=args.timeout or None)
         rows += got
         children[comparison.name] = info
     regressed = compare(rows, old_rows, args.tolerance) if old_rows is not None else []

@@ -170,3 +170,11 @@ def test_runner_rejects_an_unknown_comparison_and_an_unreadable_old_json(tmp_pat
         main(["--only", "selftest", "--compare", str(tmp_path / "absent.json")])
     err = capsys.readouterr().err
     assert "--compare" in err and "absent.json: cannot read its rows" in err
+
+
+def test_a_comparison_past_its_timeout_is_killed_and_reported_as_failed():
+    from benchmarks.run import REGISTRY, run_child
+
+    rows, _ = run_child(REGISTRY["selftest"], quick=False, log=None, timeout=0.2)
+    assert len(rows) == 1 and rows[0]["name"] == "selftest" and rows[0]["ratio"] is None
+    assert rows[0]["error"].endswith("killed after the --timeout of 0.2 s")
