@@ -113,7 +113,7 @@ def ratio(kerasplm, anchor, unit):
 
 
 def complete_row(comparison, row, peak_rss_mb, peaks):
-    """The runner's row from one a comparison function returned.
+    """The runner's row from one row that a comparison function returned.
 
     ``row``: ``name`` (the row's label within the comparison, "" for a single row), ``kerasplm`` and ``anchor``
     figures (``anchor`` None for absolute rows), ``unit`` (default the comparison's), ``config``, and optionally
@@ -125,8 +125,7 @@ def complete_row(comparison, row, peak_rss_mb, peaks):
     out = {"name": name, "kerasplm": row.get("kerasplm"), "anchor": row.get("anchor"), "ratio": None, "unit": unit,
            "mfu": None, "peak_rss_mb": round(peak_rss_mb, 1)}
     if row.get("skipped"):
-        out["skipped"] = row["skipped"]
-        return {**out, "config": row.get("config", {})}
+        return {**out, "peak_rss_mb": None, "skipped": row["skipped"], "config": row.get("config", {})}
     out["ratio"] = ratio(out["kerasplm"], out["anchor"], unit)
     if comparison.training and row.get("training_flops_per_unit"):
         dtype = row.get("dtype", "float32")
@@ -142,7 +141,8 @@ def complete_row(comparison, row, peak_rss_mb, peaks):
 
 
 def peak_rss_mb():
-    """This process's peak resident memory so far in MB (``ru_maxrss``: KiB on Linux, bytes on macOS)."""
+    """This process's peak resident memory so far in MB of 2**20 bytes (``ru_maxrss``: KiB on Linux, bytes on
+    macOS)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 

@@ -156,6 +156,7 @@ def test_runner_end_to_end_on_its_selftest_entry_writes_json_and_flags_a_regress
     assert measured["mfu"] == pytest.approx(measured["kerasplm"] * 2 * 64 * 64 / measured["peak_flops"])
     assert measured["peak_rss_mb"] > 1 and measured["regressed"] is True
     assert skipped["name"] == "selftest/missing anchor" and skipped["ratio"] is None
+    assert skipped["peak_rss_mb"] is None
     assert "kerasplm_no_such_library is not installed" in skipped["skipped"]
     assert result["compared_with"] == {"file": str(old), "tolerance": 0.1, "regressed": [measured["name"]]}
 
