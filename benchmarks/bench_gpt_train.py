@@ -1,4 +1,4 @@
-"""Causal-LM training throughput of GPT-2-shaped blocks: kerasplm vs keras-hub ``GPT2CausalLM``, interleaved.
+"""Causal-LM training throughput of GPT-2-shaped blocks: kerasplm vs keras-hub ``GPT2CausalLM`` and HF, interleaved.
 
 Issue 13's training evidence. Same model on both sides: GPT-2 layout, L6 H512 A8 (FFN 2,048), vocabulary
 50,257, 1,024 positions, random weights; sequence 256, batch 8 (``--layers/--hidden/--heads/--seq/--batch``
@@ -9,6 +9,8 @@ position, AdamW (β2 0.95, weight decay 0.1), gradient clipped to global norm 1,
   job's own optimizer ``kerasplm.jobs.language_model.adamw``), with and without ``jit_compile``.
 - keras-hub (benchmark extra, ``pip install -e ".[test,bench]"``): ``GPT2CausalLM`` on a ``GPT2Backbone`` of
   the same sizes, ``compile(jit_compile=...)`` then ``train_on_batch``, with and without XLA.
+- HuggingFace ``GPT2LMHeadModel`` (torch, CPU; ``labels`` = the tokens, shifted inside the model) with
+  ``torch.optim.AdamW`` and ``clip_grad_norm_`` to 1.
 
 training tokens/s = batch × sequence / median seconds per step; the sides take turns (``--rounds`` ×
 ``--steps``) so that they share the machine's load.
@@ -25,12 +27,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import numpy as np  # noqa: E402
 
-from benchmarks.common import (interleaved, keras_hub_or_reason, load_average, machine_info, pair_rows,  # noqa: E402
-                               trainer_step, write_results)
+from benchmarks.common import (interleaved, keras_hub_or_reason, library_or_reason, load_average,  # noqa: E402
+                               machine_info, pair_rows, trainer_step, write_results)
 from benchmarks.mfu import training_flops_per_token, transformer_matmul_params  # noqa: E402
 
 V, POSITIONS = 50257, 1024
-SIDES = ("kerasplm", "kerasplm_xla", "keras_hub", "keras_hub_xla")
+SIDES = ("kerasplm", "kerasplm_xla", "keras_hub", "keras_hub_xla", "huggingface")
 
 
 def kerasplm_step(args, tokens, jit_compile):
@@ -98,7 +100,8 @@ def measure(args):
     builders = {"kerasplm": lambda: kerasplm_step(args, tokens, False),
                 "kerasplm_xla": lambda: kerasplm_step(args, tokens, True),
                 "keras_hub": lambda: keras_hub_step(args, tokens, False),
-                "keras_hub_xla": lambda: keras_hub_step(args, tokens, True)}
+                "keras_hub_xla": lambda: keras_hub_step(args, tokens, True),
+                "huggingface": lambda: huggingface_step(args, tokens)}
     steps = {}
     for name in args.sides:
         try:
@@ -111,29 +114,61 @@ def measure(args):
     results["load_average_end"] = load_average()
     measured = {n: results[n]["tokens_per_second"] for n in args.sides if "tokens_per_second" in results[n]}
     ours = {n: v for n, v in measured.items() if n.startswith("kerasplm")}
-    others = {n: v for n, v in measured.items() if n.startswith("keras_hub")}
+    others = {n: v for n, v in measured.items() if not n.startswith("kerasplm")}
     if ours and others:
         best, fastest = max(ours, key=ours.get), max(others, key=others.get)
-        results["ratio_best_kerasplm_over_fastest_keras_hub"] = {
-            "kerasplm": best, "keras_hub": fastest, "ratio": ours[best] / others[fastest]}
+        results["ratio_best_kerasplm_over_fastest_other"] = {
+            "kerasplm": best, "other": fastest, "ratio": ours[best] / others[fastest]}
     return results
 
 
 def runner_rows(argv=()):
     """``benchmarks.run``'s rows: the kerasplm GPT step against keras-hub ``GPT2CausalLM``, without and with
-    XLA on both sides; training tokens/s. Without keras-hub nothing is built and both rows are skipped with
-    the reason. (No HuggingFace training side exists yet.)"""
+    XLA on both sides, and the faster kerasplm side against HF ``GPT2LMHeadModel``; training tokens/s. Sides
+    whose library is missing are not built; their rows are skipped with the reason."""
     args = build_parser().parse_args(argv)
-    _, reason = keras_hub_or_reason()
-    results = {"keras_hub": {"skipped": reason}, "keras_hub_xla": {"skipped": reason}} if reason else measure(args)
+    _, hub_reason = keras_hub_or_reason()
+    _, hf_reason = library_or_reason("transformers", "transformers")
+    if not hf_reason:
+        _, hf_reason = library_or_reason("torch", "torch")
+    args.sides = ["kerasplm", "kerasplm_xla"] + (["keras_hub", "keras_hub_xla"] if not hub_reason else []) \
+        + (["huggingface"] if not hf_reason else [])
+    results = {} if hub_reason and hf_reason else measure(args)
+    results.update({s: {"skipped": hub_reason} for s in ("keras_hub", "keras_hub_xla") if hub_reason})
+    if hf_reason:
+        results["huggingface"] = {"skipped": hf_reason}
     # The tied token embedding is also the output projection: its H x V weights multiply every position.
     n = transformer_matmul_params(args.layers, args.hidden, 4 * args.hidden) + args.hidden * V
     flops = training_flops_per_token(n, args.layers, args.seq, args.hidden)
     config = {"layers": args.layers, "hidden": args.hidden, "heads": args.heads, "vocab": V, "seq": args.seq,
               "batch": args.batch, "rounds": args.rounds, "steps": args.steps}
     return pair_rows(results, [("no XLA vs keras-hub", "kerasplm", "keras_hub"),
-                               ("XLA vs keras-hub XLA", "kerasplm_xla", "keras_hub_xla")],
+                               ("XLA vs keras-hub XLA", "kerasplm_xla", "keras_hub_xla"),
+                               ("vs HF GPT2LMHeadModel", ("kerasplm", "kerasplm_xla"), "huggingface")],
                      "tokens_per_second", config, flops_per_unit=flops)
+
+
+def huggingface_step(args, tokens):
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=V, n_positions=POSITIONS, n_embd=args.hidden, n_layer=args.layers,
+                                     n_head=args.heads, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1)
+    model = transformers.GPT2LMHeadModel(config).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    # HF shifts the labels inside the model: given the seq + 1 tokens it predicts the same seq tokens per row
+    # as the other sides (running one position more).
+    ids = torch.tensor(tokens).long()
+
+    def step():
+        optimizer.zero_grad()
+        model(input_ids=ids, labels=ids).loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+
+    return step, {"torch": torch.__version__, "transformers": transformers.__version__,
+                  "threads": torch.get_num_threads(), "parameters": sum(p.numel() for p in model.parameters())}
 
 
 def main(argv=None):
