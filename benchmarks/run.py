@@ -95,7 +95,7 @@ REGISTRY = {c.name: c for c in (
                quick=("--rounds", "2", "--steps", "1", "--warmup", "1"), full=()),
     Comparison("serving", "benchmarks.bench_serving", "none (absolute latency)", "ms", False,
                "transformer_seed export, one sentence per request: SavedModel signature and kerasplm serve (REST)",
-               quick=("--requests", "20", "--warmup", "3", "--no-jit"), full=()),
+               quick=("--requests", "20", "--warmup", "3", "--no-jit", "--max-beam-size", "1"), full=()),
     Comparison("selftest", "benchmarks.run", "numpy einsum", "tokens/s", True,
                "the runner's own check: tiny numpy matmuls, seconds, no TensorFlow",
                function="selftest_rows", peak_matmul="benchmarks.run:numpy_matmul", hidden=True),
