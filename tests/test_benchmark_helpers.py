@@ -179,3 +179,18 @@ def test_a_comparison_past_its_timeout_is_killed_and_reported_as_failed():
     rows, _ = run_child(REGISTRY["selftest"], quick=False, log=None, timeout=0.2)
     assert len(rows) == 1 and rows[0]["name"] == "selftest" and rows[0]["ratio"] is None
     assert rows[0]["error"].endswith("killed after the --timeout of 0.2 s")
+
+
+def test_pair_rows_take_the_faster_kerasplm_side_and_skip_rows_whose_anchor_did_not_run():
+    from benchmarks.common import pair_rows
+
+    results = {"kerasplm": {"tokens_per_second": 90.0}, "kerasplm_xla": {"tokens_per_second": 120.0},
+               "huggingface": {"tokens_per_second": 60.0}, "keras_hub": {"skipped": "keras-hub is not installed"}}
+    pairs = [("vs hub", "kerasplm", "keras_hub"), ("vs HF", ("kerasplm", "kerasplm_xla"), "huggingface"),
+             ("vs absent", "kerasplm", "keras_hub_xla")]
+    rows = pair_rows(results, pairs, "tokens_per_second", {"seq": 8}, flops_per_unit=6.0)
+    assert rows[0] == {"name": "vs hub", "anchor_side": "keras_hub", "config": {"seq": 8},
+                       "skipped": "keras-hub is not installed"}
+    assert rows[1]["kerasplm"] == 120.0 and rows[1]["kerasplm_side"] == "kerasplm_xla" and rows[1]["anchor"] == 60.0
+    assert rows[1]["training_flops_per_unit"] == 6.0 and rows[1]["dtype"] == "float32"
+    assert rows[2]["skipped"] == "keras_hub_xla was not run"
