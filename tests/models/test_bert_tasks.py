@@ -64,10 +64,10 @@ def test_bad_arguments():
         BertClassifier(BertBackbone(**TINY), 0)
     with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\)"):
         BertClassifier(BertBackbone(**TINY), 2, dropout=1.0)
-    with pytest.raises(ValueError, match="pooling must be one of cls, mean"):
-        pool_sequence(tf.zeros([1, 2, 3]), tf.ones([1, 2]), "max")
-    with pytest.raises(ValueError, match="pooling must be one of cls, mean, got 'max'"):
-        BertClassifier(BertBackbone(**TINY), 2, pooling="max")
+    with pytest.raises(ValueError, match="pooling must be one of cls, mean, max"):
+        pool_sequence(tf.zeros([1, 2, 3]), tf.ones([1, 2]), "sum")
+    with pytest.raises(ValueError, match="pooling must be one of cls, mean, max, got 'sum'"):
+        BertClassifier(BertBackbone(**TINY), 2, pooling="sum")
 
 
 def test_pooling():
@@ -75,6 +75,7 @@ def test_pooling():
     mask = tf.constant([[1, 1, 0]])
     assert pool_sequence(hidden, mask, "mean").numpy().tolist() == [[2.0, 3.0]]
     assert pool_sequence(hidden, mask, "cls").numpy().tolist() == [[1.0, 2.0]]
+    assert pool_sequence(hidden, mask, "max").numpy().tolist() == [[3.0, 4.0]]     # the padding's 100 ignored
 
 
 def _mcc(tp, tn, fp, fn):
