@@ -22,7 +22,7 @@ mean pooling by default (the optimizer and schedule: :mod:`kerasplm.jobs.finetun
 in sentence-transformers' terms (:class:`~kerasplm.jobs.sentence_embedding.SentenceEmbeddingJob`), so that
 ``kerasplm export embedder --run`` serves the model's own embeddings. ``metrics.json`` with ``--dev``: accuracy,
 F1 and MCC (classification), Spearman's ρ and Pearson's r of cos(u, v) against the gold scores (regression, the
-paper's STS figure), the share of triplets with d(a, p) < d(a, n) (triplet). Resumable like every kerasplm job.
+paper's STS figure), the share of triplets with d(a, p) < d(a, n) and their mean loss (triplet). Resumable like every kerasplm job.
 """
 import math
 
@@ -101,8 +101,8 @@ def make_sbert_dataset(preprocessor, sentences, targets, batch_size, shuffle=Fal
 def sbert_dev_scores(model, sentences, targets, batch_size=128):
     """The held-out figures of a :class:`BertSentenceBert` on ``read_sbert_tsv``'s columns (``targets``: class ids
     for classification): ``{"accuracy", "f1", "mcc"}`` of ``argmax W_t [u; v; |u − v|]``; ``{"spearman", "pearson"}``
-    of cos(u, v) against the scores; ``{"accuracy"}`` = share of triplets with ‖a − p‖ < ‖a − n‖; each with
-    ``examples``. Test-time embeddings (no dropout), numpy float64 for the figures."""
+    of cos(u, v) against the scores; ``{"accuracy", "loss"}``: the share of triplets with ‖a − p‖ < ‖a − n‖ and the
+    mean triplet loss at the model's margin; each with ``examples``. Test-time embeddings (no dropout), numpy float64 for the figures."""
     embeddings = [model.embed_texts(column, batch_size) for column in sentences]
     count = len(embeddings[0])
     if model.objective == "classification":
@@ -115,8 +115,11 @@ def sbert_dev_scores(model, sentences, targets, batch_size=128):
         cosines = (unit[0] * unit[1]).sum(-1)
         return {"spearman": spearman(cosines, targets), "pearson": pearson(cosines, targets), "examples": count}
     anchor, positive, negative = vectors
-    closer = np.linalg.norm(anchor - positive, axis=-1) < np.linalg.norm(anchor - negative, axis=-1)
-    return {"accuracy": float(closer.mean()), "examples": count}
+    positive_distance = np.linalg.norm(anchor - positive, axis=-1)
+    negative_distance = np.linalg.norm(anchor - negative, axis=-1)
+    losses = np.maximum(positive_distance - negative_distance + model.margin, 0.0)
+    return {"accuracy": float((positive_distance < negative_distance).mean()), "loss": float(losses.mean()),
+            "examples": count}
 
 
 class BertSentenceBertJob(SentenceEmbeddingJob):
@@ -185,7 +188,7 @@ class BertSentenceBertJob(SentenceEmbeddingJob):
     def dev_report(self, summary):
         dev = summary["dev"]
         shown = {"classification": ("accuracy", "f1", "mcc"), "regression": ("spearman", "pearson"),
-                 "triplet": ("accuracy",)}[self.options.objective]
+                 "triplet": ("accuracy", "loss")}[self.options.objective]
         return "dev " + " ".join(f"{k} {dev[k]:.4f}" for k in shown) + f" ({dev['examples']} examples)"
 
 

@@ -18,7 +18,7 @@ from kerasplm.text.bert_tokenizer import BertPreprocessor
 from tests.jobs.test_bert_finetune import toy, toy_examples  # noqa: F401,F811 (toy: the session's tiny BERT run)
 
 # objective -> (pooling, learning rate) of its run: every pooling is trained once
-RUNS = {"classification": ("mean", 2e-2), "regression": ("max", 5e-3), "triplet": ("cls", 5e-3)}
+RUNS = {"classification": ("mean", 2e-2), "regression": ("max", 5e-3), "triplet": ("cls", 2e-2)}
 STEPS = 10
 
 
@@ -71,16 +71,15 @@ def sbert(toy, tmp_path_factory):
     return {"root": root, "files": files, "runs": runs}
 
 
-def untrained_scores(toy, objective, files):
-    """The dev figures of the starting point: the tiny BERT's embeddings (and a fresh W_t)."""
+def untrained_scores(toy, objectives, files):
+    """The dev figures of the starting point, per objective: the tiny BERT's embeddings (and a fresh W_t)."""
     backbone, tokenizer, _ = bert_run_parts(toy["init"])
-    pooling, _ = RUNS[objective]
-    sentences, targets = read_sbert_tsv(files["dev"][objective], objective, score_scale=5)
-    labels = sorted(set(targets)) if objective == "classification" else None
-    model = BertSentenceBert(backbone, objective, pooling, labels=labels, preprocessor=BertPreprocessor(tokenizer, 12))
-    if labels:
-        targets = np.array([labels.index(t) for t in targets])
-    return sbert_dev_scores(model, sentences, targets)
+    preprocessor, scores = BertPreprocessor(tokenizer, 12), {}
+    for objective in objectives:
+        sentences, targets = read_sbert_tsv(files["dev"][objective], objective, score_scale=5)
+        model = BertSentenceBert(backbone, objective, RUNS[objective][0], preprocessor=preprocessor)
+        scores[objective] = sbert_dev_scores(model, sentences, targets)
+    return scores
 
 
 def test_each_objective_learns_its_dev_figure(sbert, toy):
@@ -96,13 +95,14 @@ def test_each_objective_learns_its_dev_figure(sbert, toy):
     assert classification["labels"] == ["contradiction", "entailment"]
     # half the dev pairs share their sentiment: 10 steps on |u - v| tell them apart
     assert classification["dev"]["accuracy"] >= 0.75, classification["dev"]
-    before = untrained_scores(toy, "regression", sbert["files"])
-    after = runs["regression"]["summary"]["dev"]
+    untrained = untrained_scores(toy, ("regression", "triplet"), sbert["files"])
+    before, after = untrained["regression"], runs["regression"]["summary"]["dev"]
     # (the gold scores are 0 or 1: many ties, Spearman's ρ is at most about 0.87)
     assert after["pearson"] > max(0.9, before["pearson"] + 0.3) and after["spearman"] > before["spearman"], \
         (before, after)
-    before = untrained_scores(toy, "triplet", sbert["files"])["accuracy"]
-    assert runs["triplet"]["summary"]["dev"]["accuracy"] >= max(0.9, before), before
+    # the tiny BERT already ranks most toy triplets right (their sentiment words differ); training opens the margin
+    before, after = untrained["triplet"], runs["triplet"]["summary"]["dev"]
+    assert after["accuracy"] >= before["accuracy"] and after["loss"] < 0.5 * before["loss"], (before, after)
 
 
 def test_same_seed_same_run_through_the_cli(sbert, toy):
