@@ -22,7 +22,8 @@ mean pooling by default (the optimizer and schedule: :mod:`kerasplm.jobs.finetun
 in sentence-transformers' terms (:class:`~kerasplm.jobs.sentence_embedding.SentenceEmbeddingJob`), so that
 ``kerasplm export embedder --run`` serves the model's own embeddings. ``metrics.json`` with ``--dev``: accuracy,
 F1 and MCC (classification), Spearman's ρ and Pearson's r of cos(u, v) against the gold scores (regression, the
-paper's STS figure), the share of triplets with d(a, p) < d(a, n) and their mean loss (triplet). Resumable like every kerasplm job.
+paper's STS figure), the share of triplets with d(a, p) < d(a, n) and their mean loss (triplet). Resumable like
+every kerasplm job.
 """
 import math
 
@@ -102,7 +103,8 @@ def sbert_dev_scores(model, sentences, targets, batch_size=128):
     """The held-out figures of a :class:`BertSentenceBert` on ``read_sbert_tsv``'s columns (``targets``: class ids
     for classification): ``{"accuracy", "f1", "mcc"}`` of ``argmax W_t [u; v; |u − v|]``; ``{"spearman", "pearson"}``
     of cos(u, v) against the scores; ``{"accuracy", "loss"}``: the share of triplets with ‖a − p‖ < ‖a − n‖ and the
-    mean triplet loss at the model's margin; each with ``examples``. Test-time embeddings (no dropout), numpy float64 for the figures."""
+    mean triplet loss at the model's margin; each with ``examples``. Test-time embeddings (no dropout), numpy float64
+    for the figures."""
     embeddings = [model.embed_texts(column, batch_size) for column in sentences]
     count = len(embeddings[0])
     if model.objective == "classification":
@@ -139,6 +141,8 @@ class BertSentenceBertJob(SentenceEmbeddingJob):
         if o.train is None:
             raise ValueError("give the training file (train / --train)")
         self.sentences, self.raw_targets = self.read(o, o.train, o.max_examples)
+        if o.objective == "classification" and len(set(self.raw_targets)) < 2:   # before the run directory exists
+            raise ValueError(f"{o.train}: one label only ({self.raw_targets[0]!r}); classification needs at least two")
         return len(self.sentences[0])
 
     def targets(self, path, raw):
@@ -151,10 +155,8 @@ class BertSentenceBertJob(SentenceEmbeddingJob):
         super().build_data()   # the training file, the schedule
         o = self.options
         stored = self.open_encoder()   # the backbone's config, the preprocessor; a new run's config
-        if o.objective == "classification":
+        if o.objective == "classification":   # a resumed run's labels are its model's, in its order
             self.labels = list(stored.labels) if stored is not None else sorted(set(self.raw_targets))
-            if len(self.labels) < 2:
-                raise ValueError(f"{o.train}: one label only ({self.labels[0]!r}); classification needs at least two")
         sentences, targets, bucket = self.sentences, self.targets(o.train, self.raw_targets), o.length_bucket
         what = {"classification": f"{len(self.labels or [])} labels: " + ", ".join(self.labels or []),
                 "regression": f"scores / {o.score_scale:g}", "triplet": "triplets"}[o.objective]

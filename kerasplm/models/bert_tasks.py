@@ -114,8 +114,9 @@ class BertClassifier(ChecksBackboneVocabulary, Task):
       preprocessor: optional :class:`kerasplm.text.BertPreprocessor` (strings -> inputs) for :meth:`predict_texts`.
       dropout: dropout on the pooled output before the classification layer.
       pooling: ``"cls"`` (the paper's: the backbone's tanh pooler on ``h_L[:, 0]``), ``"mean"`` or ``"max"`` (the
-        mean or maximum of ``h_L`` over real tokens, :func:`pool_sequence`; the pooler is then unused). Mean pooling reads the token
-        states that masked-LM pretraining trains directly; the ``[CLS]`` state is trained only by the sentence task.
+        mean or maximum of ``h_L`` over real tokens, :func:`pool_sequence`; the pooler is then unused). Mean pooling
+        reads the token states that masked-LM pretraining trains directly; the ``[CLS]`` state is trained only by the
+        sentence task.
       labels: the class names, in the order of the outputs (the training file's; empty for regression).
       pair_input: the model was trained on sentence pairs (its preprocessor is called with ``text, text_pair``).
     ``labels`` and ``pair_input`` are part of the config: a loaded run answers with the names it was trained on.

@@ -163,4 +163,8 @@ def test_bad_files_fail_in_one_line_naming_file_and_line(tmp_path, toy, capsys):
     assert main(["finetune", "bert-sbert", "--train", bad, "--init", toy["init"], "--objective", "regression",
                  "--out", str(tmp_path / "run")]) == 2
     assert f"{bad}:2: 2 column(s), 3 expected" in capsys.readouterr().err
+    one_label = write_rows(tmp_path / "one.tsv", [("a", "b", "entailment"), ("c", "d", "entailment")])
+    assert main(["finetune", "bert-sbert", "--train", one_label, "--init", toy["init"], "--out",
+                 str(tmp_path / "run")]) == 2
+    assert f"{one_label}: one label only ('entailment')" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
