@@ -26,6 +26,7 @@ SAME_WORKER_AS = {
     "tests/export/test_classifier_export.py": "tests/jobs/test_bert_finetune.py",
     "tests/export/test_embedder_export.py": "tests/jobs/test_bert_finetune.py",
     "tests/jobs/test_bert_simcse_job.py": "tests/jobs/test_bert_finetune.py",
+    "tests/jobs/test_bert_sbert_job.py": "tests/jobs/test_bert_finetune.py",
     "tests/export/test_qa_export.py": "tests/jobs/test_bert_qa_job.py",
 }
 

@@ -1,7 +1,8 @@
-"""A plain-text corpus of one sentence per line (what sentence-embedding tools read: whitening, indexes)."""
+"""Sentence files: a plain-text corpus of one sentence per line (what sentence-embedding tools read: whitening,
+indexes) and tab-separated rows of a fixed number of sentences or fields (Sentence-BERT's pairs and triplets)."""
 import os
 
-__all__ = ["read_sentence_lines"]
+__all__ = ["read_sentence_lines", "read_tsv_rows"]
 
 
 def read_sentence_lines(path):
@@ -26,3 +27,40 @@ def read_sentence_lines(path):
     if not sentences:
         raise ValueError(f"{path}: the corpus holds no sentence (one per line; blank lines are skipped)")
     return sentences
+
+
+def read_tsv_rows(path, columns, header=False, max_rows=None):
+    """The rows of a tab-separated UTF-8 file holding exactly ``len(columns)`` fields per line, as
+    ``[(line number, (field, ...)), ...]`` (fields stripped; ``columns`` names them in messages).
+
+    Blank lines are skipped; ``header``: the first line is a header, not a row; ``max_rows`` stops early. Raises
+    FileNotFoundError naming a missing file, and one-line ValueErrors naming the file and line (``path:LINE: ...``)
+    for a line that is not UTF-8, a line with another number of columns, an empty field, and naming the file for a
+    file without rows.
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"file not found: {path}")
+    with open(path, "rb") as f:
+        raw = f.read()
+    rows, expected = [], len(columns)
+    for lineno, line in enumerate(raw.split(b"\n"), start=1):
+        if max_rows is not None and len(rows) >= max_rows:
+            break
+        try:
+            text = line.decode("utf-8").rstrip("\r")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{path}:{lineno}: not valid UTF-8 (byte {e.start} of the line)") from None
+        if not text.strip() or (header and lineno == 1):
+            continue
+        fields = tuple(field.strip() for field in text.split("\t"))
+        if len(fields) != expected:
+            raise ValueError(f"{path}:{lineno}: {len(fields)} column(s), {expected} expected "
+                             f"({', '.join(columns)}, tab-separated)")
+        for name, field in zip(columns, fields):
+            if not field:
+                raise ValueError(f"{path}:{lineno}: empty {name}")
+        rows.append((lineno, fields))
+    if not rows:
+        raise ValueError(f"{path}: no examples (one per line: {', '.join(columns)}, tab-separated)")
+    return rows

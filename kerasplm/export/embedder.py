@@ -2,8 +2,8 @@
 
 ``serving_default``: ``text`` tf.string [None] -> ``embedding`` float32 [None, H] ([None, k] with whitening): the
 in-graph BERT tokenizer and ``[CLS] text [SEP]`` packing (:class:`kerasplm.text.BertPreprocessor`, cut at
-``sequence_length``), the backbone, then ``[CLS]`` or mean pooling over the real tokens (Sentence-BERT, Reimers &
-Gurevych 2019), optionally BERT-whitening (Su et al. 2021: ``(pooled - mu) W``, fitted on a corpus at export time
+``sequence_length``), the backbone, then ``[CLS]``, mean or max pooling over the real tokens (Sentence-BERT, Reimers &
+Gurevych 2019; :func:`kerasplm.models.bert_tasks.pool_sequence`, which the sentence-embedding task models share), optionally BERT-whitening (Su et al. 2021: ``(pooled - mu) W``, fitted on a corpus at export time
 by :mod:`kerasplm.models.whitening`; ``mu`` [1, H] and ``W`` [H, k] are variables of the SavedModel) and
 optionally L2 normalization, in that order. Defaults come from the run: a run converted from a sentence-transformers
 model (all-MiniLM-L6-v2 ...) records its pooling, normalization and ``max_seq_length``
@@ -24,15 +24,16 @@ import tensorflow as tf
 from kerasplm.data.sentences import read_sentence_lines
 from kerasplm.export.base import ExportModule, save_version
 from kerasplm.models.bert import BertBackbone
-from kerasplm.models.bert_tasks import POOLINGS, pool_sequence
+from kerasplm.models.bert_tasks import POOLINGS, SENTENCE_TRANSFORMERS_POOLING, pool_sequence
 from kerasplm.models.whitening import fit_whitening
 from kerasplm.runs import RunDirError, load_run
 from kerasplm.text.bert_tokenizer import BertPreprocessor, BertTokenizer
 from kerasplm.text.wordpiece import WordPieceTokenizer
 
 FAMILY = "bert_embedder"
-# sentence-transformers' pooling modes (1_Pooling/config.json, as the converter records them) -> ours.
-_SENTENCE_TRANSFORMERS_POOLING = {"cls_token": "cls", "mean_tokens": "mean"}
+# sentence-transformers' pooling modes (1_Pooling/config.json, as the converter and the sentence-embedding jobs
+# record them) -> ours.
+_SENTENCE_TRANSFORMERS_POOLING = SENTENCE_TRANSFORMERS_POOLING
 # Sentences per batch when the whitening corpus is embedded (sorted by length: little padding).
 WHITENING_BATCH_SIZE = 64
 
@@ -133,7 +134,7 @@ def export_embedder(run_dir, model_base_path, pooling=None, normalize=None, sequ
                     whitening_dim=None, version=None, overwrite=False):
     """Export the BERT run ``run_dir`` as an embedder SavedModel in ``model_base_path/<version>/``.
 
-    ``pooling`` ("cls" or "mean"), ``normalize`` and ``sequence_length`` default to the run's recorded
+    ``pooling`` ("cls", "mean" or "max"), ``normalize`` and ``sequence_length`` default to the run's recorded
     sentence-transformers settings, else mean pooling, L2-normalized, the model's position limit.
     ``whitening``: a corpus file (one sentence per line) embedded with this pooling to fit BERT-whitening's ``mu``
     and ``W`` (``whitening_dim`` = k columns kept, default H), applied in graph before the normalization and
@@ -149,7 +150,8 @@ def export_embedder(run_dir, model_base_path, pooling=None, normalize=None, sequ
         modes = recorded.get("pooling") or ["mean_tokens"]
         if len(modes) != 1 or modes[0] not in _SENTENCE_TRANSFORMERS_POOLING:
             raise ValueError(f"the run's sentence-transformers pooling {modes} is not one of "
-                             f"{sorted(_SENTENCE_TRANSFORMERS_POOLING)}: choose pooling='cls' or 'mean'")
+                             f"{sorted(_SENTENCE_TRANSFORMERS_POOLING)}: choose pooling "
+                             f"{' or '.join(map(repr, POOLINGS))}")
         pooling = _SENTENCE_TRANSFORMERS_POOLING[modes[0]]
     normalize = recorded.get("normalize", True) if normalize is None else normalize
     sequence_length = sequence_length or recorded.get("max_seq_length")

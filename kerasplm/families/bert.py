@@ -1,8 +1,8 @@
 """BERT (and its variants): the command-line face of the family, declared without TensorFlow.
 
-``kerasplm train bert``; ``finetune bert-classifier|bert-tagger|bert-simcse|bert-qa``; ``fill-mask``;
+``kerasplm train bert``; ``finetune bert-classifier|bert-tagger|bert-simcse|bert-sbert|bert-qa``; ``fill-mask``;
 ``export fill-mask|embedder|classifier|tagger|qa``; ``convert bert|distilbert|electra|roberta|albert``. Runs of families ``bert`` (pretrained or
-converted), ``bert_classifier``, ``bert_tagger``, ``bert_simcse``, ``bert_qa``.
+converted), ``bert_classifier``, ``bert_tagger``, ``bert_simcse``, ``bert_sbert``, ``bert_qa``.
 """
 import dataclasses
 
@@ -101,8 +101,9 @@ class BertClassifierOptions(TrainingOptions):
                                 minimum=0, maximum=1, exclusive_minimum=True)
     dropout: float = option(0.1, "dropout before the classification layer", kind=float, minimum=0, maximum=1,
                             exclusive_maximum=True)
-    pooling: str = option("cls", "sentence vector the head reads: cls (the paper's [CLS] pooler) or mean (the mean "
-                                 "of the real tokens' final states)", choices="kerasplm.models.bert_tasks:POOLINGS")
+    pooling: str = option("cls", "sentence vector the head reads: cls (the paper's [CLS] pooler), mean or max (the "
+                                 "mean or maximum of the real tokens' final states)",
+                          choices="kerasplm.models.bert_tasks:POOLINGS")
     max_examples: int = option(None, "read at most this many training examples", kind=int, minimum=1)
     eval_batch_size: int = option(128, "examples per batch when scoring --dev", kind=int, minimum=1, scope=SESSION)
 
@@ -169,6 +170,48 @@ class SimCSEOptions(TrainingOptions):
 
 
 @dataclasses.dataclass(frozen=True)
+class SentenceBertOptions(TrainingOptions):
+    """Options of ``finetune_bert_sbert`` / ``kerasplm finetune bert-sbert`` (declared once)."""
+
+    train: str = option(None, "tab-separated examples, no header: sentence1, sentence2, label (classification); "
+                              "sentence1, sentence2, score (regression); anchor, positive, negative (triplet)",
+                        file=True, metavar="TSV")
+    dev: str = option(None, "held-out examples (same columns) scored at the end: accuracy (classification, "
+                            "triplet), Spearman and Pearson of the cosine against the score (regression)",
+                      file=True, metavar="TSV")
+    init: str = option(None, "BERT run directory to start from (kerasplm convert bert / train bert)",
+                       metavar="RUN_DIR")
+    objective: str = option("classification", "softmax over (u, v, |u-v|), MSE of cos(u, v) against the score, or "
+                            "the triplet margin loss", choices="kerasplm.models.bert_sbert:OBJECTIVES")
+    pooling: str = option("mean", "sentence vector: [CLS], or the mean or max over the real tokens",
+                          choices="kerasplm.models.bert_tasks:POOLINGS")
+    margin: float = option(1.0, "triplet objective: margin of max(||a-p|| - ||a-n|| + margin, 0)", kind=float,
+                           minimum=0, exclusive_minimum=True)
+    score_scale: float = option(1.0, "regression: gold scores lie in [0, SCALE] and are divided by it (STS-B: 5)",
+                                kind=float, minimum=0, exclusive_minimum=True, metavar="SCALE")
+    header: bool = option(False, "the files' first line is a header (skipped)", flag="--header", const=True,
+                          choices=[True, False])
+    normalize: bool = option(True, "the exported embeddings are not L2-normalized", flag="--no-normalize",
+                             const=False, choices=[True, False])
+    max_length: int = option(128, "word pieces per sentence, [CLS]/[SEP] included", kind=int, minimum=3)
+    length_bucket: int = option(None, LENGTH_BUCKET_HELP.format(length="--max-length"), kind=int, minimum=0)
+    batch_size: int = option(16, "examples per batch (the paper's 16)", kind=int, minimum=1)
+    epochs: float = option(1.0, "epochs over the training file (the paper's 1): the run's length without --steps "
+                                "and --time-budget, and the longest schedule --time-budget alone is fitted to",
+                           kind=float, minimum=0, exclusive_minimum=True)
+    learning_rate: float = option(2e-5, "peak learning rate (AdamW; the paper's 2e-5)", kind=float, minimum=0,
+                                  exclusive_minimum=True)
+    warmup_fraction: float = option(0.1, "share of the steps with linear warmup (the paper's 10%%)", kind=float,
+                                    minimum=0, maximum=1)
+    schedule_steps: int = option(None, SCHEDULE_STEPS_HELP, kind=int, minimum=0, exclusive_minimum=True)
+    weight_decay: float = option(0.01, "AdamW weight decay (not on biases and LayerNorm)", kind=float, minimum=0)
+    layer_decay: float = option(None, "layer-wise learning-rate decay factor (none: off)", kind=float, minimum=0,
+                                maximum=1, exclusive_minimum=True)
+    max_examples: int = option(None, "read at most this many training examples", kind=int, minimum=1)
+    eval_batch_size: int = option(128, "sentences per batch when scoring --dev", kind=int, minimum=1, scope=SESSION)
+
+
+@dataclasses.dataclass(frozen=True)
 class BertQAOptions(TrainingOptions):
     """Options of ``finetune_bert_qa`` (keywords) and ``kerasplm finetune bert-qa`` (flags), declared once."""
 
@@ -227,8 +270,8 @@ class FillMaskExportOptions(ExportOptions):
 @dataclasses.dataclass(frozen=True)
 class EmbedderExportOptions(ExportOptions):
     """``kerasplm export embedder``."""
-    pooling: str = option(None, "cls or mean pooling (default: the run's recorded sentence-transformers pooling, "
-                          "else mean)", choices="kerasplm.models.bert_tasks:POOLINGS")
+    pooling: str = option(None, "cls, mean or max pooling (default: the run's recorded sentence-transformers "
+                          "pooling, else mean)", choices="kerasplm.models.bert_tasks:POOLINGS")
     normalize: bool = option(None, "L2-normalize the embeddings (default: as the run records, else yes)", kind=bool)
     sequence_length: int = option(None, "cap on tokens per text, [CLS]/[SEP] included (default: the run's "
                                   "max_seq_length, else the model's positions)", kind=int, minimum=3)
@@ -273,6 +316,12 @@ COMMANDS = [
             description="Train sentence embeddings with unsupervised SimCSE (dropout noise, in-batch negatives) from "
                         "a BERT run (--init) on a text file, one sentence per line; export the run with `kerasplm "
                         "export embedder`. " + _RESUMABLE),
+    Command("finetune", "bert-sbert", "Sentence-BERT: siamese / triplet sentence embeddings on a BERT run",
+            SentenceBertOptions, "kerasplm.jobs.bert_sbert_job:finetune_bert_sbert",
+            description="Train sentence embeddings with Sentence-BERT (Reimers & Gurevych 2019) from a BERT run "
+                        "(--init) on tab-separated pairs with a label (NLI: softmax over (u, v, |u-v|)) or a score "
+                        "(STS: cosine regression), or on triplets (margin loss); cls, mean or max pooling; export "
+                        "the run with `kerasplm export embedder`. " + _RESUMABLE),
     Command("finetune", "bert-qa", "extractive question answering (SQuAD v1.1 JSON) on a BERT run", BertQAOptions,
             "kerasplm.jobs.bert_qa_job:finetune_bert_qa",
             description="Fine-tune a BERT run (--init) on SQuAD v1.1 files; prints the held-out exact match and F1 "

@@ -19,15 +19,15 @@ import numpy as np
 import tensorflow as tf
 
 from kerasplm.families.bert import SimCSEOptions
-from kerasplm.jobs.finetuning import FineTuningJob, cut_padding
+from kerasplm.jobs.finetuning import cut_padding
+from kerasplm.jobs.sentence_embedding import SentenceEmbeddingJob
 from kerasplm.models.bert import BertBackbone
 from kerasplm.models.bert_simcse import BertSimCSE, alignment_uniformity
-from kerasplm.options import RUN
-from kerasplm.text.bert_tokenizer import BertPreprocessor
+from kerasplm.models.bert_tasks import SENTENCE_TRANSFORMERS_POOLING
 
 FAMILY = "bert_simcse"
 # Our pooling names -> sentence-transformers' (what the embedder export reads from a run's options).
-_RECORDED_POOLING = {"cls": "cls_token", "mean": "mean_tokens"}
+_RECORDED_POOLING = {ours: theirs for theirs, ours in SENTENCE_TRANSFORMERS_POOLING.items()}
 __all__ = ["SimCSEOptions", "finetune_bert_simcse", "read_sentences"]
 
 
@@ -57,8 +57,7 @@ def make_sentence_dataset(preprocessor, sentences, batch_size, seed, length_buck
 
 def embed_sentences(model, preprocessor, sentences, batch_size=128):
     """Test-time embeddings (no dropout, no MLP) ``(N, H)`` of a list of strings."""
-    return np.concatenate([model(preprocessor(tf.constant(sentences[i:i + batch_size])), training=False).numpy()
-                           for i in range(0, len(sentences), batch_size)])
+    return model.embed_texts(sentences, batch_size, preprocessor=preprocessor)
 
 
 def dev_metrics(model, preprocessor, sentences):
@@ -69,11 +68,10 @@ def dev_metrics(model, preprocessor, sentences):
     return {**alignment_uniformity(embeddings), "mean_cosine": float(cosines.mean()), "sentences": len(sentences)}
 
 
-class BertSimCSEJob(FineTuningJob):
+class BertSimCSEJob(SentenceEmbeddingJob):
     """``kerasplm finetune bert-simcse``: unsupervised SimCSE (two dropout views, in-batch negatives) on a BERT run."""
 
-    family, task, options_class, what, result_key = (FAMILY, "sentence_embedding", SimCSEOptions, "BERT SimCSE",
-                                                     "model")
+    family, task, options_class, what = FAMILY, "sentence_embedding", SimCSEOptions, "BERT SimCSE"
 
     def read_examples(self, o):
         if o.train is None:
@@ -86,14 +84,7 @@ class BertSimCSEJob(FineTuningJob):
     def build_data(self):
         super().build_data()   # the training sentences, the schedule
         o = self.options
-        if self.resumed:
-            stored = self.stored_model()
-            self.backbone_config, self.preprocessor = stored.backbone.config, stored.preprocessor
-        else:
-            tokenizer, _ = self.start_from_bert(o.max_length)
-            recorded = {"pooling": [_RECORDED_POOLING[o.pooling]], "normalize": o.normalize}
-            self.write_config("custom", {**o.stored(RUN), "sentence_embedding": recorded}, assets=self.init_assets)
-            self.preprocessor = BertPreprocessor.for_tokenizer(tokenizer, o.max_length)
+        self.open_encoder()   # the backbone's config, the preprocessor; a new run's config with its pooling
         self.log(f"data: {len(self.sentences)} sentences, batches of {o.batch_size}, {o.pooling} pooling")
         self.train_dataset = make_sentence_dataset(self.preprocessor, self.sentences, o.batch_size, o.seed,
                                                    o.length_bucket)

@@ -10,8 +10,9 @@ negatives):
 The representation is the ``[CLS]`` hidden state with an MLP (dense + tanh) on top during training only, as
 the paper's unsupervised setting (section 3 and appendix: "we take the [CLS] representation with an MLP layer
 on top of it during training, and remove it during testing"), or the mean over the real tokens
-(Sentence-BERT's pooling). Test-time embeddings (:meth:`BertSimCSE.call`) never use the MLP, so the
-embedder export (:mod:`kerasplm.export.embedder`, ``[CLS]`` or mean pooling of the backbone) reproduces them.
+(Sentence-BERT's pooling). Test-time embeddings (:meth:`BertSimCSE.call`, a
+:class:`~kerasplm.models.bert_tasks.SentenceEncoder`'s) never use the MLP, so the embedder export
+(:mod:`kerasplm.export.embedder`, the same pooling of the backbone) reproduces them.
 
 :func:`alignment_uniformity` gives Wang & Isola's (2020) two measures that the paper uses (section 5).
 """
@@ -19,9 +20,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from kerasplm.models.base import Task
-from kerasplm.models.bert import BertBackbone, ChecksBackboneVocabulary
-from kerasplm.models.bert_tasks import POOLINGS, pool_sequence, real_token_mask
+from kerasplm.models.bert_tasks import SentenceEncoder
 
 __all__ = ["BertSimCSE", "simcse_loss", "alignment_uniformity"]
 
@@ -42,12 +41,12 @@ def simcse_loss(first, second, temperature=0.05):
 
 
 @keras.saving.register_keras_serializable(package="kerasplm")
-class BertSimCSE(ChecksBackboneVocabulary, Task):
+class BertSimCSE(SentenceEncoder):
     """Unsupervised SimCSE over a :class:`BertBackbone` (see the module docstring).
 
     Args:
       backbone: the BERT encoder (its dropout rates are SimCSE's noise: 0.1 in the paper).
-      pooling: ``"cls"`` (the paper's) or ``"mean"``.
+      pooling: ``"cls"`` (the paper's), ``"mean"`` or ``"max"`` (:class:`SentenceEncoder`).
       temperature: τ of the softmax over cosine similarities (0.05).
       mlp: a dense + tanh layer on the pooled output during training only (default: with ``"cls"`` pooling).
       preprocessor: optional :class:`kerasplm.text.BertPreprocessor`.
@@ -56,15 +55,11 @@ class BertSimCSE(ChecksBackboneVocabulary, Task):
     backbone pass over the batch stacked twice (``2B`` rows, independent dropout masks).
     """
 
-    backbone_class = BertBackbone
-
     def __init__(self, backbone, pooling="cls", temperature=0.05, mlp=None, preprocessor=None, **kwargs):
-        super().__init__(backbone, preprocessor=preprocessor, **kwargs)
-        if pooling not in POOLINGS:
-            raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+        super().__init__(backbone, pooling=pooling, preprocessor=preprocessor, **kwargs)
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
             raise ValueError(f"temperature must be a number > 0, got {temperature!r}")
-        self.pooling, self.temperature = pooling, float(temperature)
+        self.temperature = float(temperature)
         self.use_mlp = pooling == "cls" if mlp is None else bool(mlp)
         self.mlp = None
         if self.use_mlp:
@@ -73,10 +68,6 @@ class BertSimCSE(ChecksBackboneVocabulary, Task):
                 kernel_initializer=keras.initializers.TruncatedNormal(stddev=backbone.config.initializer_range))
             self.mlp.build((None, backbone.config.hidden_size))
         self.built = True
-
-    def call(self, inputs, training=None):
-        outputs = self.backbone(inputs, training=training)
-        return tf.cast(pool_sequence(outputs["sequence_output"], real_token_mask(inputs), self.pooling), tf.float32)
 
     def training_representation(self, inputs, training=None):
         """``h`` of the loss: the pooled output, then the MLP when it is used."""
@@ -95,8 +86,7 @@ class BertSimCSE(ChecksBackboneVocabulary, Task):
                 "accuracy": tf.reduce_sum(tf.cast(wins, tf.float32))}
 
     def get_config(self):
-        return {**super().get_config(), "pooling": self.pooling, "temperature": self.temperature,
-                "mlp": self.use_mlp}
+        return {**super().get_config(), "temperature": self.temperature, "mlp": self.use_mlp}
 
 
 def alignment_uniformity(first, second=None):

@@ -1,7 +1,9 @@
 """Task models on the BERT backbone (Devlin et al. 2019, section 4), each owning its loss and metrics.
 
-* :func:`pool_sequence`: sentence embeddings from the sequence output, ``[CLS]`` or the mean over real
+* :func:`pool_sequence`: sentence embeddings from the sequence output, ``[CLS]``, the mean or the max over real
   tokens (Sentence-BERT, Reimers & Gurevych 2019);
+* :class:`SentenceEncoder`: the base of the tasks whose call is such an embedding (SimCSE, Sentence-BERT): what the
+  embedder export (:mod:`kerasplm.export.embedder`) computes from their backbone;
 * :class:`BertClassifier`: sequence classification of a sentence or a sentence pair on the pooled ``[CLS]``
   output, ``logits = Drop(pooled) W + b`` (section 4.1), or on the mean of the real tokens' hidden states
   (``pooling="mean"``); cross-entropy, or mean squared error when ``num_labels == 1`` (regression, e.g. STS-B);
@@ -17,22 +19,39 @@ from kerasplm.models.base import Task
 from kerasplm.models.bert import BertBackbone, ChecksBackboneVocabulary
 from kerasplm.training.losses import classification_loss_sums
 
-POOLINGS = ("cls", "mean")
+POOLINGS = ("cls", "mean", "max")
+# sentence-transformers' pooling modes (``1_Pooling/config.json``: what the converter records and the embedder
+# export reads from a run's options) -> ours.
+SENTENCE_TRANSFORMERS_POOLING = {"cls_token": "cls", "mean_tokens": "mean", "max_tokens": "max"}
 
 
 def pool_sequence(sequence_output, padding_mask, pooling="mean"):
     """``(B, T, H)`` hidden states, ``(B, T)`` mask (1 = real token) -> ``(B, H)``.
 
     ``"cls"``: the hidden state at position 0; ``"mean"``: sum of real positions / their number
-    (sentence-transformers' mean pooling; a row without real tokens gives zeros).
+    (sentence-transformers' mean pooling; a row without real tokens gives zeros); ``"max"``: the elementwise
+    maximum over the real positions, padding set to the dtype's lowest value first so that it never wins (a row
+    without real tokens gives zeros).
     """
     if pooling == "cls":
         return sequence_output[:, 0]
-    if pooling != "mean":
+    if pooling not in POOLINGS:
         raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+    if pooling == "max":
+        real = tf.cast(padding_mask, tf.bool)[:, :, tf.newaxis]
+        lowest = tf.constant(sequence_output.dtype.min, sequence_output.dtype)
+        maximum = tf.reduce_max(tf.where(real, sequence_output, lowest), axis=1)
+        return tf.where(tf.reduce_any(real, axis=1), maximum, tf.zeros_like(maximum))
     mask = tf.cast(padding_mask, sequence_output.dtype)[:, :, tf.newaxis]
     total = tf.reduce_sum(sequence_output * mask, axis=1)
     return total / tf.maximum(tf.reduce_sum(mask, axis=1), tf.cast(1e-9, sequence_output.dtype))
+
+
+def sentence_embedding_record(pooling, normalize):
+    """What a sentence-embedding run records in its options as ``sentence_embedding`` (sentence-transformers'
+    terms, as the converter writes them), so that ``kerasplm export embedder --run`` pools as it was trained."""
+    modes = {ours: theirs for theirs, ours in SENTENCE_TRANSFORMERS_POOLING.items()}
+    return {"pooling": [modes[pooling]], "normalize": bool(normalize)}
 
 
 def real_token_mask(inputs):
@@ -50,6 +69,41 @@ def classifier_head(num_labels, width, initializer_range, dropout):
     return Dropout(dropout, name="classifier_dropout"), head
 
 
+class SentenceEncoder(ChecksBackboneVocabulary, Task):
+    """Base of the task models whose call is a sentence embedding (SimCSE, Sentence-BERT): the backbone's final
+    states pooled over the real tokens (:func:`pool_sequence`), float32 ``(B, H)``, neither normalized nor passed
+    through any head, which is what the embedder export computes from the same backbone and pooling.
+
+    Args: ``backbone`` (a :class:`BertBackbone`), ``pooling`` (one of :data:`POOLINGS`), ``preprocessor`` (a
+    :class:`kerasplm.text.BertPreprocessor`, for :meth:`embed_texts`). Subclasses add their loss.
+    """
+
+    backbone_class = BertBackbone
+
+    def __init__(self, backbone, pooling="mean", preprocessor=None, **kwargs):
+        super().__init__(backbone, preprocessor=preprocessor, **kwargs)
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+        self.pooling = pooling
+
+    def call(self, inputs, training=None):
+        outputs = self.backbone(inputs, training=training)
+        return tf.cast(pool_sequence(outputs["sequence_output"], real_token_mask(inputs), self.pooling), tf.float32)
+
+    def embed_texts(self, texts, batch_size=128, preprocessor=None):
+        """Test-time embeddings (no dropout) of a list of strings, ``batch_size`` at a time through ``preprocessor``
+        (default: the model's): numpy float32 ``(N, H)``."""
+        preprocessor = preprocessor or self.preprocessor
+        if preprocessor is None:
+            raise ValueError(f"embed_texts needs a preprocessor ({type(self).__name__}(..., preprocessor=...))")
+        chunks = [self(preprocessor(tf.constant(list(texts[i:i + batch_size]), tf.string)), training=False).numpy()
+                  for i in range(0, len(texts), batch_size)]
+        return np.concatenate(chunks) if chunks else np.zeros((0, self.backbone.config.hidden_size), np.float32)
+
+    def get_config(self):
+        return {**super().get_config(), "pooling": self.pooling}
+
+
 @keras.saving.register_keras_serializable(package="kerasplm")
 class BertClassifier(ChecksBackboneVocabulary, Task):
     """BERT sequence classifier (or regressor when ``num_labels == 1``).
@@ -59,9 +113,10 @@ class BertClassifier(ChecksBackboneVocabulary, Task):
       num_labels: number of classes; 1 = regression (one real-valued output, mean squared error).
       preprocessor: optional :class:`kerasplm.text.BertPreprocessor` (strings -> inputs) for :meth:`predict_texts`.
       dropout: dropout on the pooled output before the classification layer.
-      pooling: ``"cls"`` (the paper's: the backbone's tanh pooler on ``h_L[:, 0]``) or ``"mean"`` (the mean of
-        ``h_L`` over real tokens, :func:`pool_sequence`; the pooler is then unused). Mean pooling reads the token
-        states that masked-LM pretraining trains directly; the ``[CLS]`` state is trained only by the sentence task.
+      pooling: ``"cls"`` (the paper's: the backbone's tanh pooler on ``h_L[:, 0]``), ``"mean"`` or ``"max"`` (the
+        mean or maximum of ``h_L`` over real tokens, :func:`pool_sequence`; the pooler is then unused). Mean pooling
+        reads the token states that masked-LM pretraining trains directly; the ``[CLS]`` state is trained only by the
+        sentence task.
       labels: the class names, in the order of the outputs (the training file's; empty for regression).
       pair_input: the model was trained on sentence pairs (its preprocessor is called with ``text, text_pair``).
     ``labels`` and ``pair_input`` are part of the config: a loaded run answers with the names it was trained on.
@@ -96,7 +151,7 @@ class BertClassifier(ChecksBackboneVocabulary, Task):
         if self.pooling == "cls":
             pooled = outputs["pooled_output"]
         else:
-            pooled = pool_sequence(outputs["sequence_output"], real_token_mask(inputs), "mean")
+            pooled = pool_sequence(outputs["sequence_output"], real_token_mask(inputs), self.pooling)
         return tf.cast(self.head(self.head_dropout(pooled, training=training)), tf.float32)
 
     # Straight-line code: autograph (the Trainer's tf.function) need not rewrite it and the whole model below it.

@@ -77,5 +77,10 @@ def test_recorded_pooling_names_are_the_exporters():
     from kerasplm.export.embedder import _SENTENCE_TRANSFORMERS_POOLING
     from kerasplm.jobs.bert_simcse_job import _RECORDED_POOLING
 
+    from kerasplm.models.bert_tasks import POOLINGS, sentence_embedding_record
+
     back = {_SENTENCE_TRANSFORMERS_POOLING[v]: k for k, v in _RECORDED_POOLING.items()}
-    assert back == {"cls": "cls", "mean": "mean"}
+    assert back == {"cls": "cls", "mean": "mean", "max": "max"}
+    for pooling in POOLINGS:   # what a sentence-embedding run records is what the exporter reads back
+        (mode,) = sentence_embedding_record(pooling, True)["pooling"]
+        assert _SENTENCE_TRANSFORMERS_POOLING[mode] == pooling

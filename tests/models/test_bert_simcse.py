@@ -63,8 +63,8 @@ def test_round_trips_and_errors(tmp_path, inputs):
     model = check_model(tiny_simcse, inputs, expected_shapes=(4, 16), tmp_path=tmp_path,
                         checks=("config", "checkpoint"))
     assert model.get_config()["pooling"] == "cls" and model.get_config()["mlp"] is True
-    with pytest.raises(ValueError, match="pooling must be one of cls, mean"):
-        BertSimCSE(model.backbone, pooling="max")
+    with pytest.raises(ValueError, match="pooling must be one of cls, mean, max"):
+        BertSimCSE(model.backbone, pooling="sum")
     with pytest.raises(ValueError, match="temperature"):
         BertSimCSE(model.backbone, temperature=0)
 

@@ -26,15 +26,16 @@ def test_harness(tmp_path, pooling):
     check_model(lambda: tiny_classifier(pooling=pooling), INPUTS, tmp_path=tmp_path, expected_shapes=(2, 3))
 
 
-def test_mean_pooling_reads_the_mean_of_the_real_tokens():
-    model = tiny_classifier(pooling="mean")
+@pytest.mark.parametrize("pooling,reduce", [("mean", np.mean), ("max", np.max)])
+def test_mean_and_max_pooling_read_the_real_tokens_only(pooling, reduce):
+    model = tiny_classifier(pooling=pooling)
     logits = model(INPUTS, training=False).numpy()
     hidden = model.backbone(INPUTS, training=False)["sequence_output"].numpy()
-    mean = np.stack([hidden[0].mean(0), hidden[1, :3].mean(0)])        # row 1 has 3 real tokens of 5
-    np.testing.assert_allclose(logits, mean @ model.head.kernel.numpy() + model.head.bias.numpy(), atol=1e-5)
+    pooled = np.stack([reduce(hidden[0], 0), reduce(hidden[1, :3], 0)])   # row 1 has 3 real tokens of 5
+    np.testing.assert_allclose(logits, pooled @ model.head.kernel.numpy() + model.head.bias.numpy(), atol=1e-5)
     padded = {k: tf.concat([v, tf.zeros([2, 2], v.dtype)], axis=1) for k, v in INPUTS.items()}
     np.testing.assert_allclose(model(padded, training=False).numpy(), logits, atol=1e-5)   # padding is not read
-    assert BertClassifier.from_config(model.get_config()).pooling == "mean"
+    assert BertClassifier.from_config(model.get_config()).pooling == pooling
 
 
 def test_loss_sums_equal_hand_computation():
@@ -64,10 +65,10 @@ def test_bad_arguments():
         BertClassifier(BertBackbone(**TINY), 0)
     with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\)"):
         BertClassifier(BertBackbone(**TINY), 2, dropout=1.0)
-    with pytest.raises(ValueError, match="pooling must be one of cls, mean"):
-        pool_sequence(tf.zeros([1, 2, 3]), tf.ones([1, 2]), "max")
-    with pytest.raises(ValueError, match="pooling must be one of cls, mean, got 'max'"):
-        BertClassifier(BertBackbone(**TINY), 2, pooling="max")
+    with pytest.raises(ValueError, match="pooling must be one of cls, mean, max"):
+        pool_sequence(tf.zeros([1, 2, 3]), tf.ones([1, 2]), "sum")
+    with pytest.raises(ValueError, match="pooling must be one of cls, mean, max, got 'sum'"):
+        BertClassifier(BertBackbone(**TINY), 2, pooling="sum")
 
 
 def test_pooling():
@@ -75,6 +76,7 @@ def test_pooling():
     mask = tf.constant([[1, 1, 0]])
     assert pool_sequence(hidden, mask, "mean").numpy().tolist() == [[2.0, 3.0]]
     assert pool_sequence(hidden, mask, "cls").numpy().tolist() == [[1.0, 2.0]]
+    assert pool_sequence(hidden, mask, "max").numpy().tolist() == [[3.0, 4.0]]     # the padding's 100 ignored
 
 
 def _mcc(tp, tn, fp, fn):
