@@ -23,37 +23,14 @@ import tensorflow as tf
 
 from kerasplm.data.sentences import read_sentence_lines
 from kerasplm.export.base import ExportModule, save_version
-from kerasplm.models.bert import BertBackbone
 from kerasplm.models.bert_tasks import POOLINGS, pool_sequence
+from kerasplm.models.sentence_encoder import bert_run_parts, recorded_settings
 from kerasplm.models.whitening import fit_whitening
-from kerasplm.runs import RunDirError, load_run
-from kerasplm.text.bert_tokenizer import BertPreprocessor, BertTokenizer
-from kerasplm.text.wordpiece import WordPieceTokenizer
+from kerasplm.text.bert_tokenizer import BertPreprocessor
 
 FAMILY = "bert_embedder"
-# sentence-transformers' pooling modes (1_Pooling/config.json, as the converter records them) -> ours.
-_SENTENCE_TRANSFORMERS_POOLING = {"cls_token": "cls", "mean_tokens": "mean"}
 # Sentences per batch when the whitening corpus is embedded (sorted by length: little padding).
 WHITENING_BATCH_SIZE = 64
-
-
-def bert_run_parts(run_dir):
-    """``(backbone, tokenizer, options)`` of a BERT run (converted, pretrained or fine-tuned), read with
-    :func:`kerasplm.runs.load_run`: the backbone with its checkpoint restored (the run's model, or its
-    ``backbone``), a :class:`kerasplm.text.BertTokenizer` over the run's vocabulary with its casing (the one
-    its preprocessor holds), and the run's stored options."""
-    loaded = load_run(run_dir)
-    backbone = getattr(loaded, "backbone", loaded)
-    config = loaded.run_info.config
-    if not isinstance(backbone, BertBackbone):
-        raise RunDirError(f"{loaded.run_info.path}/config.json: a {config['family']} run, not a BERT run")
-    tokenizer = getattr(getattr(loaded, "preprocessor", None), "tokenizer", None)
-    if tokenizer is None:
-        raise RunDirError(f"{loaded.run_info.path}/config.json: the run stores no preprocessor (no tokenizer)")
-    if isinstance(tokenizer, WordPieceTokenizer) and not isinstance(tokenizer, BertTokenizer):
-        # a tagger's or pretraining run's WordPiece: BERT's own rules (RoBERTa's BPE, ALBERT's SentencePiece: kept)
-        tokenizer = BertTokenizer(tokenizer.vocabulary_file or tokenizer.vocab, lower_case=tokenizer.lower_case)
-    return backbone, tokenizer, config.get("options", {})
 
 
 class EmbedderModule(ExportModule):
@@ -144,15 +121,7 @@ def export_embedder(run_dir, model_base_path, pooling=None, normalize=None, sequ
         raise ValueError("whitening_dim needs a whitening corpus (--whitening CORPUS)")
     sentences = read_sentence_lines(whitening) if whitening is not None else None   # a bad corpus fails first
     backbone, tokenizer, options = bert_run_parts(run_dir)
-    recorded = options.get("sentence_embedding") or {}
-    if pooling is None:
-        modes = recorded.get("pooling") or ["mean_tokens"]
-        if len(modes) != 1 or modes[0] not in _SENTENCE_TRANSFORMERS_POOLING:
-            raise ValueError(f"the run's sentence-transformers pooling {modes} is not one of "
-                             f"{sorted(_SENTENCE_TRANSFORMERS_POOLING)}: choose pooling='cls' or 'mean'")
-        pooling = _SENTENCE_TRANSFORMERS_POOLING[modes[0]]
-    normalize = recorded.get("normalize", True) if normalize is None else normalize
-    sequence_length = sequence_length or recorded.get("max_seq_length")
+    pooling, normalize, sequence_length = recorded_settings(options, pooling, normalize, sequence_length)
     module = EmbedderModule(backbone, tokenizer, pooling=pooling, normalize=normalize,
                             sequence_length=sequence_length)
     whitening_record = None
