@@ -309,15 +309,22 @@ def add_index_command(index, corpus, embedder=None, batch_size=ENCODE_BATCH_SIZE
     return 0
 
 
+def format_hits(queries, results):
+    """``kerasplm search``'s text output: per query a ``query: ...`` line, then one line per hit: rank, id, score
+    (4 decimals) and text."""
+    lines = []
+    for query, hits in zip(queries, results):
+        lines.append(f"query: {query}")
+        lines += [f"{rank:>4}  {hit['id']:>8}  {hit['score']:.4f}  {hit['text']}" for rank, hit in enumerate(hits, 1)]
+    return "\n".join(lines)
+
+
 def search_command(queries, index, top_k=5, nprobe=None, json_output=False, embedder=None):
-    """``kerasplm search``: the hits as text (rank, id, score, text per line under each query) or, with
-    ``json_output``, JSON: a list of ``{"id", "score", "text"}`` (a list of such lists for several queries)."""
+    """``kerasplm search``: the hits as text (:func:`format_hits`) or, with ``json_output``, JSON: a list of
+    ``{"id", "score", "text"}`` (a list of such lists for several queries)."""
     results = search_index(index, queries, top_k=top_k, nprobe=nprobe, embedder=embedder)
     if json_output:
         print(json.dumps(results[0] if len(results) == 1 else results, ensure_ascii=False))
-        return 0
-    for query, hits in zip(queries, results):
-        print(f"query: {query}")
-        for rank, hit in enumerate(hits, start=1):
-            print(f"{rank:>4}  {hit['id']:>8}  {hit['score']:.4f}  {hit['text']}")
+    else:
+        print(format_hits(queries, results))
     return 0

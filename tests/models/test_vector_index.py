@@ -4,6 +4,7 @@ mismatched embedder refused, bad corpora named by file and line."""
 import json
 import os
 import random
+import shutil
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ faiss = pytest.importorskip("faiss")
 
 from kerasplm.cli import main  # noqa: E402
 from kerasplm.models.sentence_encoder import bert_run_parts, weights_sha256  # noqa: E402
-from kerasplm.models.vector_index import load_encoder, load_index, search_index  # noqa: E402
+from kerasplm.models.vector_index import format_hits, load_encoder, load_index, search_index  # noqa: E402
 from kerasplm.models.whitening import fit_whitening  # noqa: E402
 from kerasplm.text import BertPreprocessor  # noqa: E402
 from tests.jobs.qa_toy import NAMES, PLACES, VERBS, make_init_run  # noqa: E402
@@ -88,19 +89,19 @@ def test_search_ranks_by_cosine(setup, capsys):
         np.testing.assert_allclose([h["score"] for h in hits], cosine[expected], atol=1e-5)
         assert [h["text"] for h in hits] == [setup["lines"][i] for i in expected]
     assert all(set(hit) == {"id", "score", "text"} for hits in results for hit in hits)
+    # one query: one list of hits (the in-process search: same hits)
+    (alone,) = search_index(setup["flat"], QUERIES[:1], top_k=4, encoder=setup["encoder"])
+    assert [h["id"] for h in alone] == [h["id"] for h in results[0]]
     # text output: the query, then rank, id, score and text per hit
-    assert main(["search", "--index", setup["flat"], "--top-k", "2", QUERIES[0]]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
+    lines = format_hits(QUERIES[:1], [alone[:2]]).splitlines()
     assert lines[0] == f"query: {QUERIES[0]}" and len(lines) == 3
-    for line, hit in zip(lines[1:], results[0]):
-        rank, id_, score, text = line.split(None, 3)
-        assert (int(id_), text) == (hit["id"], hit["text"]) and float(score) == pytest.approx(hit["score"], abs=1e-4)
+    for rank, (line, hit) in enumerate(zip(lines[1:], alone), start=1):
+        assert line.split(None, 3) == [str(rank), str(hit["id"]), f"{hit['score']:.4f}", hit["text"]]
 
 
 def test_add_continues_the_ids_and_refuses_another_embedder(setup, capsys):
     index_dir = str(setup["root"] / "grown")
-    assert main(["index", "build", "--embedder", setup["run"], "--corpus", setup["corpus"], "--out", index_dir,
-                 "--sequence-length", str(SEQUENCE_LENGTH)]) == 0
+    shutil.copytree(setup["flat"], index_dir)
     assert main(["index", "add", "--index", index_dir, "--corpus", setup["more"]]) == 0
     index = load_index(index_dir)
     assert index.count == 60 and index.ids.tolist() == list(range(60)) and index.texts == setup["lines"]
