@@ -1,6 +1,6 @@
-"""The retriever SavedModel (`kerasplm export retriever`) of a flat index over 50 generated lines, embedded by a tiny
-random BERT run: loaded without kerasplm or Faiss, its exact top-k equals Faiss' IndexFlatIP on the same vectors;
-int8 against its numpy formula; the bad-input battery; `kerasplm serve` over REST and gRPC."""
+"""The retriever SavedModel (`kerasplm export retriever`) of the index tests' flat index (50 generated lines
+embedded by a tiny random BERT run): loaded without kerasplm or Faiss, its exact top-k equals Faiss' IndexFlatIP
+on the same vectors; int8 against its numpy formula; the bad-input battery; `kerasplm serve` over REST and gRPC."""
 import os
 
 import grpc
@@ -14,28 +14,23 @@ faiss = pytest.importorskip("faiss")
 from kerasplm import serving  # noqa: E402
 from kerasplm.cli import main  # noqa: E402
 from kerasplm.export import read_metadata  # noqa: E402
-from kerasplm.export.retriever import export_retriever, quantize_int8  # noqa: E402
-from kerasplm.models.vector_index import build_index, load_index  # noqa: E402
+from kerasplm.export.retriever import RetrieverModule, quantize_int8  # noqa: E402
+from kerasplm.models.vector_index import load_index  # noqa: E402
 from tests.export.contract import check_bad_inputs, check_batch_safe, check_warmup, run_isolated  # noqa: E402
 from tests.jobs.qa_toy import make_init_run  # noqa: E402
-from tests.models.test_vector_index import QUERIES, corpus_lines  # noqa: E402
+from tests.models.test_vector_index import QUERIES, flat_index  # noqa: E402,F401 (a session fixture)
 from tests.serving.client import predict  # noqa: E402
 
 TOP_K = 4
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    """The run, a flat index of 50 lines, its float32 export (through the CLI) and its int8 export."""
-    root = tmp_path_factory.mktemp("retriever")
-    run = make_init_run(root / "run")
-    corpus = root / "corpus.txt"
-    corpus.write_text("\n".join(corpus_lines(50, 0)) + "\n", encoding="utf-8")
-    index = build_index(run, str(corpus), str(root / "index"), sequence_length=16)
-    assert main(["export", "retriever", "--index", index.path, "--to", str(root / "export"), "--top-k",
+def setup(flat_index):
+    """The index tests' flat index of 50 lines over a tiny random BERT run, exported through the CLI."""
+    root = flat_index["root"]
+    assert main(["export", "retriever", "--index", flat_index["flat"], "--to", str(root / "export"), "--top-k",
                  str(TOP_K)]) == 0
-    int8 = export_retriever(index.path, str(root / "int8"), top_k=TOP_K, int8=True)
-    return {"root": root, "run": run, "index": index, "path": str(root / "export" / "1"), "int8": int8}
+    return {**flat_index, "index": load_index(flat_index["flat"]), "path": str(root / "export" / "1")}
 
 
 def test_exact_top_k_equals_faiss_flat_ip_without_kerasplm(setup):
@@ -62,19 +57,22 @@ def test_exact_top_k_equals_faiss_flat_ip_without_kerasplm(setup):
 
 
 def test_int8_scores_are_the_dequantized_inner_products(setup):
-    vectors = setup["index"].vectors()
+    """The int8 module's graph in process (the float32 export covers saving and serving)."""
+    index = setup["index"]
+    vectors = index.vectors()
     codes, scales = quantize_int8(vectors)
     assert codes.dtype == np.int8 and np.abs(codes).max() == 127
     np.testing.assert_allclose(codes * scales[:, None], vectors, atol=scales.max() / 2 + 1e-7)
-    model = tf.saved_model.load(setup["int8"])
+    module = RetrieverModule(setup["encoder"], vectors, index.ids, index.texts, TOP_K, int8=True)
+    assert module.corpus_matrix.dtype == tf.int8 and module.corpus_scales.shape == (50,)
     queries = tf.constant(QUERIES)
-    query_vectors = model.signatures["embed"](text=queries)["embedding"].numpy().astype(np.float64)
-    got = model.signatures["serving_default"](text=queries)
+    query_vectors = module.embed(queries)["embedding"].numpy().astype(np.float64)
+    got = module.retrieve(queries)
     expected = query_vectors @ (codes.astype(np.float64) * scales[:, None]).T
     top = np.argsort(-expected, axis=1, kind="stable")[:, :TOP_K]
     np.testing.assert_array_equal(got["ids"].numpy(), top)
     np.testing.assert_allclose(got["scores"].numpy(), np.take_along_axis(expected, top, axis=1), atol=1e-5)
-    assert read_metadata(setup["int8"])["corpus_bytes"] == 50 * 32 + 50 * 4
+    assert got["texts"].numpy().astype(str).tolist() == [[index.texts[i] for i in row] for row in top]
 
 
 def test_bad_inputs_and_serving_contract(setup):
