@@ -73,7 +73,8 @@ def test_build_records_the_embedder_and_stores_the_formula_vectors(flat_index):
     assert (manifest["type"], manifest["dim"], manifest["count"], manifest["metric"]) == \
         ("flat", 32, 50, "inner_product")
     assert manifest["embedder"] == {"run": os.path.abspath(flat_index["run"]),
-                                    "weights_sha256": weights_sha256(backbone), "pooling": "mean", "sequence_length": SEQUENCE_LENGTH, "whitening": None}
+                                    "weights_sha256": weights_sha256(backbone), "pooling": "mean",
+                                    "sequence_length": SEQUENCE_LENGTH, "whitening": None}
     assert index.texts == flat_index["lines"][:50] and index.ids.tolist() == list(range(50))
     np.testing.assert_allclose(index.vectors(), numpy_vectors(flat_index, index.texts), atol=1e-5)
     assert sorted(os.listdir(flat_index["flat"])) == ["ids.npy", "index.faiss", "manifest.json", "texts.jsonl"]
@@ -122,8 +123,8 @@ def test_add_continues_the_ids_and_refuses_another_embedder(flat_index, capsys):
 def test_ivfpq(flat_index):
     out, flat = str(flat_index["root"] / "pq"), load_index(flat_index["flat"])
     assert main(["index", "build", "--embedder", flat_index["run"], "--corpus", flat_index["corpus"],
-                 "--sequence-length", str(SEQUENCE_LENGTH), "--out", out, "--type", "ivfpq", "--nlist", "4", "--m", "4", "--nbits",
-                 "4"]) == 0
+                 "--sequence-length", str(SEQUENCE_LENGTH), "--out", out, "--type", "ivfpq", "--nlist", "4",
+                 "--m", "4", "--nbits", "4"]) == 0
     pq = load_index(out)
     assert pq.manifest["params"] == {"nlist": 4, "m": 4, "nbits": 4, "nprobe": 4, "seed": 0}
     # the codes are lossy: the exact vectors are stored beside them
