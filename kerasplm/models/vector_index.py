@@ -20,7 +20,8 @@ indexes are trained on the corpus they are built from; vectors added later join 
 
 The manifest records the embedder run and the SHA-256 of its backbone's weights: extending or querying the index
 with another embedder (a different run, or the same run trained further) is refused, since its vectors would not
-be comparable. Every write replaces the directory in one rename, so a reader never sees half an index.
+be comparable. Every write builds the new directory beside the old one and renames it into place (an existing index
+is renamed aside first: for a moment the path is absent, never half-written).
 """
 import json
 import os
@@ -34,8 +35,8 @@ from kerasplm.models.sentence_encoder import (ENCODE_BATCH_SIZE, SentenceEncoder
                                               weights_sha256)
 from kerasplm.models.whitening import fit_whitening
 
-__all__ = ["INDEX_TYPES", "VectorIndex", "build_index", "add_to_index", "load_index", "load_encoder", "search_index",
-           "VectorIndexError"]
+__all__ = ["INDEX_TYPES", "VectorIndex", "VectorIndexError", "build_index", "add_to_index", "load_index", "load_encoder",
+           "search_index", "format_hits"]
 
 INDEX_TYPES = ("flat", "ivf", "ivfpq")
 FORMAT_VERSION = 1
@@ -109,7 +110,7 @@ class VectorIndex:
         return ids.astype(np.int64), scores.astype(np.float32), positions
 
     def write(self, path):
-        """Writes the index to ``path`` atomically (a sibling built, then renamed over ``path``)."""
+        """Writes the index to directory ``path``: built in a sibling, then renamed into place."""
         path = os.path.abspath(path)
         parent = os.path.dirname(path)
         os.makedirs(parent, exist_ok=True)
