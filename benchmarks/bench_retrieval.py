@@ -36,7 +36,7 @@ import tensorflow as tf  # noqa: E402
 from benchmarks.common import load_average, machine_info, write_results  # noqa: E402
 from kerasplm.export.base import save_version  # noqa: E402
 from kerasplm.export.retriever import RetrieverModule  # noqa: E402
-from kerasplm.models.sentence_encoder import SentenceEncoder, bert_run_parts, recorded_settings  # noqa: E402
+from kerasplm.models.sentence_embedder import SentenceEmbedder, bert_run_parts, recorded_settings  # noqa: E402
 
 QUERY = "where was the treaty signed ?"
 WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "where", "was", "the", "treaty", "signed", "?", "who", "wrote",
@@ -48,13 +48,13 @@ def make_encoder(run, sequence_length):
     if run:
         backbone, tokenizer, options = bert_run_parts(run)
         pooling, _, length = recorded_settings(options, sequence_length=sequence_length)
-        return SentenceEncoder(backbone, tokenizer, pooling=pooling, sequence_length=length), f"run {run}"
+        return SentenceEmbedder(backbone, tokenizer, pooling=pooling, sequence_length=length), f"run {run}"
     from kerasplm.models.bert import BertBackbone
     from kerasplm.text import BertTokenizer
 
     tf.keras.utils.set_random_seed(0)
     backbone = BertBackbone.from_preset("bert_tiny", vocab_size=len(WORDS))
-    return SentenceEncoder(backbone, BertTokenizer(WORDS), sequence_length=sequence_length), "random bert_tiny"
+    return SentenceEmbedder(backbone, BertTokenizer(WORDS), sequence_length=sequence_length), "random bert_tiny"
 
 
 def percentiles(seconds):

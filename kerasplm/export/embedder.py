@@ -24,7 +24,7 @@ import tensorflow as tf
 from kerasplm.data.sentences import read_sentence_lines
 from kerasplm.export.base import ExportModule, save_version
 from kerasplm.models.bert_tasks import POOLINGS, pool_sequence
-from kerasplm.models.sentence_encoder import bert_run_parts, recorded_settings
+from kerasplm.models.sentence_embedder import bert_run_parts, recorded_settings
 from kerasplm.models.whitening import fit_whitening
 from kerasplm.text.bert_tokenizer import BertPreprocessor
 

@@ -2,7 +2,7 @@
 
 ``serving_default``: ``text`` tf.string [B] -> ``ids`` int64 [B, k], ``scores`` float32 [B, k], ``texts`` string
 [B, k], best first. The query is embedded in graph by the index's own
-:class:`kerasplm.models.sentence_encoder.SentenceEncoder` (BERT tokenizer, backbone, pooling, optional
+:class:`kerasplm.models.sentence_embedder.SentenceEmbedder` (BERT tokenizer, backbone, pooling, optional
 BERT-whitening, L2 normalization), then scored against the whole corpus matrix ``V`` [N, d] held in the SavedModel
 (exact search, as Faiss' ``IndexFlatIP``)::
 
@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from kerasplm.export.base import ExportModule, save_version
-from kerasplm.models.vector_index import load_encoder, load_index
+from kerasplm.models.vector_index import load_embedder, load_index
 
 FAMILY = "retriever"
 INT8_MAX = 127
@@ -37,7 +37,7 @@ def quantize_int8(vectors):
 
 
 class RetrieverModule(ExportModule):
-    """The exported retriever (see the module docstring): ``encoder`` (a ``SentenceEncoder``), the corpus'
+    """The exported retriever (see the module docstring): ``encoder`` (a ``SentenceEmbedder``), the corpus'
     ``vectors`` float32 [N, d], ``ids`` int64 [N], ``texts`` (N strings), ``top_k`` (<= N), ``int8``."""
 
     family = FAMILY
@@ -97,7 +97,7 @@ def export_retriever(index, model_base_path, top_k=5, int8=False, embedder=None,
     loaded = load_index(index)
     if not 1 <= top_k <= loaded.count:
         raise ValueError(f"top_k must be in [1, {loaded.count}] (the index's vectors), got {top_k}")
-    encoder = load_encoder(loaded, embedder)
+    encoder = load_embedder(loaded, embedder)
     module = RetrieverModule(encoder, loaded.vectors(), loaded.ids, loaded.texts, top_k, int8=int8)
     manifest = loaded.manifest
     metadata = {"index": loaded.path, "index_type": manifest["type"], "count": loaded.count, "dim": manifest["dim"],

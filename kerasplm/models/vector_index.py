@@ -12,7 +12,7 @@ An index is a directory::
                           flat and IVF-flat indexes give them back exactly)
     INDEX/whitening.npz   mu [1, H], W [H, k] when the embedder whitens
 
-Vectors are the run's sentence vectors (:class:`kerasplm.models.sentence_encoder.SentenceEncoder`), L2-normalized,
+Vectors are the run's sentence vectors (:class:`kerasplm.models.sentence_embedder.SentenceEmbedder`), L2-normalized,
 so the inner product Faiss ranks by is the cosine. The index types are the seed's three, with the inner product:
 ``flat`` (``IndexFlatIP``: exact), ``ivf`` (``IndexIVFFlat``: k-means cells, ``nlist`` of them, ``nprobe`` visited
 per query) and ``ivfpq`` (``IndexIVFPQ``: the vectors product-quantized into ``m`` codes of ``nbits`` bits). IVF
@@ -31,11 +31,11 @@ import shutil
 import numpy as np
 
 from kerasplm.data.sentences import read_sentence_lines
-from kerasplm.models.sentence_encoder import (ENCODE_BATCH_SIZE, SentenceEncoder, bert_run_parts, recorded_settings,
+from kerasplm.models.sentence_embedder import (ENCODE_BATCH_SIZE, SentenceEmbedder, bert_run_parts, recorded_settings,
                                               weights_sha256)
 from kerasplm.models.whitening import fit_whitening
 
-__all__ = ["INDEX_TYPES", "VectorIndex", "VectorIndexError", "build_index", "add_to_index", "load_index", "load_encoder",
+__all__ = ["INDEX_TYPES", "VectorIndex", "VectorIndexError", "build_index", "add_to_index", "load_index", "load_embedder",
            "search_index", "format_hits"]
 
 INDEX_TYPES = ("flat", "ivf", "ivfpq")
@@ -178,8 +178,8 @@ def load_index(path):
     return VectorIndex(path, manifest, index, texts, ids, exact, whitening)
 
 
-def load_encoder(index, embedder=None):
-    """The :class:`SentenceEncoder` that built ``index`` (a :class:`VectorIndex`): its recorded pooling, length and
+def load_embedder(index, embedder=None):
+    """The :class:`SentenceEmbedder` that built ``index`` (a :class:`VectorIndex`): its recorded pooling, length and
     whitening over the run ``embedder`` (default: the recorded run). Refuses, in one line, a run whose weights
     differ from those that built the index."""
     record = index.manifest["embedder"]
@@ -191,7 +191,7 @@ def load_encoder(index, embedder=None):
                                f"sha256 is {digest[:12]}…, the index was built by {record['run']} with "
                                f"{record['weights_sha256'][:12]}… (rebuild the index with `kerasplm index build` to "
                                f"use this embedder)")
-    return SentenceEncoder(backbone, tokenizer, pooling=record["pooling"], sequence_length=record["sequence_length"],
+    return SentenceEmbedder(backbone, tokenizer, pooling=record["pooling"], sequence_length=record["sequence_length"],
                            whitening=index.whitening)
 
 
@@ -221,7 +221,7 @@ def build_index(embedder, corpus, out, type="flat", nlist=DEFAULT_NLIST, m=DEFAU
                          + f": it needs at least {needed}")
     backbone, tokenizer, options = bert_run_parts(embedder)
     pooling, _, sequence_length = recorded_settings(options, pooling, None, sequence_length)
-    encoder = SentenceEncoder(backbone, tokenizer, pooling=pooling, sequence_length=sequence_length)
+    encoder = SentenceEmbedder(backbone, tokenizer, pooling=pooling, sequence_length=sequence_length)
     _index_factory(type, whitening_dim or encoder.dim, nlist, m, nbits)     # m must divide the dimension
     whitening_arrays = whitening_record = None
     if whitening is not None:
@@ -230,7 +230,7 @@ def build_index(embedder, corpus, out, type="flat", nlist=DEFAULT_NLIST, m=DEFAU
         except ValueError as e:
             raise ValueError(f"whitening on {whitening}: {e}") from None
         whitening_arrays = tuple(np.asarray(a, np.float32) for a in whitening_arrays)
-        encoder = SentenceEncoder(backbone, tokenizer, pooling=pooling, sequence_length=sequence_length,
+        encoder = SentenceEmbedder(backbone, tokenizer, pooling=pooling, sequence_length=sequence_length,
                                   whitening=whitening_arrays)
         whitening_record = {"dim": encoder.dim, "corpus": os.path.abspath(whitening),
                             "sentences": len(whitening_texts)}
@@ -266,7 +266,7 @@ def add_to_index(index_dir, corpus, embedder=None, batch_size=ENCODE_BATCH_SIZE)
     :class:`VectorIndex`."""
     texts = read_sentence_lines(corpus)
     index = load_index(index_dir)
-    encoder = load_encoder(index, embedder)
+    encoder = load_embedder(index, embedder)
     vectors = encoder.encode(texts, batch_size)
     first = int(index.ids.max()) + 1 if index.count else 0
     index.index.add(vectors)
@@ -282,9 +282,9 @@ def add_to_index(index_dir, corpus, embedder=None, batch_size=ENCODE_BATCH_SIZE)
 def search_index(index, queries, top_k=5, nprobe=None, embedder=None, encoder=None):
     """The top-k hits of each query in ``index`` (a directory or a :class:`VectorIndex`): a list (one per query) of
     ``[{"id", "score", "text"}, ...]``, best first (fewer than ``top_k`` when the index holds fewer vectors, or an
-    IVF search visits fewer). ``encoder``: a :class:`SentenceEncoder` already made by :func:`load_encoder`."""
+    IVF search visits fewer). ``encoder``: a :class:`SentenceEmbedder` already made by :func:`load_embedder`."""
     index = index if isinstance(index, VectorIndex) else load_index(index)
-    encoder = encoder or load_encoder(index, embedder)
+    encoder = encoder or load_embedder(index, embedder)
     ids, scores, positions = index.search(encoder.encode(list(queries)), top_k, nprobe)
     return [[{"id": int(i), "score": float(s), "text": index.texts[p]}
              for i, s, p in zip(row_ids, row_scores, row_positions) if p >= 0]

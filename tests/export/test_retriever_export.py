@@ -48,7 +48,7 @@ def test_exact_top_k_equals_faiss_flat_ip_without_kerasplm(setup):
     np.testing.assert_allclose(np.array(retrieved["scores"], np.float32), scores, atol=1e-5)
     assert retrieved["texts"] == [[index.texts[i] for i in row] for row in ids]
     assert retrieved["ids"][3][0] == 7 and retrieved["scores"][3][0] == pytest.approx(1.0, abs=1e-5)
-    # the export embeds a text as the index did (one SentenceEncoder graph)
+    # the export embeds a text as the index did (one SentenceEmbedder graph)
     np.testing.assert_allclose(np.array(corpus["embedding"], np.float32), index.vectors(), atol=1e-5)
     meta = read_metadata(setup["path"])
     assert (meta["family"], meta["top_k"], meta["int8"], meta["count"], meta["dim"], meta["index_type"]) == \

@@ -74,7 +74,7 @@ def test_resumes_through_the_cli_and_exports_with_its_pooling(simcse_run, tmp_pa
 
 
 def test_recorded_pooling_names_are_the_exporters():
-    from kerasplm.models.sentence_encoder import SENTENCE_TRANSFORMERS_POOLING as _SENTENCE_TRANSFORMERS_POOLING
+    from kerasplm.models.sentence_embedder import SENTENCE_TRANSFORMERS_POOLING as _SENTENCE_TRANSFORMERS_POOLING
     from kerasplm.jobs.bert_simcse_job import _RECORDED_POOLING
 
     back = {_SENTENCE_TRANSFORMERS_POOLING[v]: k for k, v in _RECORDED_POOLING.items()}

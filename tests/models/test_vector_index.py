@@ -13,8 +13,8 @@ import tensorflow as tf
 faiss = pytest.importorskip("faiss")
 
 from kerasplm.cli import main  # noqa: E402
-from kerasplm.models.sentence_encoder import bert_run_parts, weights_sha256  # noqa: E402
-from kerasplm.models.vector_index import format_hits, load_encoder, load_index, search_index  # noqa: E402
+from kerasplm.models.sentence_embedder import bert_run_parts, weights_sha256  # noqa: E402
+from kerasplm.models.vector_index import format_hits, load_embedder, load_index, search_index  # noqa: E402
 from kerasplm.models.whitening import fit_whitening  # noqa: E402
 from kerasplm.text import BertPreprocessor  # noqa: E402
 from tests.jobs.qa_toy import NAMES, PLACES, VERBS, make_init_run  # noqa: E402
@@ -47,7 +47,7 @@ def flat_index(tmp_path_factory):
                  "--sequence-length", str(SEQUENCE_LENGTH)]) == 0
     flat = load_index(root / "flat")
     return {"root": root, "run": run, "lines": lines, "corpus": str(corpus), "more": str(more),
-            "flat": str(root / "flat"), "parts": bert_run_parts(run), "encoder": load_encoder(flat)}
+            "flat": str(root / "flat"), "parts": bert_run_parts(run), "encoder": load_embedder(flat)}
 
 
 def numpy_vectors(flat_index, texts):

@@ -1,6 +1,6 @@
 """Sentence vectors of a BERT run, in process: what a vector index is built from and queried with.
 
-:class:`SentenceEncoder` is the graph ``text [B] -> vector [B, k]``: the in-graph BERT preprocessor
+:class:`SentenceEmbedder` is the graph ``text [B] -> vector [B, k]``: the in-graph BERT preprocessor
 (``[CLS] text [SEP]``, cut at ``sequence_length``), the backbone, ``[CLS]`` or mean pooling over the real tokens
 (Sentence-BERT), optionally BERT-whitening ``(pooled - mu) W`` (:mod:`kerasplm.models.whitening`), then L2
 normalization, so that the inner product of two vectors is their cosine. The index commands embed a corpus with it
@@ -21,7 +21,7 @@ from kerasplm.runs import RunDirError, load_run
 from kerasplm.text.bert_tokenizer import BertPreprocessor, BertTokenizer
 from kerasplm.text.wordpiece import WordPieceTokenizer
 
-__all__ = ["SentenceEncoder", "bert_run_parts", "recorded_settings", "weights_sha256", "SENTENCE_TRANSFORMERS_POOLING"]
+__all__ = ["SentenceEmbedder", "bert_run_parts", "recorded_settings", "weights_sha256", "SENTENCE_TRANSFORMERS_POOLING"]
 
 # sentence-transformers' pooling modes (1_Pooling/config.json, as the converter records them) -> ours.
 SENTENCE_TRANSFORMERS_POOLING = {"cls_token": "cls", "mean_tokens": "mean"}
@@ -74,7 +74,7 @@ def weights_sha256(backbone):
     return digest.hexdigest()
 
 
-class SentenceEncoder(tf.Module):
+class SentenceEmbedder(tf.Module):
     """``text`` [B] -> L2-normalized sentence vectors float32 [B, k] (k = H, or the whitening's k).
 
     ``whitening``: ``(mu [1, H], W [H, k])`` (:func:`kerasplm.models.whitening.fit_whitening`'s), held as the
