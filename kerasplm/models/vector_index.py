@@ -31,12 +31,12 @@ import shutil
 import numpy as np
 
 from kerasplm.data.sentences import read_sentence_lines
-from kerasplm.models.sentence_embedder import (ENCODE_BATCH_SIZE, SentenceEmbedder, bert_run_parts, recorded_settings,
-                                              weights_sha256)
+from kerasplm.models.sentence_embedder import (ENCODE_BATCH_SIZE, SentenceEmbedder, bert_run_parts,
+                                               recorded_settings, weights_sha256)
 from kerasplm.models.whitening import fit_whitening
 
-__all__ = ["INDEX_TYPES", "VectorIndex", "VectorIndexError", "build_index", "add_to_index", "load_index", "load_embedder",
-           "search_index", "format_hits"]
+__all__ = ["INDEX_TYPES", "VectorIndex", "VectorIndexError", "build_index", "add_to_index", "load_index",
+           "load_embedder", "search_index", "format_hits"]
 
 INDEX_TYPES = ("flat", "ivf", "ivfpq")
 FORMAT_VERSION = 1
@@ -192,7 +192,7 @@ def load_embedder(index, embedder=None):
                                f"{record['weights_sha256'][:12]}… (rebuild the index with `kerasplm index build` to "
                                f"use this embedder)")
     return SentenceEmbedder(backbone, tokenizer, pooling=record["pooling"], sequence_length=record["sequence_length"],
-                           whitening=index.whitening)
+                            whitening=index.whitening)
 
 
 def build_index(embedder, corpus, out, type="flat", nlist=DEFAULT_NLIST, m=DEFAULT_M, nbits=DEFAULT_NBITS,
@@ -231,7 +231,7 @@ def build_index(embedder, corpus, out, type="flat", nlist=DEFAULT_NLIST, m=DEFAU
             raise ValueError(f"whitening on {whitening}: {e}") from None
         whitening_arrays = tuple(np.asarray(a, np.float32) for a in whitening_arrays)
         encoder = SentenceEmbedder(backbone, tokenizer, pooling=pooling, sequence_length=sequence_length,
-                                  whitening=whitening_arrays)
+                                   whitening=whitening_arrays)
         whitening_record = {"dim": encoder.dim, "corpus": os.path.abspath(whitening),
                             "sentences": len(whitening_texts)}
     vectors = encoder.encode(texts, batch_size)
