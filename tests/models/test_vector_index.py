@@ -50,13 +50,18 @@ def flat_index(tmp_path_factory):
             "flat": str(root / "flat"), "parts": bert_run_parts(run), "encoder": load_embedder(flat)}
 
 
-def numpy_vectors(flat_index, texts):
-    """Mean pooling of the run's final states over the real tokens, L2-normalized, in numpy (float64)."""
+def numpy_pooled(flat_index, texts):
+    """Mean pooling of the run's final states (the eager backbone) over the real tokens, in numpy (float64)."""
     backbone, tokenizer, _ = flat_index["parts"]
     inputs = BertPreprocessor(tokenizer, SEQUENCE_LENGTH)(tf.constant(texts))
     states = backbone(inputs, training=False)["sequence_output"].numpy().astype(np.float64)
     mask = inputs["padding_mask"].numpy().astype(np.float64)[:, :, None]
-    pooled = (states * mask).sum(axis=1) / mask.sum(axis=1)
+    return (states * mask).sum(axis=1) / mask.sum(axis=1)
+
+
+def numpy_vectors(flat_index, texts):
+    """:func:`numpy_pooled`, L2-normalized: the cosine vectors."""
+    pooled = numpy_pooled(flat_index, texts)
     return pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
 
 
@@ -147,11 +152,8 @@ def test_whitened_ivf_index(flat_index):
     assert index.manifest["params"] == {"nlist": 4, "m": None, "nbits": None, "nprobe": 4, "seed": 0}
     assert index.manifest["embedder"]["whitening"] == {"dim": 8, "corpus": flat_index["corpus"], "sentences": 50}
     # mu and W are BERT-whitening's fitted on the mean-pooled corpus; vectors = normalize((pooled - mu) W)
-    backbone, tokenizer, _ = flat_index["parts"]
-    inputs = BertPreprocessor(tokenizer, SEQUENCE_LENGTH)(tf.constant(index.texts))
-    states = backbone(inputs, training=False)["sequence_output"].numpy().astype(np.float64)
-    mask = inputs["padding_mask"].numpy().astype(np.float64)[:, :, None]
-    pooled = (states * mask).sum(axis=1) / mask.sum(axis=1)
+    pooled = numpy_pooled(flat_index, index.texts + QUERIES)
+    pooled, pooled_queries = pooled[:50], pooled[50:]
     mu, w = fit_whitening(pooled, 8)
     np.testing.assert_allclose(index.whitening[0], mu, atol=1e-4)
     np.testing.assert_allclose(np.abs(index.whitening[1]), np.abs(w), rtol=1e-3, atol=1e-3)   # SVD signs
@@ -159,7 +161,7 @@ def test_whitened_ivf_index(flat_index):
     vectors = white / np.linalg.norm(white, axis=1, keepdims=True)
     np.testing.assert_allclose(index.vectors(), vectors, atol=1e-5)    # IVF-flat gives its vectors back exactly
     # every cell visited: IVF's hits are the exact ranking of the whitened cosines
-    queries = (flat_index["encoder"].pooled(QUERIES) - index.whitening[0]) @ index.whitening[1]
+    queries = (pooled_queries - index.whitening[0]) @ index.whitening[1]
     queries /= np.linalg.norm(queries, axis=1, keepdims=True)
     ids, scores, _ = index.search(queries, 5)
     expected = np.argsort(-(vectors @ queries.T), axis=0, kind="stable")[:5].T
