@@ -18,15 +18,12 @@ atomic versioned save are :mod:`kerasplm.export.base`'s.
 """
 import os
 
-import numpy as np
 import tensorflow as tf
 
 from kerasplm.data.sentences import read_sentence_lines
 from kerasplm.export.base import ExportModule, save_version
-from kerasplm.models.bert_tasks import POOLINGS, pool_sequence
-from kerasplm.models.sentence_embedder import bert_run_parts, recorded_settings
+from kerasplm.models.sentence_embedder import SentenceEmbedder, bert_run_parts, recorded_settings
 from kerasplm.models.whitening import fit_whitening
-from kerasplm.text.bert_tokenizer import BertPreprocessor
 
 FAMILY = "bert_embedder"
 # Sentences per batch when the whitening corpus is embedded (sorted by length: little padding).
@@ -35,7 +32,7 @@ WHITENING_BATCH_SIZE = 64
 
 class EmbedderModule(ExportModule):
     """The exported embedder: backbone + BERT preprocessor + pooling [+ whitening] [+ L2 normalization] (see the
-    module docstring).
+    module docstring), the graph of :class:`kerasplm.models.sentence_embedder.SentenceEmbedder` (``encoder``).
 
     ``whitening``: ``(mu [1, H], W [H, k])`` (e.g. :func:`kerasplm.models.whitening.fit_whitening`'s), stored as the
     float32 variables ``whitening_mean`` and ``whitening_kernel``; the embedding is then ``[B, k]``.
@@ -45,62 +42,34 @@ class EmbedderModule(ExportModule):
 
     def __init__(self, backbone, tokenizer, pooling="mean", normalize=True, sequence_length=None, whitening=None):
         super().__init__(backbone, name="embedder")
-        if pooling not in POOLINGS:
-            raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
-        limit = backbone.config.max_positions - backbone.config.position_offset
-        sequence_length = int(sequence_length or limit)
-        if not 3 <= sequence_length <= limit:
-            raise ValueError(f"sequence_length must be in [3, {limit}] (the model's positions), got {sequence_length}")
-        self.pooling, self.normalize, self.sequence_length = pooling, bool(normalize), sequence_length
-        # Padded to the longest row of each request, not to sequence_length: serving pays for real tokens only.
-        self.preprocessor = BertPreprocessor.for_tokenizer(tokenizer, sequence_length, pad_to_length=False)
-        self.whitening_mean = self.whitening_kernel = None
-        if whitening is not None:
-            mean, kernel = (np.asarray(a, np.float32) for a in whitening)
-            hidden = backbone.config.hidden_size
-            if mean.shape != (1, hidden) or kernel.ndim != 2 or kernel.shape[0] != hidden:
-                raise ValueError(f"whitening must be (mu [1, {hidden}], W [{hidden}, k]), got shapes {mean.shape}, "
-                                 f"{kernel.shape}")
-            # Tracked module attributes: saved as the SavedModel's variables, restored by any loader.
-            self.whitening_mean = tf.Variable(mean, trainable=False, name="whitening_mean")
-            self.whitening_kernel = tf.Variable(kernel, trainable=False, name="whitening_kernel")
+        self.encoder = SentenceEmbedder(backbone, tokenizer, pooling=pooling, sequence_length=sequence_length,
+                                        whitening=whitening, normalize=normalize)
+        self.pooling, self.normalize = self.encoder.pooling, self.encoder.normalize
+        self.sequence_length = self.encoder.sequence_length
+        # Tracked here too, so the SavedModel keeps its top-level names (the vocabulary asset, whitening_mean and
+        # whitening_kernel: restored by any loader).
+        self.preprocessor = self.encoder.preprocessor
+        self.whitening_mean, self.whitening_kernel = self.encoder.whitening_mean, self.encoder.whitening_kernel
 
     @property
     def embedding_size(self):
         """The width of ``embedding``: k with whitening, else the backbone's H."""
-        if self.whitening_kernel is not None:
-            return int(self.whitening_kernel.shape[1])
-        return self.model.config.hidden_size
+        return self.encoder.dim
 
     def pool(self, text):
         """``text`` [B] -> the pooled final states, float32 [B, H] (neither whitened nor normalized)."""
-        inputs = self.preprocessor(text)
-        outputs = self.model(inputs, training=False)
-        pooled = pool_sequence(outputs["sequence_output"], inputs["padding_mask"], self.pooling)
-        return tf.cast(pooled, tf.float32)
+        return self.encoder.pool(text)
 
     def pooled_embeddings(self, sentences, batch_size=WHITENING_BATCH_SIZE):
         """The pooled vectors of a list of strings, float32 numpy [N, H], computed batch by batch (sentences of
         similar lengths together) by the same graph that serves them."""
-        pool = tf.function(self.pool, input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
-        order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
-        pooled = np.zeros((len(sentences), self.model.config.hidden_size), np.float32)
-        for start in range(0, len(order), batch_size):
-            rows = order[start:start + batch_size]
-            pooled[rows] = pool(tf.constant([sentences[i] for i in rows], tf.string)).numpy()
-        return pooled
+        return self.encoder.pooled(sentences, batch_size)
 
     # autograph=False: straight-line code; autograph would rewrite the whole Keras model at every trace.
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")], autograph=False)
     def embed(self, text):
         """``text`` [B] -> ``{"embedding": float32 [B, H]}`` ([B, k] with whitening)."""
-        embedding = self.pool(text)
-        if self.whitening_kernel is not None:
-            # Before the normalization: whitening makes the cosine of the whitened vectors meaningful (the paper).
-            embedding = tf.matmul(embedding - self.whitening_mean, self.whitening_kernel)
-        if self.normalize:
-            embedding = tf.math.l2_normalize(embedding, axis=-1)
-        return {"embedding": embedding}
+        return {"embedding": self.encoder(text)}
 
     def signatures(self):
         return {"serving_default": self.embed}

@@ -4,7 +4,8 @@
 (``[CLS] text [SEP]``, cut at ``sequence_length``), the backbone, ``[CLS]`` or mean pooling over the real tokens
 (Sentence-BERT), optionally BERT-whitening ``(pooled - mu) W`` (:mod:`kerasplm.models.whitening`), then L2
 normalization, so that the inner product of two vectors is their cosine. The index commands embed a corpus with it
-and the retriever export embeds its queries with the same module, so both sides of a search share one graph.
+and the retriever export embeds its queries with the same module, so both sides of a search share one graph; the
+embedder export (:mod:`kerasplm.export.embedder`) serves it, optionally without the normalization.
 
 :func:`bert_run_parts` reads any BERT run (converted, pretrained or fine-tuned) with :func:`kerasplm.runs.load_run`;
 :func:`recorded_settings` gives the pooling and length a converted sentence-transformers run records;
@@ -75,7 +76,8 @@ def weights_sha256(backbone):
 
 
 class SentenceEmbedder(tf.Module):
-    """``text`` [B] -> L2-normalized sentence vectors float32 [B, k] (k = H, or the whitening's k).
+    """``text`` [B] -> sentence vectors float32 [B, k] (k = H, or the whitening's k), L2-normalized unless
+    ``normalize=False`` (an embedder export may serve the raw pooled vectors; an index always normalizes).
 
     ``whitening``: ``(mu [1, H], W [H, k])`` (:func:`kerasplm.models.whitening.fit_whitening`'s), held as the
     float32 variables ``whitening_mean`` and ``whitening_kernel``. The backbone is kept untracked (an exporter
@@ -83,7 +85,8 @@ class SentenceEmbedder(tf.Module):
     vocabulary, is tracked.
     """
 
-    def __init__(self, backbone, tokenizer, pooling="mean", sequence_length=None, whitening=None, name="encoder"):
+    def __init__(self, backbone, tokenizer, pooling="mean", sequence_length=None, whitening=None, normalize=True,
+                 name="encoder"):
         super().__init__(name=name)
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
@@ -92,7 +95,7 @@ class SentenceEmbedder(tf.Module):
         if not 3 <= sequence_length <= limit:
             raise ValueError(f"sequence_length must be in [3, {limit}] (the model's positions), got {sequence_length}")
         self.__dict__["backbone"] = backbone
-        self.pooling, self.sequence_length = pooling, sequence_length
+        self.pooling, self.sequence_length, self.normalize = pooling, sequence_length, bool(normalize)
         # Padded to the longest row of each call, not to sequence_length: a batch pays for its real tokens only.
         self.preprocessor = BertPreprocessor.for_tokenizer(tokenizer, sequence_length, pad_to_length=False)
         self.whitening_mean = self.whitening_kernel = None
@@ -119,11 +122,13 @@ class SentenceEmbedder(tf.Module):
         return tf.cast(pool_sequence(outputs["sequence_output"], inputs["padding_mask"], self.pooling), tf.float32)
 
     def __call__(self, text):
-        """``text`` [B] -> float32 [B, k]: pooled, whitened when the encoder has whitening, L2-normalized."""
+        """``text`` [B] -> float32 [B, k]: pooled, whitened when there is whitening, L2-normalized (unless
+        ``normalize=False``)."""
         vectors = self.pool(text)
         if self.whitening_kernel is not None:
+            # Before the normalization: whitening makes the cosine of the whitened vectors meaningful (the paper).
             vectors = tf.matmul(vectors - self.whitening_mean, self.whitening_kernel)
-        return tf.math.l2_normalize(vectors, axis=-1)
+        return tf.math.l2_normalize(vectors, axis=-1) if self.normalize else vectors
 
     def _graph(self, name, fn):
         """``fn`` as a tf.function over string batches, traced once per encoder (kept out of tf.Module tracking)."""
