@@ -16,7 +16,8 @@ from kerasplm.cli import main  # noqa: E402
 from kerasplm.export import read_metadata  # noqa: E402
 from kerasplm.export.retriever import RetrieverModule, quantize_int8  # noqa: E402
 from kerasplm.models.vector_index import load_index  # noqa: E402
-from tests.export.contract import check_bad_inputs, check_batch_safe, check_warmup, run_isolated  # noqa: E402
+from tests.export.contract import (call_signature, check_bad_inputs, check_batch_safe, check_warmup,  # noqa: E402
+                                   run_isolated)
 from tests.jobs.qa_toy import make_init_run  # noqa: E402
 from tests.models.test_vector_index import QUERIES, flat_index  # noqa: E402,F401 (a session fixture)
 from tests.serving.client import predict  # noqa: E402
@@ -66,7 +67,7 @@ def test_int8_scores_are_the_dequantized_inner_products(setup):
     module = RetrieverModule(setup["encoder"], vectors, index.ids, index.texts, TOP_K, int8=True)
     assert module.corpus_matrix.dtype == tf.int8 and module.corpus_scales.shape == (50,)
     queries = tf.constant(QUERIES)
-    query_vectors = module.embed(queries)["embedding"].numpy().astype(np.float64)
+    query_vectors = setup["encoder"].encode(QUERIES).astype(np.float64)
     got = module.retrieve(queries)
     expected = query_vectors @ (codes.astype(np.float64) * scales[:, None]).T
     top = np.argsort(-expected, axis=1, kind="stable")[:, :TOP_K]
@@ -101,11 +102,11 @@ def test_served_over_rest_and_grpc(setup):
     finally:
         server.stop()
     assert status == 200, body
-    expected = tf.saved_model.load(setup["path"]).signatures["serving_default"](text=tf.constant(QUERIES[:2]))
-    assert [row["ids"] for row in body["predictions"]] == expected["ids"].numpy().tolist()
-    assert [row["texts"] for row in body["predictions"]] == expected["texts"].numpy().astype(str).tolist()
-    np.testing.assert_array_equal(tf.make_ndarray(response.outputs["ids"]), expected["ids"].numpy())
-    np.testing.assert_allclose(tf.make_ndarray(response.outputs["scores"]), expected["scores"].numpy(), atol=1e-6)
+    expected = call_signature(setup["path"], "serving_default", "text", QUERIES[:2])    # the loaded SavedModel
+    assert [row["ids"] for row in body["predictions"]] == expected["ids"].tolist()
+    assert [row["texts"] for row in body["predictions"]] == expected["texts"].astype(str).tolist()
+    np.testing.assert_array_equal(tf.make_ndarray(response.outputs["ids"]), expected["ids"])
+    np.testing.assert_allclose(tf.make_ndarray(response.outputs["scores"]), expected["scores"], atol=1e-6)
 
 
 def test_export_errors(setup, tmp_path, capsys):
