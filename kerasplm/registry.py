@@ -25,7 +25,8 @@ __all__ = ["VERBS", "Command", "commands", "manifest_modules", "add_manifest", "
 VERBS = {"train": "train a model from scratch (or resume a run)",
          "finetune": "fine-tune a pretrained run on a task",
          "export": "export a run as a TF Serving SavedModel (strings in)",
-         "convert": "convert pretrained weights into a run directory"}
+         "convert": "convert pretrained weights into a run directory",
+         "index": "build or extend a vector index of a corpus (Faiss) for `kerasplm search`"}
 _FAMILIES_PACKAGE = "kerasplm.families"
 _ENV = "KERASPLM_FAMILIES"
 

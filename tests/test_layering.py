@@ -46,7 +46,8 @@ def _run_cli(*args, **kwargs):
 
 
 @pytest.mark.parametrize("argv", [[], ["train", "translator"], ["finetune", "bert-qa"], ["export", "embedder"],
-                                  ["convert", "elmo"], ["generate"], ["serve"], ["presets"]])
+                                  ["convert", "elmo"], ["generate"], ["serve"], ["presets"], ["index", "build"],
+                                  ["search"]])
 def test_help_imports_no_tensorflow_and_is_quick(argv):
     started = time.monotonic()
     result = subprocess.run([sys.executable, "-c", "import sys; from kerasplm.cli import main; "

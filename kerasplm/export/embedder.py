@@ -2,8 +2,8 @@
 
 ``serving_default``: ``text`` tf.string [None] -> ``embedding`` float32 [None, H] ([None, k] with whitening): the
 in-graph BERT tokenizer and ``[CLS] text [SEP]`` packing (:class:`kerasplm.text.BertPreprocessor`, cut at
-``sequence_length``), the backbone, then ``[CLS]``, mean or max pooling over the real tokens (Sentence-BERT, Reimers &
-Gurevych 2019; :func:`kerasplm.models.bert_tasks.pool_sequence`, which the sentence-embedding task models share), optionally BERT-whitening (Su et al. 2021: ``(pooled - mu) W``, fitted on a corpus at export time
+``sequence_length``), the backbone, then ``[CLS]`` or mean pooling over the real tokens (Sentence-BERT, Reimers &
+Gurevych 2019), optionally BERT-whitening (Su et al. 2021: ``(pooled - mu) W``, fitted on a corpus at export time
 by :mod:`kerasplm.models.whitening`; ``mu`` [1, H] and ``W`` [H, k] are variables of the SavedModel) and
 optionally L2 normalization, in that order. Defaults come from the run: a run converted from a sentence-transformers
 model (all-MiniLM-L6-v2 ...) records its pooling, normalization and ``max_seq_length``
@@ -18,48 +18,21 @@ atomic versioned save are :mod:`kerasplm.export.base`'s.
 """
 import os
 
-import numpy as np
 import tensorflow as tf
 
 from kerasplm.data.sentences import read_sentence_lines
 from kerasplm.export.base import ExportModule, save_version
-from kerasplm.models.bert import BertBackbone
-from kerasplm.models.bert_tasks import POOLINGS, SENTENCE_TRANSFORMERS_POOLING, pool_sequence
+from kerasplm.models.sentence_embedder import SentenceEmbedder, bert_run_parts, recorded_settings
 from kerasplm.models.whitening import fit_whitening
-from kerasplm.runs import RunDirError, load_run
-from kerasplm.text.bert_tokenizer import BertPreprocessor, BertTokenizer
-from kerasplm.text.wordpiece import WordPieceTokenizer
 
 FAMILY = "bert_embedder"
-# sentence-transformers' pooling modes (1_Pooling/config.json, as the converter and the sentence-embedding jobs
-# record them) -> ours.
-_SENTENCE_TRANSFORMERS_POOLING = SENTENCE_TRANSFORMERS_POOLING
 # Sentences per batch when the whitening corpus is embedded (sorted by length: little padding).
 WHITENING_BATCH_SIZE = 64
 
 
-def bert_run_parts(run_dir):
-    """``(backbone, tokenizer, options)`` of a BERT run (converted, pretrained or fine-tuned), read with
-    :func:`kerasplm.runs.load_run`: the backbone with its checkpoint restored (the run's model, or its
-    ``backbone``), a :class:`kerasplm.text.BertTokenizer` over the run's vocabulary with its casing (the one
-    its preprocessor holds), and the run's stored options."""
-    loaded = load_run(run_dir)
-    backbone = getattr(loaded, "backbone", loaded)
-    config = loaded.run_info.config
-    if not isinstance(backbone, BertBackbone):
-        raise RunDirError(f"{loaded.run_info.path}/config.json: a {config['family']} run, not a BERT run")
-    tokenizer = getattr(getattr(loaded, "preprocessor", None), "tokenizer", None)
-    if tokenizer is None:
-        raise RunDirError(f"{loaded.run_info.path}/config.json: the run stores no preprocessor (no tokenizer)")
-    if isinstance(tokenizer, WordPieceTokenizer) and not isinstance(tokenizer, BertTokenizer):
-        # a tagger's or pretraining run's WordPiece: BERT's own rules (RoBERTa's BPE, ALBERT's SentencePiece: kept)
-        tokenizer = BertTokenizer(tokenizer.vocabulary_file or tokenizer.vocab, lower_case=tokenizer.lower_case)
-    return backbone, tokenizer, config.get("options", {})
-
-
 class EmbedderModule(ExportModule):
     """The exported embedder: backbone + BERT preprocessor + pooling [+ whitening] [+ L2 normalization] (see the
-    module docstring).
+    module docstring), the graph of :class:`kerasplm.models.sentence_embedder.SentenceEmbedder` (``encoder``).
 
     ``whitening``: ``(mu [1, H], W [H, k])`` (e.g. :func:`kerasplm.models.whitening.fit_whitening`'s), stored as the
     float32 variables ``whitening_mean`` and ``whitening_kernel``; the embedding is then ``[B, k]``.
@@ -69,62 +42,34 @@ class EmbedderModule(ExportModule):
 
     def __init__(self, backbone, tokenizer, pooling="mean", normalize=True, sequence_length=None, whitening=None):
         super().__init__(backbone, name="embedder")
-        if pooling not in POOLINGS:
-            raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
-        limit = backbone.config.max_positions - backbone.config.position_offset
-        sequence_length = int(sequence_length or limit)
-        if not 3 <= sequence_length <= limit:
-            raise ValueError(f"sequence_length must be in [3, {limit}] (the model's positions), got {sequence_length}")
-        self.pooling, self.normalize, self.sequence_length = pooling, bool(normalize), sequence_length
-        # Padded to the longest row of each request, not to sequence_length: serving pays for real tokens only.
-        self.preprocessor = BertPreprocessor.for_tokenizer(tokenizer, sequence_length, pad_to_length=False)
-        self.whitening_mean = self.whitening_kernel = None
-        if whitening is not None:
-            mean, kernel = (np.asarray(a, np.float32) for a in whitening)
-            hidden = backbone.config.hidden_size
-            if mean.shape != (1, hidden) or kernel.ndim != 2 or kernel.shape[0] != hidden:
-                raise ValueError(f"whitening must be (mu [1, {hidden}], W [{hidden}, k]), got shapes {mean.shape}, "
-                                 f"{kernel.shape}")
-            # Tracked module attributes: saved as the SavedModel's variables, restored by any loader.
-            self.whitening_mean = tf.Variable(mean, trainable=False, name="whitening_mean")
-            self.whitening_kernel = tf.Variable(kernel, trainable=False, name="whitening_kernel")
+        self.encoder = SentenceEmbedder(backbone, tokenizer, pooling=pooling, sequence_length=sequence_length,
+                                        whitening=whitening, normalize=normalize)
+        self.pooling, self.normalize = self.encoder.pooling, self.encoder.normalize
+        self.sequence_length = self.encoder.sequence_length
+        # Tracked here too, so the SavedModel keeps its top-level names (the vocabulary asset, whitening_mean and
+        # whitening_kernel: restored by any loader).
+        self.preprocessor = self.encoder.preprocessor
+        self.whitening_mean, self.whitening_kernel = self.encoder.whitening_mean, self.encoder.whitening_kernel
 
     @property
     def embedding_size(self):
         """The width of ``embedding``: k with whitening, else the backbone's H."""
-        if self.whitening_kernel is not None:
-            return int(self.whitening_kernel.shape[1])
-        return self.model.config.hidden_size
+        return self.encoder.dim
 
     def pool(self, text):
         """``text`` [B] -> the pooled final states, float32 [B, H] (neither whitened nor normalized)."""
-        inputs = self.preprocessor(text)
-        outputs = self.model(inputs, training=False)
-        pooled = pool_sequence(outputs["sequence_output"], inputs["padding_mask"], self.pooling)
-        return tf.cast(pooled, tf.float32)
+        return self.encoder.pool(text)
 
     def pooled_embeddings(self, sentences, batch_size=WHITENING_BATCH_SIZE):
         """The pooled vectors of a list of strings, float32 numpy [N, H], computed batch by batch (sentences of
         similar lengths together) by the same graph that serves them."""
-        pool = tf.function(self.pool, input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
-        order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
-        pooled = np.zeros((len(sentences), self.model.config.hidden_size), np.float32)
-        for start in range(0, len(order), batch_size):
-            rows = order[start:start + batch_size]
-            pooled[rows] = pool(tf.constant([sentences[i] for i in rows], tf.string)).numpy()
-        return pooled
+        return self.encoder.pooled(sentences, batch_size)
 
     # autograph=False: straight-line code; autograph would rewrite the whole Keras model at every trace.
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")], autograph=False)
     def embed(self, text):
         """``text`` [B] -> ``{"embedding": float32 [B, H]}`` ([B, k] with whitening)."""
-        embedding = self.pool(text)
-        if self.whitening_kernel is not None:
-            # Before the normalization: whitening makes the cosine of the whitened vectors meaningful (the paper).
-            embedding = tf.matmul(embedding - self.whitening_mean, self.whitening_kernel)
-        if self.normalize:
-            embedding = tf.math.l2_normalize(embedding, axis=-1)
-        return {"embedding": embedding}
+        return {"embedding": self.encoder(text)}
 
     def signatures(self):
         return {"serving_default": self.embed}
@@ -134,7 +79,7 @@ def export_embedder(run_dir, model_base_path, pooling=None, normalize=None, sequ
                     whitening_dim=None, version=None, overwrite=False):
     """Export the BERT run ``run_dir`` as an embedder SavedModel in ``model_base_path/<version>/``.
 
-    ``pooling`` ("cls", "mean" or "max"), ``normalize`` and ``sequence_length`` default to the run's recorded
+    ``pooling`` ("cls" or "mean"), ``normalize`` and ``sequence_length`` default to the run's recorded
     sentence-transformers settings, else mean pooling, L2-normalized, the model's position limit.
     ``whitening``: a corpus file (one sentence per line) embedded with this pooling to fit BERT-whitening's ``mu``
     and ``W`` (``whitening_dim`` = k columns kept, default H), applied in graph before the normalization and
@@ -145,16 +90,7 @@ def export_embedder(run_dir, model_base_path, pooling=None, normalize=None, sequ
         raise ValueError("whitening_dim needs a whitening corpus (--whitening CORPUS)")
     sentences = read_sentence_lines(whitening) if whitening is not None else None   # a bad corpus fails first
     backbone, tokenizer, options = bert_run_parts(run_dir)
-    recorded = options.get("sentence_embedding") or {}
-    if pooling is None:
-        modes = recorded.get("pooling") or ["mean_tokens"]
-        if len(modes) != 1 or modes[0] not in _SENTENCE_TRANSFORMERS_POOLING:
-            raise ValueError(f"the run's sentence-transformers pooling {modes} is not one of "
-                             f"{sorted(_SENTENCE_TRANSFORMERS_POOLING)}: choose pooling "
-                             f"{' or '.join(map(repr, POOLINGS))}")
-        pooling = _SENTENCE_TRANSFORMERS_POOLING[modes[0]]
-    normalize = recorded.get("normalize", True) if normalize is None else normalize
-    sequence_length = sequence_length or recorded.get("max_seq_length")
+    pooling, normalize, sequence_length = recorded_settings(options, pooling, normalize, sequence_length)
     module = EmbedderModule(backbone, tokenizer, pooling=pooling, normalize=normalize,
                             sequence_length=sequence_length)
     whitening_record = None

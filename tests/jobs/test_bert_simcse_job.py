@@ -74,7 +74,7 @@ def test_resumes_through_the_cli_and_exports_with_its_pooling(simcse_run, tmp_pa
 
 
 def test_recorded_pooling_names_are_the_exporters():
-    from kerasplm.export.embedder import _SENTENCE_TRANSFORMERS_POOLING
+    from kerasplm.models.bert_tasks import SENTENCE_TRANSFORMERS_POOLING as _SENTENCE_TRANSFORMERS_POOLING
     from kerasplm.jobs.bert_simcse_job import _RECORDED_POOLING
 
     from kerasplm.models.bert_tasks import POOLINGS, sentence_embedding_record
