@@ -71,7 +71,8 @@ class DistillationJob:
         super().build_data()   # the family's: data, schedule, the new run (start_new_run) or the resumed one
         o, t_config = self.options, self.teacher.backbone.config
         check_same_vocabulary(self.teacher.preprocessor, self.preprocessor, teacher=f"the teacher {o.teacher}")
-        layer_map = parse_layer_map(o.layer_map, self.backbone_config.num_layers, t_config.num_layers)
+        layer_map = (parse_layer_map(o.layer_map, self.backbone_config.num_layers, t_config.num_layers)
+                     if o.hidden_loss or o.attention_loss else [])
         if o.attention_loss and self.backbone_config.num_heads != t_config.num_heads:
             raise ValueError(f"--attention-loss compares attention maps head by head: the student has "
                              f"{self.backbone_config.num_heads} heads, the teacher {t_config.num_heads}")

@@ -25,7 +25,11 @@ from kerasplm.runs import RunDir, load_run
 from kerasplm.text import BertTokenizer
 from kerasplm.text.bert_tokenizer import BertPreprocessor
 from kerasplm.training.losses import soft_target_loss_sums
+from kerasplm.models.bert_tagger import BertTaggerPreprocessor
+from kerasplm.text.wordpiece import WordPieceTokenizer
 from tests.jobs.test_bert_finetune import NAMES, VOCAB, toy_examples, write_tsv
+from tests.jobs.test_bert_tagger_job import SENTENCES, _write_conll
+from tests.models.test_bert_tagger import TINY as TAGGER_TINY, VOCAB as TAGGER_VOCAB
 
 TEACHER = dict(vocab_size=len(VOCAB), num_layers=4, hidden_size=16, num_heads=2, intermediate_size=32,
                max_positions=16)
@@ -90,10 +94,18 @@ def test_alpha_one_is_plain_fine_tuning_and_the_tagger_soft_loss_counts_real_tok
         np.testing.assert_allclose(tf.convert_to_tensor(a).numpy(), tf.convert_to_tensor(b).numpy(), rtol=1e-5,
                                    atol=1e-7)
     assert all(g is None for g in tape.gradient(distilled, teacher.trainable_variables))
-    # The teacher runs in inference mode: its logits are those of teacher(inputs, training=False) (no dropout).
-    halfway = distillation_loss_sums(student, teacher, (inputs, labels), True, DistillationSettings(3.0, 0.25))
+    # The teacher runs in inference mode even in a training step: its logits are teacher(inputs, training=False)'s
+    # (a student without dropout makes the whole soft term reproducible; the teacher has dropout 0.1).
+    keras.utils.set_random_seed(3)
+    still = BertClassifier(BertBackbone(**{**TEACHER, "num_layers": 2, "dropout": 0.0, "attention_dropout": 0.0}),
+                           3, dropout=0.0)
+    halfway = distillation_loss_sums(still, teacher, (inputs, labels), True, DistillationSettings(3.0, 0.25))
     soft, count, weight = halfway["losses"]["soft"]
     assert weight == 0.75 and halfway["losses"]["hard"][2] == 0.25 and float(count) == 3
+    expected = numpy_soft_loss(teacher(inputs, training=False).numpy(), still(inputs, training=False).numpy(), 3.0,
+                               np.ones(3))
+    np.testing.assert_allclose(float(soft), expected[0], rtol=1e-4)
+    assert not np.allclose(teacher(inputs, training=True).numpy(), teacher(inputs, training=False).numpy())
     # Tagger: the soft term over the real tokens only (padding_mask), the hard one the tagger's own loss.
     t_tagger, s_tagger = _tiny(BertTokenClassifier, 4, seed=1), _tiny(BertTokenClassifier, 2, seed=2)
     tags, weights = tf.constant(np.ones((3, 6), np.int32)), tf.cast(inputs["padding_mask"], tf.float32)
@@ -191,7 +203,7 @@ def teacher(tmp_path_factory):
     train = write_tsv(root / "train.tsv", [(t, NAMES[y]) for t, y in toy_examples(128, 0)], ["sentence", "label"])
     dev = write_tsv(root / "dev.tsv", [(t, NAMES[y]) for t, y in toy_examples(32, 1)], ["sentence", "label"])
     out = str(root / "teacher")
-    finetune_bert_classifier(out, log=lambda *_: None, steps=20, train=train, dev=dev, init=_bert_run(root / "bert"),
+    finetune_bert_classifier(out, log=lambda *_: None, steps=8, train=train, init=_bert_run(root / "bert"),
                              learning_rate=2e-3, batch_size=16, max_length=12, dropout=0.0, verbose=0)
     return {"root": root, "run": out, "train": train, "dev": dev}
 
@@ -236,3 +248,27 @@ def test_distill_a_classifier_end_to_end_and_export_the_student(teacher, capsys)
     with pytest.raises(ValueError, match="student preset's hidden_size is 128"):
         distill(str(teacher["root"] / "y"), teacher=teacher["run"], student_preset="bert_tiny",
                 train=teacher["train"], steps=1)
+
+
+def test_distill_a_tagger(tmp_path):
+    """A tagger teacher (a hand-made run) distilled for one step: the student is a tagger run of the teacher's tags;
+    a CRF teacher is refused."""
+    keras.utils.set_random_seed(0)
+    labels = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
+    for name, crf in (("teacher", False), ("crf_teacher", True)):
+        run = RunDir(str(tmp_path / name))
+        run.write_text("vocab.txt", "\n".join(TAGGER_VOCAB) + "\n")
+        preprocessor = BertTaggerPreprocessor(WordPieceTokenizer(run.file("vocab.txt")), 16)
+        model = BertTokenClassifier(BertBackbone(**{**TAGGER_TINY, "num_layers": 2}), len(labels), crf=crf,
+                                    labels=labels)
+        tf.train.CheckpointManager(tf.train.Checkpoint(model=model), run.checkpoint_dir, max_to_keep=1).save()
+        run.write_config("bert_tagger", "token_classification", "custom", model, {}, assets={"vocab": "vocab.txt"},
+                         preprocessor=preprocessor)
+    train = _write_conll(tmp_path / "train.conll", SENTENCES)
+    summary = distill(str(tmp_path / "student"), log=lambda *_: None, teacher=str(tmp_path / "teacher"), train=train,
+                      dev=train, steps=1, batch_size=4, student_layers=1, attention_loss=True, verbose=0)
+    student = load_run(str(tmp_path / "student"))
+    assert isinstance(student, BertTokenClassifier) and student.labels == labels
+    assert student.backbone.config.num_layers == 1 and summary["teacher"]["dev_sentences"] == 3
+    with pytest.raises(ValueError, match="a CRF tagger"):
+        distill(str(tmp_path / "x"), teacher=str(tmp_path / "crf_teacher"), train=train, steps=1)
