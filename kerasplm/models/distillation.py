@@ -29,7 +29,6 @@ import math
 import keras
 import tensorflow as tf
 
-from kerasplm.models.bert import BertBackbone
 from kerasplm.models.bert_tagger import BertTokenClassifier
 from kerasplm.models.bert_tasks import BertClassifier
 from kerasplm.training.losses import classification_loss_sums, masked_mse_sums, soft_target_loss_sums

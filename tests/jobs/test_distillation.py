@@ -12,9 +12,8 @@ import tensorflow as tf
 
 from kerasplm.cli import main
 from kerasplm.export.classifier import export_classifier
-from kerasplm.jobs.bert_finetune import finetune_bert_classifier
 from kerasplm.jobs.distillation import distill
-from kerasplm.models.bert import BertBackbone, BertConfig, bert_run_preprocessor
+from kerasplm.models.bert import BertBackbone
 from kerasplm.models.bert_tagger import BertTokenClassifier
 from kerasplm.models.bert_tasks import BertClassifier
 from kerasplm.models.distillation import (DistillationProjections, DistillationSettings, check_same_vocabulary,
@@ -27,7 +26,7 @@ from kerasplm.text.bert_tokenizer import BertPreprocessor
 from kerasplm.training.losses import soft_target_loss_sums
 from kerasplm.models.bert_tagger import BertTaggerPreprocessor
 from kerasplm.text.wordpiece import WordPieceTokenizer
-from tests.jobs.test_bert_finetune import NAMES, VOCAB, toy_examples, write_tsv
+from tests.jobs.test_bert_finetune import NAMES, VOCAB, learned_run, toy  # noqa: F401 (session fixtures)
 from tests.jobs.test_bert_tagger_job import SENTENCES, _write_conll
 from tests.models.test_bert_tagger import TINY as TAGGER_TINY, VOCAB as TAGGER_VOCAB
 
@@ -99,13 +98,16 @@ def test_alpha_one_is_plain_fine_tuning_and_the_tagger_soft_loss_counts_real_tok
     keras.utils.set_random_seed(3)
     still = BertClassifier(BertBackbone(**{**TEACHER, "num_layers": 2, "dropout": 0.0, "attention_dropout": 0.0}),
                            3, dropout=0.0)
+    for model in (still, teacher):   # logits far from uniform at T = 3: a soft loss well above rounding
+        model.head.kernel.assign(model.head.kernel * 100.0)
     halfway = distillation_loss_sums(still, teacher, (inputs, labels), True, DistillationSettings(3.0, 0.25))
     soft, count, weight = halfway["losses"]["soft"]
     assert weight == 0.75 and halfway["losses"]["hard"][2] == 0.25 and float(count) == 3
-    expected = numpy_soft_loss(teacher(inputs, training=False).numpy(), still(inputs, training=False).numpy(), 3.0,
-                               np.ones(3))
-    np.testing.assert_allclose(float(soft), expected[0], rtol=1e-4)
-    assert not np.allclose(teacher(inputs, training=True).numpy(), teacher(inputs, training=False).numpy())
+    student_logits = still(inputs, training=False).numpy()
+    expected = numpy_soft_loss(teacher(inputs, training=False).numpy(), student_logits, 3.0, np.ones(3))[0]
+    np.testing.assert_allclose(float(soft), expected, rtol=1e-4)
+    dropped = numpy_soft_loss(teacher(inputs, training=True).numpy(), student_logits, 3.0, np.ones(3))[0]
+    assert abs(dropped - expected) > 1e-2 * expected   # what a teacher with dropout would have given
     # Tagger: the soft term over the real tokens only (padding_mask), the hard one the tagger's own loss.
     t_tagger, s_tagger = _tiny(BertTokenClassifier, 4, seed=1), _tiny(BertTokenClassifier, 2, seed=2)
     tags, weights = tf.constant(np.ones((3, 6), np.int32)), tf.cast(inputs["padding_mask"], tf.float32)
@@ -185,66 +187,51 @@ def test_a_student_must_share_the_teachers_vocabulary(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------ end to end
-def _bert_run(directory):
-    """A random 4-block BERT run (what `kerasplm convert bert` writes)."""
-    keras.utils.set_random_seed(0)
-    backbone = BertBackbone(**TEACHER)
-    run = RunDir(str(directory))
-    run.write_text("vocab.txt", "\n".join(VOCAB) + "\n")
-    tf.train.CheckpointManager(tf.train.Checkpoint(model=backbone), run.checkpoint_dir, max_to_keep=1).save()
-    run.write_config("bert", "backbone", "custom", backbone, {"lower_case": True}, assets={"vocab": "vocab.txt"},
-                     preprocessor=bert_run_preprocessor(BertTokenizer(run.file("vocab.txt")), backbone.config))
-    return str(directory)
-
-
 @pytest.fixture(scope="module")
-def teacher(tmp_path_factory):
-    root = tmp_path_factory.mktemp("distill")
-    train = write_tsv(root / "train.tsv", [(t, NAMES[y]) for t, y in toy_examples(128, 0)], ["sentence", "label"])
-    dev = write_tsv(root / "dev.tsv", [(t, NAMES[y]) for t, y in toy_examples(32, 1)], ["sentence", "label"])
-    out = str(root / "teacher")
-    finetune_bert_classifier(out, log=lambda *_: None, steps=8, train=train, init=_bert_run(root / "bert"),
-                             learning_rate=2e-3, batch_size=16, max_length=12, dropout=0.0, verbose=0)
-    return {"root": root, "run": out, "train": train, "dev": dev}
+def teacher(toy, learned_run):
+    """The classifier the finetune tests train (2 blocks of width 32, 30 steps; a session fixture shared with them
+    and the export tests) as the teacher."""
+    return {"root": toy["root"], "run": learned_run[0], "train": toy["train"], "dev": toy["dev"], "init": toy["init"]}
 
 
 def test_distill_a_classifier_end_to_end_and_export_the_student(teacher, capsys):
     out, lines = str(teacher["root"] / "student"), []
-    summary = distill(out, log=lines.append, teacher=teacher["run"], student_layers=2, train=teacher["train"],
-                      dev=teacher["dev"], steps=3, batch_size=16, learning_rate=1e-3, hidden_loss=True,
+    summary = distill(out, log=lines.append, teacher=teacher["run"], student_layers=1, train=teacher["train"],
+                      dev=teacher["dev"], steps=2, batch_size=16, learning_rate=1e-3, hidden_loss=True,
                       attention_loss=True, verbose=0)
-    assert summary["step"] == 3 and set(summary["teacher"]["dev"]) >= {"accuracy", "f1", "mcc"}
-    assert summary["dev"]["examples"] == 32
-    assert any("copied from the teacher's blocks [0, 2]" in line for line in lines)
+    assert summary["step"] == 2 and set(summary["teacher"]["dev"]) >= {"accuracy", "f1", "mcc"}
+    assert summary["dev"]["examples"] == summary["teacher"]["dev"]["examples"] == 64
+    assert any("copied from the teacher's blocks [0]" in line for line in lines)
     history = json.load(open(os.path.join(out, "history.json")))
     assert {"hard_loss", "soft_loss", "hidden_loss", "attention_loss", "accuracy"} <= set(history)
     # An ordinary classifier run: loaded by load_run, exported, answering as the Python model.
     config = json.load(open(os.path.join(out, "config.json")))
     assert config["family"] == "bert_classifier" and config["options"]["teacher"] == os.path.abspath(teacher["run"])
     student = load_run(out)
-    assert student.backbone.config.num_layers == 2 and student.labels == NAMES and os.path.isfile(
+    assert student.backbone.config.num_layers == 1 and student.labels == NAMES and os.path.isfile(
         os.path.join(out, "vocab.txt"))
     texts = ["the movie was good great", "awful bad plot", ""]
-    version = export_classifier(out, str(teacher["root"] / "export"))
+    version = export_classifier(out, str(teacher["root"] / "student_export"))
     served = tf.saved_model.load(version).signatures["serving_default"](text=tf.constant(texts))
     np.testing.assert_allclose(served["probabilities"].numpy(), student.predict_texts(texts), atol=1e-5)
 
     # The command line: a random student of another width with the hidden-state loss (its projections are the
-    # checkpoint's `auxiliary`, the student run's `model` stays the classifier), and a resume to more steps.
+    # checkpoint's `auxiliary`, the student run's `model` stays the classifier), resumed to one more step.
     cli_out = str(teacher["root"] / "cli_student")
     args = ["distill", "--out", cli_out, "--teacher", teacher["run"], "--student-preset", "bert_tiny",
             "--student-layers", "1", "--student-init", "random", "--hidden-loss", "--train", teacher["train"],
-            "--batch-size", "16", "--steps", "2", "--schedule-steps", "3", "--temperature", "3", "--alpha", "0.2", "--quiet"]
+            "--batch-size", "16", "--steps", "1", "--schedule-steps", "2", "--temperature", "3", "--alpha", "0.2",
+            "--quiet"]
     assert main(args) == 0
-    assert main([*args[:args.index("--steps")], "--steps", "3", "--quiet"]) == 0
+    assert main([*args[:args.index("--steps")], "--steps", "2", "--quiet"]) == 0
     assert "wrote" in capsys.readouterr().out
-    names = [name for name, _ in tf.train.list_variables(tf.train.latest_checkpoint(os.path.join(cli_out, "checkpoints")))]
-    assert any(name.startswith("auxiliary/hidden") for name in names)
+    checkpoint = tf.train.latest_checkpoint(os.path.join(cli_out, "checkpoints"))
+    assert any(name.startswith("auxiliary/hidden/") for name, _ in tf.train.list_variables(checkpoint))
     cli_student = load_run(cli_out)
-    assert cli_student.run_info.step == 3 and cli_student.backbone.config.hidden_size == 128
+    assert cli_student.run_info.step == 2 and cli_student.backbone.config.hidden_size == 128
     # One-line refusals: a teacher that is not a classifier or tagger, a width the teacher's blocks cannot fill.
     with pytest.raises(ValueError, match="a bert run; distil a classifier run"):
-        distill(str(teacher["root"] / "x"), teacher=str(teacher["root"] / "bert"), train=teacher["train"], steps=1)
+        distill(str(teacher["root"] / "x"), teacher=teacher["init"], train=teacher["train"], steps=1)
     with pytest.raises(ValueError, match="student preset's hidden_size is 128"):
         distill(str(teacher["root"] / "y"), teacher=teacher["run"], student_preset="bert_tiny",
                 train=teacher["train"], steps=1)
