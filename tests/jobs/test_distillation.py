@@ -71,7 +71,8 @@ def _batch(rows=3, length=6, seed=0):
     lengths = np.array([length, 4, 2][:rows])
     padding = (np.arange(length)[None, :] < lengths[:, None]).astype(np.int32)
     tokens = rng.integers(5, len(VOCAB), size=(rows, length)).astype(np.int32) * padding
-    return {"token_ids": tf.constant(tokens), "segment_ids": tf.zeros_like(tokens), "padding_mask": tf.constant(padding)}
+    return {"token_ids": tf.constant(tokens), "segment_ids": tf.zeros_like(tokens),
+            "padding_mask": tf.constant(padding)}
 
 
 def _objective(results):
