@@ -36,7 +36,8 @@ class Command:
     """One subcommand.
 
     ``options``: a :class:`kerasplm.options.JobOptions` subclass (its fields are the flags; importable without
-    TensorFlow). ``run``: ``"module:function"``. For ``train`` and ``finetune`` (a job) it is called as
+    TensorFlow). ``run``: ``"module:function"``. For ``train`` and ``finetune`` (a job), and a top-level command
+    declared with ``job=True``, it is called as
     ``job(out, **options_given)`` and returns the job's summary dict (``stop_reason`` "sigterm" makes the
     command exit 143); the command adds ``--out`` (default ``out_default``; required when None) and, when
     neither ``--steps`` nor ``--time-budget`` is given, ``default_time_budget`` seconds. Any other command's
@@ -53,10 +54,11 @@ class Command:
     out_default: str = None
     default_time_budget: float = None
     cli_defaults: dict = dataclasses.field(default_factory=dict)
+    job: bool = False   # a top-level command (verb "") that runs a job, as train and finetune do (``distill``)
 
     @property
     def is_job(self):
-        return self.verb in ("train", "finetune")
+        return self.job or self.verb in ("train", "finetune")
 
     @property
     def path(self):

@@ -1,6 +1,6 @@
 """BERT (and its variants): the command-line face of the family, declared without TensorFlow.
 
-``kerasplm train bert``; ``finetune bert-classifier|bert-tagger|bert-simcse|bert-sbert|bert-qa``; ``fill-mask``;
+``kerasplm train bert``; ``finetune bert-classifier|bert-tagger|bert-simcse|bert-sbert|bert-qa``; ``distill``; ``fill-mask``;
 ``export fill-mask|embedder|classifier|tagger|qa``; ``convert bert|distilbert|electra|roberta|albert``. Runs of families ``bert`` (pretrained or
 converted), ``bert_classifier``, ``bert_tagger``, ``bert_simcse``, ``bert_sbert``, ``bert_qa``.
 """
@@ -252,6 +252,61 @@ class BertQAOptions(TrainingOptions):
 
 
 @dataclasses.dataclass(frozen=True)
+class DistillOptions(TrainingOptions):
+    """Options of ``distill`` / ``kerasplm distill``: a classifier or tagger run (the teacher) distilled into a
+    smaller student run of the same family (kerasplm.models.distillation)."""
+
+    teacher: str = option(None, "the fine-tuned run to distil (finetune bert-classifier or bert-tagger)",
+                          metavar="RUN_DIR")
+    student_preset: str = option(None, "the student's shape (default with --student-init teacher: the teacher's, "
+                                       "at half its depth)", choices="kerasplm.models.bert:PRESETS")
+    student_layers: int = option(None, "the student's blocks (overrides the preset's depth)", kind=int, minimum=1)
+    student_init: str = option("teacher", "teacher: the teacher's embeddings, every L_t/L_s-th block (DistilBERT's "
+                                          "every other one), pooler and head (widths must match); random: fresh "
+                                          "weights", choices=["teacher", "random"])
+    temperature: float = option(2.0, "softmax temperature T of the soft targets (the soft loss is T²·KL)",
+                                kind=float, minimum=0, exclusive_minimum=True)
+    alpha: float = option(0.5, "weight of the hard-label loss: loss = alpha·hard + (1 − alpha)·soft", kind=float,
+                          minimum=0, maximum=1)
+    hidden_loss: bool = option(False, "add TinyBERT's MSE between mapped hidden states (a learned projection when "
+                                      "the widths differ)", flag="--hidden-loss", const=True, choices=[True, False])
+    attention_loss: bool = option(False, "add TinyBERT's MSE between mapped attention maps (equal head counts)",
+                                  flag="--attention-loss", const=True, choices=[True, False])
+    layer_map: str = option(None, "student:teacher block pairs of the intermediate losses, 0-based, e.g. 0:1,1:3 "
+                                  "(default: uniform, student block i <-> teacher block ceil((i+1)·L_t/L_s) − 1)",
+                            metavar="S:T,...")
+    train: str = option(None, "training examples: tab-separated (classifier) or CoNLL-2003 (tagger)", file=True,
+                        metavar="FILE")
+    dev: str = option(None, "held-out examples scored after training (as --train)", file=True, metavar="FILE")
+    text_col: str = option("sentence", "classifier: column of the (first) text, a header name or a 0-based index")
+    pair_col: str = option(None, "classifier: column of the second text of a pair")
+    label_col: str = option("label", "classifier: column of the label")
+    header: bool = option(True, "classifier: the files have no header line", flag="--no-header", const=False,
+                          choices=[True, False])
+    tag_scheme: str = option("iob2", "tagger: iob2 or iob1 tags", choices=["iob1", "iob2"])
+    length_bucket: int = option(None, LENGTH_BUCKET_HELP.format(length="the teacher's length"), kind=int, minimum=0)
+    batch_size: int = option(32, "examples per batch", kind=int, minimum=1)
+    epochs: float = option(3.0, "epochs over the training file: the run's length without --steps and --time-budget",
+                           kind=float, minimum=0, exclusive_minimum=True)
+    learning_rate: float = option(5e-5, "peak learning rate (AdamW)", kind=float, minimum=0, exclusive_minimum=True)
+    warmup_fraction: float = option(0.1, "fraction of the steps with linear warmup", kind=float, minimum=0, maximum=1)
+    schedule_steps: int = option(None, SCHEDULE_STEPS_HELP, kind=int, minimum=0, exclusive_minimum=True)
+    weight_decay: float = option(0.01, "AdamW weight decay (not on biases and LayerNorm)", kind=float, minimum=0)
+    layer_decay: float = option(None, "layer-wise learning-rate decay factor (none: off)", kind=float, minimum=0,
+                                maximum=1, exclusive_minimum=True)
+    dropout: float = option(0.1, "dropout before the student's head", kind=float, minimum=0, maximum=1,
+                            exclusive_maximum=True)
+    pooling: str = option(None, "classifier: the student's sentence vector, cls or mean (default: the teacher's)",
+                          choices="kerasplm.models.bert_tasks:POOLINGS")
+    max_examples: int = option(None, "classifier: read at most this many training examples", kind=int, minimum=1)
+    eval_batch_size: int = option(128, "examples per batch when scoring --dev", kind=int, minimum=1, scope=SESSION)
+
+    def check(self):
+        if self.student_init == "random" and self.student_preset is None:
+            raise ValueError("--student-init random needs --student-preset (the student's shape)")
+
+
+@dataclasses.dataclass(frozen=True)
 class FillMaskOptions(JobOptions):
     """``kerasplm fill-mask``."""
     texts: tuple = option((), 'texts containing [MASK], e.g. "the [MASK] sat on the mat"', positional=True,
@@ -327,6 +382,12 @@ COMMANDS = [
             description="Fine-tune a BERT run (--init) on SQuAD v1.1 files; prints the held-out exact match and F1 "
                         "(--dev, or --holdout-fraction of --train's articles) and writes them to metrics.json. "
                         + _RESUMABLE),
+    Command("", "distill", "distil a classifier or tagger run into a smaller student run", DistillOptions,
+            "kerasplm.jobs.distillation:distill", job=True,
+            description="Train a student (--student-preset, --student-layers; from the teacher's every other block "
+                        "or at random) on the teacher run's soft targets at --temperature mixed with the hard labels "
+                        "by --alpha, optionally TinyBERT's hidden-state and attention losses. The student is an "
+                        "ordinary run of the teacher's family: export and serve it like one. " + _RESUMABLE),
     Command("", "fill-mask", "predict the [MASK] tokens of texts with a pretraining run", FillMaskOptions,
             "kerasplm.export.bert:print_fill_mask",
             description="Print the top-k tokens and probabilities for every [MASK]."),

@@ -56,21 +56,26 @@ class BertClassifierJob(ClassificationJob):
 
     def build_data(self):
         super().build_data()   # the training file, the schedule
-        o = self.options
         if self.resumed:
             stored = self.stored_model()
             self.backbone_config, self.labels = stored.backbone.config, list(stored.labels)
             preprocessor = stored.preprocessor
         else:
-            tokenizer, _ = self.start_from_bert(o.max_length)
-            if o.random_init:   # the same architecture, fresh weights
-                keras.utils.set_random_seed(o.seed)
-                self.init_backbone = BertBackbone.from_config_object(self.backbone_config, name=self.init_backbone.name)
-            self.log(f"started from {o.init} ({'fresh weights' if o.random_init else 'pretrained'})")
-            self.labels = self.new_labels()
-            self.write_config("custom", assets=self.init_assets)
-            preprocessor = BertPreprocessor.for_tokenizer(tokenizer, o.max_length)
+            preprocessor = self.start_new_run()
         self.classification_data(preprocessor)
+
+    def start_new_run(self):
+        """A new run's starting backbone (``init_backbone``, ``backbone_config``), labels and config.json record;
+        returns its preprocessor."""
+        o = self.options
+        tokenizer, _ = self.start_from_bert(o.max_length)
+        if o.random_init:   # the same architecture, fresh weights
+            keras.utils.set_random_seed(o.seed)
+            self.init_backbone = BertBackbone.from_config_object(self.backbone_config, name=self.init_backbone.name)
+        self.log(f"started from {o.init} ({'fresh weights' if o.random_init else 'pretrained'})")
+        self.labels = self.new_labels()
+        self.write_config("custom", assets=self.init_assets)
+        return BertPreprocessor.for_tokenizer(tokenizer, o.max_length)
 
     def build_model(self):
         o = self.options

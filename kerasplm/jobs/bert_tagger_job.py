@@ -110,13 +110,7 @@ class BertTaggerJob(FineTuningJob):
             self.backbone_config, self.labels = stored.backbone.config, list(stored.labels)
             self.preprocessor = stored.preprocessor
         else:
-            bert_tokenizer, init_config = self.start_from_bert(o.sequence_length, "sequence_length", wordpiece_only=True)
-            self.labels = label_vocabulary(self.train)
-            # The tagger's words are split by tensorflow-text's WordPiece tokenizer, with the init run's casing.
-            tokenizer = WordPieceTokenizer(bert_tokenizer.vocabulary_file or bert_tokenizer.vocab,
-                                           lower_case=bert_tokenizer.lower_case)
-            self.preprocessor = BertTaggerPreprocessor(tokenizer, o.sequence_length)
-            self.write_config(init_config.get("preset", "custom"), assets=BERT_ASSETS)
+            self.preprocessor = self.start_new_run()
         label_ids = {name: i for i, name in enumerate(self.labels)}
         self.train_dataset = _dataset(self.preprocessor, self.train, label_ids, o.batch_size, seed=o.seed,
                                       length_bucket=o.length_bucket)
@@ -124,10 +118,23 @@ class BertTaggerJob(FineTuningJob):
             self.eval_dataset = _dataset(self.preprocessor, self.dev, label_ids, o.batch_size,
                                          length_bucket=o.length_bucket)
 
+    def start_new_run(self):
+        """A new run's starting backbone (``init_backbone``, ``backbone_config``), labels and config.json record;
+        returns its preprocessor."""
+        o = self.options
+        bert_tokenizer, init_config = self.start_from_bert(o.sequence_length, "sequence_length", wordpiece_only=True)
+        self.labels = label_vocabulary(self.train)
+        # The tagger's words are split by tensorflow-text's WordPiece tokenizer, with the init run's casing.
+        tokenizer = WordPieceTokenizer(bert_tokenizer.vocabulary_file or bert_tokenizer.vocab,
+                                       lower_case=bert_tokenizer.lower_case)
+        self.write_config(init_config.get("preset", "custom"), assets=BERT_ASSETS)
+        return BertTaggerPreprocessor(tokenizer, o.sequence_length)
+
     def build_model(self):
         o = self.options
         model = BertTokenClassifier(BertBackbone.from_config_object(self.backbone_config), len(self.labels),
-                                    dropout=o.dropout, preprocessor=self.preprocessor, crf=o.crf, labels=self.labels)
+                                    dropout=o.dropout, preprocessor=self.preprocessor,
+                                    crf=getattr(o, "crf", False), labels=self.labels)
         return self.with_starting_weights(model)
 
     def score(self, tagger):

@@ -236,6 +236,10 @@ class Job:
     def build_optimizer(self):
         raise NotImplementedError
 
+    def auxiliary_model(self):
+        """A layer trained with the model but no part of it (the Trainer's ``auxiliary``; default: none)."""
+        return None
+
     def compute_loss(self, model, batch, training):
         """The Trainer's loss sums (default: the task model's ``compute_loss_sums``)."""
         return Task.trainer_loss(model, batch, training)
@@ -320,7 +324,8 @@ class Job:
         trainer = Trainer(model=self.trainer_model, optimizer=self.build_optimizer, compute_loss=self.compute_loss,
                           strategy=strategy, jit_compile=o.jit_compile, clip_norm=self.clip_norm,
                           checkpoint_dir=self.run_dir.checkpoint_dir, checkpoint_every=self.checkpoint_every,
-                          log_dir=self.run_dir.log_dir, seed=o.seed, verbose=o.verbose)
+                          log_dir=self.run_dir.log_dir, seed=o.seed, verbose=o.verbose,
+                          auxiliary=self.auxiliary_model)
         self.trainer = trainer
         if not self.resumed:
             if getattr(self, "_new_config", None) is None:

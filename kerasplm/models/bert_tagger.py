@@ -79,16 +79,30 @@ class BertTokenClassifier(UntrackedPreprocessor, ChecksBackboneVocabulary, Task)
         self.built = True
 
     def call(self, inputs, training=None):
-        hidden = self.backbone(inputs, training=training)["sequence_output"]
-        return tf.cast(self.head(self.dropout(hidden, training=training)), tf.float32)
+        return self.forward(inputs, training=training)[0]
 
-    def compute_loss_sums(self, batch, training):
+    def forward(self, inputs, training=None, output_hidden_states=False, output_attentions=False):
+        """``(logits, the backbone's outputs)`` in one pass: the call's logits, and the backbone's dict with its
+        ``hidden_states`` / ``attentions`` when asked for (what distillation's intermediate losses read)."""
+        outputs = self.backbone(inputs, training=training, output_hidden_states=output_hidden_states,
+                                output_attentions=output_attentions)
+        hidden = outputs["sequence_output"]
+        return tf.cast(self.head(self.dropout(hidden, training=training)), tf.float32), outputs
+
+    @staticmethod
+    def split_batch(batch):
+        """``(inputs, labels, label_weights)`` of a training batch (the preprocessor's dict, or the triple)."""
         if isinstance(batch, dict):
             inputs = {k: batch[k] for k in ("token_ids", "segment_ids", "padding_mask") if k in batch}
-            labels, weights = batch["labels"], batch["label_weights"]
-        else:
-            inputs, labels, weights = batch
-        logits = self(inputs, training=training)
+            return inputs, batch["labels"], batch["label_weights"]
+        return batch
+
+    def compute_loss_sums(self, batch, training):
+        inputs, labels, weights = self.split_batch(batch)
+        return self.loss_sums(self(inputs, training=training), labels, weights)
+
+    def loss_sums(self, logits, labels, weights):
+        """The loss sums of ``logits (B, T, num_labels)`` (see the class docstring)."""
         labels = tf.cast(labels, tf.int32)
         weights = tf.cast(weights, tf.float32)
         if self.crf is not None:

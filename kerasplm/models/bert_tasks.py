@@ -147,12 +147,18 @@ class BertClassifier(ChecksBackboneVocabulary, Task):
         return self.num_labels == 1
 
     def call(self, inputs, training=None):
-        outputs = self.backbone(inputs, training=training)
+        return self.forward(inputs, training=training)[0]
+
+    def forward(self, inputs, training=None, output_hidden_states=False, output_attentions=False):
+        """``(logits, the backbone's outputs)`` in one pass: the call's logits, and the backbone's dict with its
+        ``hidden_states`` / ``attentions`` when asked for (what distillation's intermediate losses read)."""
+        outputs = self.backbone(inputs, training=training, output_hidden_states=output_hidden_states,
+                                output_attentions=output_attentions)
         if self.pooling == "cls":
             pooled = outputs["pooled_output"]
         else:
             pooled = pool_sequence(outputs["sequence_output"], real_token_mask(inputs), self.pooling)
-        return tf.cast(self.head(self.head_dropout(pooled, training=training)), tf.float32)
+        return tf.cast(self.head(self.head_dropout(pooled, training=training)), tf.float32), outputs
 
     # Straight-line code: autograph (the Trainer's tf.function) need not rewrite it and the whole model below it.
     @tf.autograph.experimental.do_not_convert

@@ -15,6 +15,8 @@ __all__ = [
     "MaskedSparseCategoricalCrossentropy",
     "MaskedAccuracy",
     "classification_loss_sums",
+    "soft_target_loss_sums",
+    "masked_mse_sums",
 ]
 
 
@@ -207,3 +209,35 @@ def classification_loss_sums(labels, logits):
     correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels), tf.float32)
     return {"loss": tf.reduce_sum(loss), "weight": tf.cast(tf.shape(logits)[0], tf.float32),
             "accuracy": tf.reduce_sum(correct)}
+
+
+def soft_target_loss_sums(teacher_logits, student_logits, temperature, mask=None):
+    """Knowledge distillation's soft-target loss (Hinton et al. 2015), summed over the positions ``mask`` keeps.
+
+    Per position, with ``p = softmax(z_t / T)`` (the teacher's soft targets) and ``q = softmax(z_s / T)``::
+
+        T² · KL(p ‖ q) = T² · Σ_c p_c (log p_c − log q_c)
+
+    The T² keeps the soft term's gradient on the scale of the hard labels' as T changes (its gradient in z_s is
+    ``T (q − p)``, which is ``1/T²`` of the T² factor's).
+    Args: logits ``(..., C)`` (any float dtype; float32 inside), ``temperature`` > 0, ``mask`` ``(...)``
+    (1 = counts; default: every position).
+    Returns ``(sum, count)``: the loss summed over the kept positions and their number (float32 scalars).
+    """
+    teacher_logits = tf.cast(teacher_logits, tf.float32) / temperature
+    student_logits = tf.cast(student_logits, tf.float32) / temperature
+    log_p = tf.nn.log_softmax(teacher_logits, axis=-1)
+    log_q = tf.nn.log_softmax(student_logits, axis=-1)
+    per_position = (temperature ** 2) * tf.reduce_sum(tf.exp(log_p) * (log_p - log_q), axis=-1)
+    if mask is None:
+        mask = tf.ones_like(per_position)
+    mask = tf.cast(mask, tf.float32)
+    return tf.reduce_sum(per_position * mask), tf.reduce_sum(mask)
+
+
+def masked_mse_sums(predictions, targets, mask):
+    """Squared errors summed over the elements ``mask`` keeps, and their number: ``(Σ m·(a − b)², Σ m)`` where the
+    mask broadcasts against ``predictions``/``targets`` and counts every element it covers (float32)."""
+    error = tf.square(tf.cast(predictions, tf.float32) - tf.cast(targets, tf.float32))
+    mask = tf.broadcast_to(tf.cast(mask, tf.float32), tf.shape(error))
+    return tf.reduce_sum(error * mask), tf.reduce_sum(mask)

@@ -271,6 +271,10 @@ class Trainer:
       log_dir: `tf.summary` scalars (train metrics, learning rate, eval metrics) go here.
       seed: passed to `keras.utils.set_random_seed` at construction.
       verbose: 1 shows a `keras.utils.Progbar`, 0 is silent.
+      auxiliary: optional `keras.layers.Layer` (or a zero-argument callable returning one, or None) whose
+        trainable variables are trained with the model's but are no part of it, e.g. distillation's
+        projections of the student's hidden states: `compute_loss` uses it by closure; the checkpoint keeps
+        it as `auxiliary` beside `model` (so a run's `model` stays the task model alone).
 
     Attributes: `step` (int, global step), `history` (dict of lists: "step", "loss", other train
     metrics, "learning_rate", and "eval_step", "eval_loss", ... for evaluations), `trace_count`
@@ -282,7 +286,7 @@ class Trainer:
 
     def __init__(self, model, optimizer, compute_loss, strategy=None, jit_compile="auto",
                  clip_norm=None, checkpoint_dir=None, max_to_keep=3, checkpoint_every=None,
-                 log_dir=None, seed=0, verbose=1):
+                 log_dir=None, seed=0, verbose=1, auxiliary=None):
         keras.utils.set_random_seed(seed)
         self.strategy = strategy or tf.distribute.get_strategy()
         self.compute_loss = compute_loss
@@ -298,6 +302,8 @@ class Trainer:
 
         with self.strategy.scope():
             self.model = model if isinstance(model, keras.Model) else model()
+            self.auxiliary = auxiliary() if callable(auxiliary) and not isinstance(auxiliary, keras.layers.Layer) \
+                else auxiliary
             if not isinstance(optimizer, keras.optimizers.Optimizer):
                 optimizer = optimizer()
             # The model's own policy decides (it may have been built under a global policy since reset).
@@ -354,10 +360,11 @@ class Trainer:
                 first_batch = next(iter(dataset.take(1)))
                 self.compute_loss(self.model, first_batch, training=False)
             if not self.optimizer.built:
-                self.optimizer.build(self.model.trainable_variables)
+                self.optimizer.build(self._trained_variables())
         rng = {f"rng_{i}": v for i, v in enumerate(self._rng_state_variables())}
+        extra = {} if self.auxiliary is None else {"auxiliary": self.auxiliary}
         self._checkpoint = tf.train.Checkpoint(
-            model=self.model, optimizer=self.optimizer, step=self._step, **rng
+            model=self.model, optimizer=self.optimizer, step=self._step, **rng, **extra
         )
         if self.checkpoint_dir:
             directory = self.checkpoint_dir
@@ -394,8 +401,13 @@ class Trainer:
             return sums
         return forward
 
+    def _trained_variables(self):
+        """The model's trainable variables, then the auxiliary layer's."""
+        extra = [] if self.auxiliary is None else list(self.auxiliary.trainable_variables)
+        return list(self.model.trainable_variables) + extra
+
     def _replica_train_step(self, batch):
-        variables = self.model.trainable_variables
+        variables = self._trained_variables()
         with tf.GradientTape() as tape:
             sums = self._forward_train(batch)
         spec = self._loss_specs["train"]

