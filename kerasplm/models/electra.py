@@ -129,6 +129,10 @@ PRESETS = {
     # For tests: 2 layers of width 32 over 16-wide embeddings; a generator of width 8.
     "electra_tiny": ElectraConfig(vocab_size=30522, num_layers=2, hidden_size=32, num_heads=2, intermediate_size=64,
                                   max_positions=128, embedding_size=16, generator_size=0.25),
+    # BERT-Mini's encoder (bert_mini: 4 layers of 256, Turc et al. 2019) as the discriminator: ELECTRA against BERT
+    # at the same size on a CPU (benchmarks/electra_vs_bert.py).
+    "electra_mini": ElectraConfig(vocab_size=30522, num_layers=4, hidden_size=256, num_heads=4, intermediate_size=1024,
+                                  generator_size=0.25),
     # The paper's Table 6 (and google-research/electra's released models).
     "electra_small": ElectraConfig(vocab_size=30522, num_layers=12, hidden_size=256, num_heads=4,
                                    intermediate_size=1024, embedding_size=128, generator_size=0.25),

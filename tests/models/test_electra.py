@@ -149,6 +149,7 @@ def test_parameter_counts():
     assert rows["electra_base"].parts == {"discriminator": 110_073_601, "discriminator without pooler": 109_483_009,
                                           "generator": 33_740_602}
     assert rows["electra_small"].num_parameters == 13_614_849 + 4_620_026 - (30522 + 512 + 2) * 128 - 2 * 128
+    assert PRESETS["electra_mini"].discriminator_config() == get_preset("bert_mini")   # the benchmark's pair
     small, base = (generator_config(PRESETS[n].discriminator_config(), PRESETS[n].generator_size)
                    for n in ("electra_small", "electra_base"))
     assert (small.hidden_size, small.num_heads, small.intermediate_size, small.embedding_size) == (64, 1, 256, 128)
