@@ -24,6 +24,7 @@ p; scipy's ``ttest_rel`` when scipy is installed).
 
     python -m benchmarks.electra_vs_bert --pretrain-seconds 1800 --seeds 5 --json electra_vs_bert.json
     python -m benchmarks.electra_vs_bert --smoke                      # a few steps of everything (not a figure)
+    python -m benchmarks.electra_vs_bert --smoke --pretrain-seconds 20 --calibration-steps 8   # + the timing path
 """
 import argparse
 import math
@@ -87,7 +88,8 @@ def main(argv=None):
     parser.add_argument("--corpus", default=os.path.join(DATA, "wikitext2", "wiki.valid.tokens"))
     parser.add_argument("--dev-corpus", default=os.path.join(DATA, "wikitext2", "wiki.test.tokens"))
     parser.add_argument("--sst2", default=os.path.join(DATA, "sst2"), help="folder of SST-2's train.tsv and dev.tsv")
-    parser.add_argument("--pretrain-seconds", type=float, default=1800.0, help="training seconds per side")
+    parser.add_argument("--pretrain-seconds", type=float,
+                        help="training seconds per side (default 1800; with --smoke: train 3 steps instead)")
     parser.add_argument("--pretrain-steps", type=int,
                         help="train each side exactly this many steps instead of timing a budget (smoke runs)")
     parser.add_argument("--calibration-steps", type=int, default=40)
@@ -108,8 +110,12 @@ def main(argv=None):
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     if args.smoke:
-        args.pretrain_steps, args.finetune_steps, args.seeds = args.pretrain_steps or 3, args.finetune_steps or 2, 2
+        if args.pretrain_seconds is None:
+            args.pretrain_steps = args.pretrain_steps or 3
+        args.finetune_steps, args.seeds = args.finetune_steps or 2, 2
         args.finetune_examples, args.vocab_size, args.max_seq_length = 64, 1000, 32
+    if args.pretrain_seconds is None:
+        args.pretrain_seconds = 1800.0
     for path in (args.corpus, args.dev_corpus, os.path.join(args.sst2, "train.tsv"), os.path.join(args.sst2, "dev.tsv")):
         if not os.path.isfile(path):
             parser.error(f"no file {path} (the corpora live in ../shared/data; see its README)")
@@ -142,7 +148,9 @@ def main(argv=None):
         if args.pretrain_steps:
             steps, budget, seconds_per_step = args.pretrain_steps, None, None
         else:
-            _, job, _ = pretrain(side, os.path.join(out, f"{side}_calibration"), common, args.calibration_steps,
+            # Its held-out score is not used: two documents of the corpus keep its evaluation short.
+            _, job, _ = pretrain(side, os.path.join(out, f"{side}_calibration"),
+                                 dict(common, dev_corpus=None, dev_documents=2), args.calibration_steps,
                                  args.calibration_steps)
             timed = sorted(job.trainer.step_seconds[CALIBRATION_SKIP:])
             seconds_per_step = timed[len(timed) // 2]
