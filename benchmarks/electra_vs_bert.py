@@ -13,8 +13,8 @@ size, learning rate and warmup fraction:
 Each gets ``--pretrain-seconds`` of training, one after the other so each has the machine to itself. Their
 learning rates decay linearly to 0 at the step the budget allows: a calibration run of ``--calibration-steps``
 steps times each side's step (median of the steps after the first few, the Trainer's ``step_seconds``), and the
-schedule is that many seconds over it. The budget is wall time on an idle machine; the process CPU seconds of each
-pretraining are recorded beside it.
+schedule is the budget, less the first step's trace (timed there too), over it. The budget is wall time on an
+idle machine; the process CPU seconds of each pretraining are recorded beside it.
 
 Then each pretrained encoder is fine-tuned on SST-2 (``kerasplm finetune bert-classifier --init RUN``) with one
 recipe for each of ``--seeds`` seeds (at least 5 for the figure); seed s is the same for both sides (same example
@@ -154,12 +154,16 @@ def main(argv=None):
                                  args.calibration_steps)
             timed = sorted(job.trainer.step_seconds[CALIBRATION_SKIP:])
             seconds_per_step = timed[len(timed) // 2]
-            steps, budget = max(1, int(args.pretrain_seconds / seconds_per_step)), args.pretrain_seconds
+            # The budget also pays for the first step's trace: the schedule ends where the rest of it runs out.
+            trace_seconds = job.trainer.step_seconds[0]
+            steps = max(1, int((args.pretrain_seconds - trace_seconds) / seconds_per_step))
+            budget = args.pretrain_seconds
         summary, job, cpu_seconds = pretrain(side, run, common, steps, steps, time_budget=budget)
         model = summary["pretrainer"]
         runs[side] = run
         results[side] = {"run": run, "preset": SIDES[side], "seconds_per_step": seconds_per_step,
-                         "planned_steps": steps, "steps": summary["step"], "train_seconds": summary["train_seconds"],
+                         "planned_steps": steps, "steps": summary["step"], "stop_reason": summary["stop_reason"],
+                         "train_seconds": summary["train_seconds"],
                          "process_cpu_seconds": round(cpu_seconds, 1),
                          "encoder_parameters": model.backbone.count_params(),
                          "pretrainer_parameters": model.count_params(),
