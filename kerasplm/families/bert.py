@@ -1,6 +1,7 @@
 """BERT (and its variants): the command-line face of the family, declared without TensorFlow.
 
-``kerasplm train bert``; ``finetune bert-classifier|bert-tagger|bert-simcse|bert-sbert|bert-qa``; ``distill``; ``fill-mask``;
+``kerasplm train bert|electra``; ``finetune bert-classifier|bert-tagger|bert-simcse|bert-sbert|bert-qa``; ``distill``;
+``fill-mask``;
 ``export fill-mask|embedder|classifier|tagger|qa``; ``convert bert|distilbert|electra|roberta|albert``. Runs of families ``bert`` (pretrained or
 converted), ``bert_classifier``, ``bert_tagger``, ``bert_simcse``, ``bert_sbert``, ``bert_qa``.
 """
@@ -59,6 +60,21 @@ class BertPretrainingOptions(TrainingOptions):
     def check(self):
         if self.masking == "span" and not self.span_separator:
             raise ValueError("masking 'span' needs span_separator (--span-separator): the spans come from the corpus")
+
+
+@dataclasses.dataclass(frozen=True)
+class ElectraPretrainingOptions(BertPretrainingOptions):
+    """Options of ``train_electra`` / ``kerasplm train electra``: BERT pretraining's, with ELECTRA's presets."""
+    preset: str = option("electra_small", "model preset: the discriminator's size (the generator's follows "
+                                          "--generator-size)", choices="kerasplm.models.electra:PRESETS")
+    sentence_task: str = option("none", "ELECTRA has no sentence-level objective: single segments of consecutive "
+                                        "sentences", choices=["none"])
+    generator_size: float = option(None, "generator hidden size, FFN size and heads as a fraction of the "
+                                         "discriminator's (default: the preset's; the paper's 1/4 for small, 1/3 "
+                                         "for base)", kind=float, minimum=0, exclusive_minimum=True, maximum=1)
+    rtd_weight: float = option(50.0, "lambda: weight of the replaced-token-detection loss (mean over real tokens) "
+                                     "against the generator's MLM loss (mean over masked pieces)", kind=float,
+                               minimum=0)
 
 
 # Fine-tuning batches are cut to their longest example rounded up to a multiple of this (at most 128 / 16 = 8
@@ -358,6 +374,13 @@ COMMANDS = [
             description="Pretrain a BERT from raw text (one sentence per line, blank line between documents; or "
                         "WikiText). Resumes an existing run in --out with its stored options.",
             out_default="runs/bert", default_time_budget=DEFAULT_TIME_BUDGET),
+    Command("train", "electra", "pretrain ELECTRA (generator MLM + replaced-token detection) on a plain-text corpus",
+            ElectraPretrainingOptions, "kerasplm.jobs.electra_pretraining:train_electra",
+            description="Pretrain ELECTRA from raw text (BERT's corpus formats): a small generator fills the masked "
+                        "pieces with samples, the discriminator tells every token replaced or original; the run's "
+                        "discriminator is a BERT backbone every fine-tuning job takes as --init. Resumes an "
+                        "existing run in --out with its stored options.",
+            out_default="runs/electra", default_time_budget=DEFAULT_TIME_BUDGET),
     Command("finetune", "bert-classifier", "sentence (pair) classification or regression on a BERT run",
             BertClassifierOptions, "kerasplm.jobs.bert_finetune:finetune_bert_classifier",
             description="Fine-tune a BERT run (--init) on tab-separated examples; prints the dev accuracy, F1 and "

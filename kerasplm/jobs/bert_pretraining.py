@@ -70,8 +70,8 @@ class BertPretrainingJob(Job):
     checkpoint_every = 1000
 
     def check_config(self, run, config):
-        if config.get("task") != TASK:
-            raise run.error(run.CONFIG, f"task {config.get('task')!r}: {self.out} is not a pretraining run")
+        if config.get("task") != self.task:
+            raise run.error(run.CONFIG, f"task {config.get('task')!r}: {self.out} is not a {self.what} run")
 
     def build_data(self):
         o, run, t0 = self.options, self.run_dir, time.time()
@@ -95,8 +95,7 @@ class BertPretrainingJob(Job):
             # The run's vocabulary file; a multi-worker job's other workers write nothing (a temporary copy).
             run.write_text(ASSETS["vocab"], "".join(token + "\n" for token in vocab))
             self.tokenizer = WordPieceTokenizer(run.file(ASSETS["vocab"]) if run.writer else vocab)
-            overrides = {} if o.dropout is None else {"dropout": o.dropout, "attention_dropout": o.dropout}
-            self.model_config = get_preset(o.preset, vocab_size=self.tokenizer.vocab_size, **overrides)
+            self.model_config = get_preset(o.preset, vocab_size=self.tokenizer.vocab_size, **self.preset_overrides())
             if self.model_config.max_positions < o.max_seq_length:
                 raise ValueError(f"max_seq_length={o.max_seq_length} exceeds preset {o.preset}'s "
                                  f"{self.model_config.max_positions} positions")
@@ -122,6 +121,16 @@ class BertPretrainingJob(Job):
         if not self.resumed:  # the run is valid: from now on this directory holds a run to resume
             self.write_config(o.preset, assets=ASSETS)
 
+    def preset_overrides(self):
+        """The preset's fields a new run's options replace (``--dropout``)."""
+        o = self.options
+        return {} if o.dropout is None else {"dropout": o.dropout, "attention_dropout": o.dropout}
+
+    def reported_metrics(self):
+        """The held-out metrics the summary and ``metrics.json`` report (as ``eval_<name>``)."""
+        task = self.options.sentence_task
+        return ("mlm_loss", "mlm_accuracy", f"{task}_loss", f"{task}_accuracy")
+
     def build_model(self):
         model = BertPretrainer(BertBackbone.from_config_object(self.model_config),
                                sentence_task=self.options.sentence_task, name=self.config["preset"])
@@ -136,7 +145,7 @@ class BertPretrainingJob(Job):
             metrics = {key[len("eval_"):]: values[-1] for key, values in history.items() if key.startswith("eval_")}
         else:   # this session trained no step: evaluate the run as it stands
             metrics = trainer.evaluate(self.eval_dataset)
-        for key in ("mlm_loss", "mlm_accuracy", f"{o.sentence_task}_loss", f"{o.sentence_task}_accuracy"):
+        for key in self.reported_metrics():
             if key in metrics:
                 summary[f"eval_{key}"] = metrics[key]
         summary["eval_mlm_perplexity"] = math.exp(min(summary["eval_mlm_loss"], 700.0))

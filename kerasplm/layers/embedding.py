@@ -92,11 +92,13 @@ class EmbeddingMixin:
             return self.position_embedding(positions)
         return tf.gather(self.pos_encoding[0], positions)
 
-    def embed(self, x, positions=None, training=None, segment_ids=None):
+    def embed(self, x, positions=None, training=None, segment_ids=None, project=True):
         """``x (batch, seq_len)`` ids -> ``(batch, seq_len, d_model)``.
 
         ``positions``: int ``(seq_len,)`` or ``(batch, seq_len)``; default 0..seq_len-1.
         ``segment_ids``: int ``(batch, seq_len)`` in [0, num_segments); default all 0.
+        ``project=False``: stop before the E -> d_model projection, ``(batch, seq_len, E)`` (what
+        :class:`SharedEmbedding` reads).
         """
         if x.shape.rank == 2 and x.shape[1] is not None and x.shape[1] > self.maximum_position_encoding:
             raise ValueError(f"sequence length {x.shape[1]} exceeds maximum_position_encoding="
@@ -115,7 +117,7 @@ class EmbeddingMixin:
         if self.normalize_embeddings:
             h = self.embedding_layernorm(h)
         h = self.dropout(h, training=training)
-        if (self.embedding_size or self.d_model) != self.d_model:
+        if project and (self.embedding_size or self.d_model) != self.d_model:
             h = self.embedding_projection(h)
         return h
 
@@ -151,12 +153,53 @@ class TransformerEmbedding(EmbeddingMixin, keras.layers.Layer):
         self._build_embedding()
         self.built = True
 
-    def call(self, token_ids, segment_ids=None, positions=None, training=None):
-        return self.embed(token_ids, positions=positions, training=training, segment_ids=segment_ids)
+    def call(self, token_ids, segment_ids=None, positions=None, training=None, project=True):
+        return self.embed(token_ids, positions=positions, training=training, segment_ids=segment_ids,
+                          project=project)
 
     def get_config(self):
         return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model,
                 "max_positions": self.maximum_position_encoding, "rate": self.rate, **self._embedding_config()}
+
+
+class SharedEmbedding(keras.layers.Layer):
+    """Another model's :class:`TransformerEmbedding` tables read at this model's width (ELECTRA's generator and
+    discriminator share token, position and segment embeddings and their LayerNorm, Clark et al. 2020 §3.2)::
+
+        h = source(x, project=False) W + b      (batch, seq_len, E) -> (batch, seq_len, d_model)
+
+    The projection (``embedding_projection``) is this layer's own, and is left out when ``d_model`` is E. The
+    tables stay ``source``'s variables (one variable each, updated by both models); ``embedding`` is the source's
+    token table layer, what a tied output layer reads. Built from live objects, so it has no Keras config: the
+    model that owns both rebuilds it.
+
+    Args: ``source`` (a built :class:`TransformerEmbedding`), ``d_model``, ``kernel_initializer``.
+    Call: as :class:`TransformerEmbedding`'s.
+    """
+
+    def __init__(self, source, d_model, kernel_initializer="glorot_uniform", **kwargs):
+        super().__init__(**kwargs)
+        # Untracked: the source's own projection is not this layer's weight. The shared layers are tracked one by
+        # one instead, so that this layer's weights (and a checkpoint's object graph) hold exactly the tables.
+        object.__setattr__(self, "source", source)
+        for name in ("embedding", "position_embedding", "segment_embedding", "embedding_layernorm"):
+            if getattr(source, name, None) is not None:
+                setattr(self, name, getattr(source, name))
+        self.d_model = int(d_model)
+        self.embedding_size = source.embedding_size or source.d_model
+        self.embedding_projection = None
+        if self.embedding_size != self.d_model:
+            self.embedding_projection = keras.layers.Dense(self.d_model, kernel_initializer=kernel_initializer,
+                                                           name="embedding_projection")
+
+    def build(self, input_shape=None):
+        if self.embedding_projection is not None:
+            self.embedding_projection.build((None, None, self.embedding_size))
+        self.built = True
+
+    def call(self, token_ids, segment_ids=None, positions=None, training=None):
+        h = self.source(token_ids, segment_ids=segment_ids, positions=positions, training=training, project=False)
+        return h if self.embedding_projection is None else self.embedding_projection(h)
 
 
 def table_logits(hidden, table):

@@ -126,7 +126,10 @@ class BertBackbone(Backbone):
     """BERT / ALBERT encoder (see the module docstring).
 
     Args: the fields of :class:`BertConfig` (by keyword, or by position in its field order), plus Keras'
-    ``name`` etc.
+    ``name`` etc., and two for a backbone that lives inside another model (ELECTRA's generator): ``embeddings``,
+    an embedding layer to read instead of building one (a :class:`kerasplm.layers.embedding.SharedEmbedding` over
+    another backbone's tables; such a backbone has no Keras config of its own), and ``pooler=False`` (no
+    ``[CLS]`` pooler, no ``pooled_output``).
     Call: ``inputs`` dict of int ``token_ids``, ``segment_ids`` (optional, default 0) and ``padding_mask``
     (optional, 1 = real token, default all real), each ``(batch, seq_len)``; ``training``;
     ``output_hidden_states``; ``output_attentions`` -> dict of outputs.
@@ -135,11 +138,11 @@ class BertBackbone(Backbone):
     config_class = BertConfig
     preset_family = "bert"
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, embeddings=None, pooler=True, **kwargs):
         super().__init__(*args, **kwargs)   # ConfigMixin: self.config, mapped by field name
         c = self.config
         init = keras.initializers.TruncatedNormal(stddev=c.initializer_range)
-        self.embeddings = TransformerEmbedding(
+        self.embeddings = embeddings if embeddings is not None else TransformerEmbedding(
             vocab_size=c.vocab_size, d_model=c.hidden_size, max_positions=c.max_positions, rate=c.dropout,
             position_embedding="learned", num_segments=c.num_segments, embedding_size=c.embedding_size,
             scale_embeddings=False, normalize=True, layer_norm_epsilon=c.layer_norm_epsilon,
@@ -154,7 +157,10 @@ class BertBackbone(Backbone):
         # With share_layers one block is reused num_layers times (its weights exist once).
         self.blocks = ([block("block")] if c.share_layers
                        else [block(f"block{i + 1}") for i in range(c.num_layers)])
-        self.pooler = keras.layers.Dense(c.hidden_size, activation="tanh", kernel_initializer=init, name="pooler")
+        self.pooler = None
+        if pooler:
+            self.pooler = keras.layers.Dense(c.hidden_size, activation="tanh", kernel_initializer=init,
+                                             name="pooler")
         self.build()
 
     @staticmethod
@@ -171,8 +177,12 @@ class BertBackbone(Backbone):
         self.embeddings.build()
         for block in self.blocks:
             block.build(shape)
-        self.pooler.build((None, self.config.hidden_size))
+        if self.pooler is not None:
+            self.pooler.build((None, self.config.hidden_size))
         self.built = True
+
+    def get_config(self):
+        return {**super().get_config(), **({} if self.pooler is not None else {"pooler": False})}
 
     def layer_blocks(self):
         """The block applied at each of the ``num_layers`` positions (the same one when shared)."""
@@ -212,8 +222,9 @@ class BertBackbone(Backbone):
                                queries=queries)
             hidden_states.append(x)
             attentions.append(weights)
-        pooled = self.pooler(x[:, 0])
-        outputs = {"sequence_output": x if output_positions is None else x[:, 1:], "pooled_output": pooled}
+        outputs = {"sequence_output": x if output_positions is None else x[:, 1:]}
+        if self.pooler is not None:
+            outputs["pooled_output"] = self.pooler(x[:, 0])
         if output_hidden_states:
             outputs["hidden_states"] = hidden_states
         if output_attentions:

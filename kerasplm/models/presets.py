@@ -31,6 +31,7 @@ class PresetFamily:
     num_parameters: object
     listing_overrides: dict
     description: str = ""
+    parameter_parts: object = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,9 +43,11 @@ class PresetInfo:
     config: object
     num_parameters: int
     note: str
+    parts: dict = dataclasses.field(default_factory=dict)
 
 
-def register_presets(family, model_cls, presets, *, num_parameters, listing_overrides=None, description=""):
+def register_presets(family, model_cls, presets, *, num_parameters, listing_overrides=None, description="",
+                     parameter_parts=None):
     """Registers (or re-registers, e.g. on module reload) a family's presets.
 
     Args:
@@ -53,13 +56,15 @@ def register_presets(family, model_cls, presets, *, num_parameters, listing_over
       presets: dict preset name -> frozen config dataclass.
       num_parameters: ``fn(config) -> int``, the exact number of weights of a model of that config.
       listing_overrides: config fields to set before counting parameters in listings.
+      parameter_parts: optional ``fn(config) -> {part: int}``, the counts of a model's parts (ELECTRA's
+        discriminator and generator), listed after the total.
     """
     for name in presets:
         owner = _PRESETS.get(name)
         if owner is not None and owner != family:
             raise ValueError(f"preset {name!r} of family {family!r} is already registered by family {owner!r}")
     _FAMILIES[family] = PresetFamily(family, model_cls, dict(presets), num_parameters, dict(listing_overrides or {}),
-                                     description)
+                                     description, parameter_parts)
     for name in presets:
         _PRESETS[name] = family
     return _FAMILIES[family]
@@ -97,14 +102,16 @@ def list_presets(family=None):
     for fam in ([get_family(family)] if family else _FAMILIES.values()):
         for name, config in fam.presets.items():
             counted = dataclasses.replace(config, **fam.listing_overrides)
-            note = ", ".join(f"{k}={v}" for k, v in fam.listing_overrides.items())
-            rows.append(PresetInfo(fam.name, name, config, int(fam.num_parameters(counted)), note))
+            parts = {k: int(v) for k, v in (fam.parameter_parts(counted) if fam.parameter_parts else {}).items()}
+            note = ", ".join([f"{k}={v}" for k, v in fam.listing_overrides.items()]
+                             + [f"{k} {v:,}" for k, v in parts.items()])
+            rows.append(PresetInfo(fam.name, name, config, int(fam.num_parameters(counted)), note, parts))
     return sorted(rows, key=lambda r: (r.family, r.num_parameters, r.name))
 
 
 def format_presets(rows):
     """A plain-text table of ``list_presets()`` rows (what ``kerasplm presets`` prints)."""
-    lines = [f"{'family':<12} {'preset':<22} {'parameters':>14}  counted with"]
+    lines = [f"{'family':<12} {'preset':<22} {'parameters':>14}  counted with; parts"]
     for r in rows:
         lines.append(f"{r.family:<12} {r.name:<22} {r.num_parameters:>14,}  {r.note}")
     return "\n".join(lines)
