@@ -6,7 +6,7 @@ converted), ``bert_classifier``, ``bert_tagger``, ``bert_simcse``, ``bert_qa``.
 """
 import dataclasses
 
-from kerasplm.options import SESSION, ExportOptions, JobOptions, TrainingOptions, option
+from kerasplm.options import SESSION, ExportOptions, FineTuningOptions, JobOptions, TrainingOptions, option
 from kerasplm.registry import Command
 
 DEFAULT_PRESET = "bert_tiny"
@@ -70,7 +70,7 @@ LENGTH_BUCKET_HELP = ("pad each batch to its longest example rounded up to a mul
 
 
 @dataclasses.dataclass(frozen=True)
-class BertClassifierOptions(TrainingOptions):
+class BertClassifierOptions(FineTuningOptions):
     """Options of ``finetune_bert_classifier`` / ``kerasplm finetune bert-classifier`` (declared once)."""
     train: str = option(None, "training examples (tab-separated)", file=True, metavar="TSV")
     dev: str = option(None, "held-out examples scored after training (tab-separated)", file=True, metavar="TSV")
@@ -107,12 +107,13 @@ class BertClassifierOptions(TrainingOptions):
     eval_batch_size: int = option(128, "examples per batch when scoring --dev", kind=int, minimum=1, scope=SESSION)
 
     def check(self):
+        super().check()
         if self.pair_col is not None and self.pair_col == self.text_col:
             raise ValueError(f"options text_col and pair_col are both {self.text_col!r}")
 
 
 @dataclasses.dataclass(frozen=True)
-class TaggerOptions(TrainingOptions):
+class TaggerOptions(FineTuningOptions):
     """Options of ``finetune_bert_tagger`` (keywords) and ``kerasplm finetune bert-tagger`` (flags)."""
 
     train: str = option(None, "CoNLL-2003 file to fine-tune on", file=True, metavar="CONLL")
@@ -139,7 +140,7 @@ class TaggerOptions(TrainingOptions):
 
 
 @dataclasses.dataclass(frozen=True)
-class SimCSEOptions(TrainingOptions):
+class SimCSEOptions(FineTuningOptions):
     """Options of ``finetune_bert_simcse`` / ``kerasplm finetune bert-simcse`` (declared once)."""
 
     train: str = option(None, "plain-text file, one sentence per line (empty lines skipped)", file=True,
@@ -169,7 +170,7 @@ class SimCSEOptions(TrainingOptions):
 
 
 @dataclasses.dataclass(frozen=True)
-class BertQAOptions(TrainingOptions):
+class BertQAOptions(FineTuningOptions):
     """Options of ``finetune_bert_qa`` (keywords) and ``kerasplm finetune bert-qa`` (flags), declared once."""
 
     train: str = option(None, "SQuAD v1.1 JSON to fine-tune on", file=True, metavar="JSON")
@@ -201,6 +202,7 @@ class BertQAOptions(TrainingOptions):
     eval_batch_size: int = option(32, "questions per batch when scoring", kind=int, minimum=1, scope=SESSION)
 
     def check(self):
+        super().check()
         if self.max_query_length > self.sequence_length - 4:
             raise ValueError(f"max_query_length={self.max_query_length} leaves no context piece in windows of "
                              f"sequence_length={self.sequence_length} (at most sequence_length - 4)")

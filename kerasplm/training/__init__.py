@@ -13,6 +13,7 @@ from kerasplm.training.losses import (
 from kerasplm.training.schedules import (
     BudgetSchedule,
     CustomSchedule,
+    SlantedTriangular,
     WarmupCosineDecay,
     WarmupLinearDecay,
     plot_schedule,
@@ -24,6 +25,7 @@ __all__ = [
     "BudgetSchedule",
     "WarmupLinearDecay",
     "WarmupCosineDecay",
+    "SlantedTriangular",
     "plot_schedule",
     "masked_sparse_cross_entropy",
     "fused_masked_cross_entropy",

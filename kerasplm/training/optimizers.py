@@ -19,7 +19,7 @@ backends other than TensorFlow fall back to Keras' update unchanged.
 import keras
 import tensorflow as tf
 
-__all__ = ["FusedAdam", "FusedAdamW"]
+__all__ = ["FusedAdam", "FusedAdamW", "LayerwiseAdamW", "layer_group_multiplier", "discriminative_decay"]
 
 
 def _handle(variable):
@@ -75,3 +75,42 @@ class FusedAdam(_FusedAdamUpdate, keras.optimizers.Adam):
 @keras.saving.register_keras_serializable(package="kerasplm")
 class FusedAdamW(_FusedAdamUpdate, keras.optimizers.AdamW):
     """``keras.optimizers.AdamW`` (Loshchilov & Hutter 2019) with the fused dense Adam update."""
+
+
+class LayerwiseAdamW(FusedAdamW):
+    """:class:`FusedAdamW` with a learning-rate multiplier per variable: ``multiplier(variable) -> float``, read
+    once when the optimizer is built. Variable v's update is the AdamW update at learning rate ``lr_t · m(v)``
+    (its weight decay too, as Keras scales it by the learning rate). What layer-wise decay (ELECTRA) and
+    ULMFiT's discriminative fine-tuning are made of: :func:`layer_group_multiplier`."""
+
+    def __init__(self, multiplier, **kwargs):
+        super().__init__(**kwargs)
+        self._multiplier = multiplier
+        self._lr_multipliers = []
+
+    def build(self, variables):
+        super().build(variables)
+        self._lr_multipliers = [float(self._multiplier(v)) for v in variables]
+
+    def update_step(self, gradient, variable, learning_rate):
+        factor = self._lr_multipliers[self._get_variable_index(variable)]
+        return super().update_step(gradient, variable, learning_rate * factor)
+
+
+def layer_group_multiplier(layer_group, top_group, decay):
+    """A :class:`LayerwiseAdamW` multiplier over layer groups: ``layer_group(variable) -> g`` in
+    ``[0, top_group]`` (0 the bottom, e.g. the embeddings; ``top_group`` the head), and group g learns at
+    ``decay^(top_group - g)`` times the base rate, so η^(g-1) = decay · η^g and the top group learns at the base rate.
+
+    ELECTRA's layer-wise decay is ``decay`` < 1 directly; ULMFiT's discriminative fine-tuning (Howard & Ruder 2018,
+    §3.2: η^(l-1) = η^l / 2.6) is ``decay = discriminative_decay(2.6)``."""
+    def multiplier(variable):
+        return decay ** (top_group - layer_group(variable))
+    return multiplier
+
+
+def discriminative_decay(factor):
+    """The per-group decay of ULMFiT's discriminative learning rates η^(l-1) = η^l / ``factor``: ``1 / factor``."""
+    if factor is None or factor <= 0:
+        raise ValueError(f"the discriminative learning-rate factor must be > 0, got {factor}")
+    return 1.0 / factor

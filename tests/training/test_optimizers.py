@@ -59,3 +59,20 @@ def test_fused_adamw_round_trips_its_config():
     optimizer = FusedAdamW(learning_rate=0.01, weight_decay=0.02, epsilon=1e-6)
     clone = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
     assert type(clone) is FusedAdamW and clone.weight_decay == 0.02 and clone.epsilon == 1e-6
+
+
+def test_discriminative_learning_rates_divide_by_the_factor_per_group_below_the_top():
+    """ULMFiT's η^(l-1) = η^l / 2.6: with Adam's first step (lr · g/|g|), each variable moves by the base rate times
+    2.6^-(top - group)."""
+    from kerasplm.training.optimizers import LayerwiseAdamW, discriminative_decay, layer_group_multiplier
+
+    variables = [keras.Variable(np.zeros((2, 3), np.float32), name=f"group{g}") for g in range(4)]
+    groups = {id(v): g for g, v in enumerate(variables)}
+    multiplier = layer_group_multiplier(lambda v: groups[id(v)], 3, discriminative_decay(2.6))
+    optimizer = LayerwiseAdamW(multiplier, learning_rate=1e-2, weight_decay=0.0, epsilon=1e-12)
+    optimizer.build(variables)
+    optimizer.apply_gradients([(tf.ones_like(v), v) for v in variables])
+    for g, v in enumerate(variables):
+        np.testing.assert_allclose(-v.numpy(), 1e-2 / 2.6 ** (3 - g), rtol=1e-4, err_msg=f"group {g}")
+    with pytest.raises(ValueError, match="factor must be > 0"):
+        discriminative_decay(0)
