@@ -13,6 +13,7 @@ from kerasplm.training.losses import (
 from kerasplm.training.schedules import (
     BudgetSchedule,
     CustomSchedule,
+    ScaledSchedule,
     SlantedTriangular,
     WarmupCosineDecay,
     WarmupLinearDecay,
@@ -26,6 +27,7 @@ __all__ = [
     "WarmupLinearDecay",
     "WarmupCosineDecay",
     "SlantedTriangular",
+    "ScaledSchedule",
     "plot_schedule",
     "masked_sparse_cross_entropy",
     "fused_masked_cross_entropy",

@@ -8,7 +8,7 @@ import keras
 import tensorflow as tf
 
 __all__ = ["CustomSchedule", "WarmupLinearDecay", "WarmupCosineDecay", "BudgetSchedule", "SlantedTriangular",
-           "plot_schedule"]
+           "ScaledSchedule", "plot_schedule"]
 
 
 @keras.saving.register_keras_serializable(package="kerasplm")
@@ -230,6 +230,37 @@ class SlantedTriangular(keras.optimizers.schedules.LearningRateSchedule):
     def get_config(self):
         return {"max_learning_rate": self.max_learning_rate, "total_steps": self.total_steps,
                 "cut_frac": self.cut_frac, "ratio": self.ratio}
+
+
+@keras.saving.register_keras_serializable(package="kerasplm")
+class ScaledSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """``schedule(step) · scale``, with ``scale`` a tf.Variable the training step sets (:meth:`set_scale` eagerly, or
+    ``scale.assign`` inside the traced step, before the optimizer reads the rate). The AWD-LSTM's variable-length
+    BPTT windows: a window of length ℓ is trained at η · ℓ / bptt, so that short windows do not weigh as much as
+    full ones. ``total_steps`` / ``set_total_steps`` are the wrapped schedule's (a time budget refits it)."""
+
+    def __init__(self, schedule, scale=1.0):
+        super().__init__()
+        if isinstance(schedule, dict):
+            schedule = keras.optimizers.schedules.deserialize(schedule)
+        self.schedule = schedule
+        self.scale = tf.Variable(float(scale), dtype=tf.float32, trainable=False, name="schedule_scale")
+
+    def set_scale(self, scale):
+        self.scale.assign(float(scale))
+
+    @property
+    def total_steps(self):
+        return self.schedule.total_steps
+
+    def set_total_steps(self, total_steps):
+        self.schedule.set_total_steps(total_steps)
+
+    def __call__(self, step):
+        return tf.cast(self.schedule(step), tf.float32) * tf.convert_to_tensor(self.scale)
+
+    def get_config(self):
+        return {"schedule": keras.optimizers.schedules.serialize(self.schedule)}
 
 
 def plot_schedule(schedule, steps=40000, ax=None):
