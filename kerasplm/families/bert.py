@@ -291,10 +291,10 @@ COMMANDS = [
             description="Export a BERT run (converted, pretrained or fine-tuned): `text` strings -> `embedding` "
                         "vectors, pooled and normalized as the run records; --whitening CORPUS fits BERT-whitening "
                         "on the corpus and applies it in graph."),
-    Command("export", "classifier", "export a fine-tuned BERT or GPT classifier run", ExportOptions,
+    Command("export", "classifier", "export a fine-tuned BERT, GPT or ULMFiT classifier run", ExportOptions,
             "kerasplm.export.classifier:export_classifier_run",
-            description="Export a `kerasplm finetune bert-classifier` or `gpt-classifier` run: `text` (and "
-                        "`text_pair` for a pair model) strings -> `probabilities` and `label` names."),
+            description="Export a `kerasplm finetune bert-classifier`, `gpt-classifier` or `ulmfit-classifier` run: "
+                        "`text` (and `text_pair` for a pair model) strings -> `probabilities` and `label` names."),
     Command("export", "tagger", "export a BERT tagger run", ExportOptions, "kerasplm.export.tagger:export_tagger_run",
             description="Export a `finetune bert-tagger` run: text -> entity spans."),
     Command("export", "qa", "export a BERT question answering run", ExportOptions, "kerasplm.export.qa:export_qa_run",

@@ -165,6 +165,8 @@ class WordSequencePreprocessor(tf.Module):
         lengths = ids.row_lengths()
         width = self.sequence_length if self.pad else None
         dense = ids.to_tensor(0, shape=[None, width])
+        if width is None:   # at least one column, also for an empty batch (a recurrent model needs a time step)
+            dense = tf.pad(dense, [[0, 0], [0, tf.maximum(1 - tf.shape(dense)[1], 0)]])
         if self.reverse:
             dense = tf.reverse_sequence(dense, lengths, seq_axis=1, batch_axis=0)
         mask = tf.sequence_mask(lengths, tf.shape(dense)[1], tf.float32)
