@@ -193,6 +193,7 @@ class ULMFiTLanguageModelJob(_ULMFiTRail, FineTuningJob):
     def build_optimizer(self):
         return _optimizer(self.options, self.schedule, lambda: self.trainer.model, self.model_config.num_layers)
 
+    @tf.autograph.experimental.do_not_convert
     def compute_loss(self, model, batch, training):
         """A window from the state the previous one left (zero where ``reset``), its learning rate × ℓ / bptt."""
         tokens = batch["tokens"]

@@ -51,11 +51,13 @@ class LockedDropout(_MaskedDropout):
     shared by every time step (see the module docstring). :meth:`mask` draws the mask alone, for a caller that
     applies it to several pieces of one sequence (the chunks of BPT3C)."""
 
+    @tf.autograph.experimental.do_not_convert
     def mask(self, batch, features, dtype=tf.float32):
         """A ``(batch, 1, features)`` mask of 0 and 1/(1 - p)."""
         return inverted_dropout(tf.ones(tf.stack([batch, 1, features]), dtype), self.rate,
                                 _next_seed(self.seed_generator))
 
+    @tf.autograph.experimental.do_not_convert
     def call(self, inputs, training=None):
         if not training or self.rate == 0:
             return inputs
@@ -69,6 +71,7 @@ class EmbeddingDropout(_MaskedDropout):
     with probability 1 - p and scaled by 1/(1 - p), or zero (see the module docstring). Call it on the table, then
     look the ids up in what it returns."""
 
+    @tf.autograph.experimental.do_not_convert
     def call(self, table, training=None):
         if not training or self.rate == 0:
             return table
@@ -77,6 +80,7 @@ class EmbeddingDropout(_MaskedDropout):
         return table * rows
 
 
+@tf.autograph.experimental.do_not_convert
 def lstm_scan(projected_inputs, mask, state, recurrent_kernel):
     """Run an LSTM over time from ``state``, its input projection already made.
 
@@ -140,6 +144,7 @@ class WeightDropLSTM(keras.layers.Layer):
         self.bias = self.add_weight(shape=(4 * self.units,), initializer=init, name="bias")
         self.built = True
 
+    @tf.autograph.experimental.do_not_convert
     def recurrent_weights(self, training=None):
         """U, or in training U ⊙ M / (1 - p) with a fresh mask M."""
         kernel = tf.convert_to_tensor(self.recurrent_kernel)
@@ -151,11 +156,13 @@ class WeightDropLSTM(keras.layers.Layer):
         zeros = tf.zeros(tf.stack([batch, self.units]), self.compute_dtype)
         return zeros, zeros
 
+    @tf.autograph.experimental.do_not_convert
     def run(self, inputs, mask, state, recurrent_kernel):
         """The layer with a given (possibly dropped) U: see :func:`lstm_scan`."""
         projected = tf.matmul(inputs, self.kernel) + self.bias
         return lstm_scan(projected, mask, state, recurrent_kernel)
 
+    @tf.autograph.experimental.do_not_convert
     def call(self, inputs, padding_mask=None, initial_state=None, training=None):
         if padding_mask is None:
             padding_mask = tf.ones(tf.shape(inputs)[:2], inputs.dtype)

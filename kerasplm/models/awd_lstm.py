@@ -37,7 +37,7 @@ from kerasplm.layers.rnn_dropout import EmbeddingDropout, LockedDropout, WeightD
 from kerasplm.models.base import Backbone, Task
 from kerasplm.models.presets import register_presets
 from kerasplm.runs import serializable
-from kerasplm.training.losses import classification_loss_sums, fused_masked_cross_entropy
+from kerasplm.training.losses import classification_loss_sums, masked_accuracy_counts, masked_sparse_cross_entropy
 
 __all__ = ["AWDLSTMConfig", "AWDLSTMBackbone", "AWDLSTMLanguageModel", "ULMFiTClassifier", "PRESETS", "PRESET_NAMES",
            "concat_pooling", "num_parameters"]
@@ -156,6 +156,7 @@ class AWDLSTMBackbone(Backbone):
     def zero_state(self, batch):
         return [lstm.zero_state(batch) for lstm in self.lstms]
 
+    @tf.autograph.experimental.do_not_convert
     def _run_layers(self, x, mask, state, kernels, hidden_masks):
         """Every LSTM over ``x`` from ``state`` -> (last outputs, new state)."""
         new_state = []
@@ -166,6 +167,7 @@ class AWDLSTMBackbone(Backbone):
                 x = x * hidden_masks[i]
         return x, new_state
 
+    @tf.autograph.experimental.do_not_convert
     def call(self, inputs, initial_state=None, chunk_length=None, training=None):
         token_ids, mask = _inputs(inputs)
         batch = tf.shape(token_ids)[0]
@@ -184,6 +186,7 @@ class AWDLSTMBackbone(Backbone):
             outputs, state = self._chunked(x, mask, state, kernels, hidden_masks, int(chunk_length))
         return {"sequence_output": outputs, "final_state": state, "padding_mask": mask}
 
+    @tf.autograph.experimental.do_not_convert
     def _chunked(self, x, mask, state, kernels, hidden_masks, chunk):
         """BPT3C: the sequence in chunks of ``chunk`` positions (the last one padded), the state carried through them
         with its gradient stopped; -> the same (outputs, state) as one pass."""
@@ -233,6 +236,7 @@ class AWDLSTMLanguageModel(Task):
             self.decoder.build((None, None, c.layer_units()[-1]))
         self.built = True
 
+    @tf.autograph.experimental.do_not_convert
     def forward(self, inputs, initial_state=None, training=None):
         """-> ``(float32 logits (batch, time, vocab), final state)``."""
         out = self.backbone(inputs, initial_state=initial_state, training=training)
@@ -243,9 +247,11 @@ class AWDLSTMLanguageModel(Task):
             logits = self.decoder(hidden)
         return tf.cast(logits + self.decoder_bias, tf.float32), out["final_state"]
 
+    @tf.autograph.experimental.do_not_convert
     def call(self, inputs, training=None):
         return self.forward(inputs, training=training)[0]
 
+    @tf.autograph.experimental.do_not_convert
     def loss_sums(self, batch, initial_state=None, training=None):
         """The next-word loss sums of ``batch`` from ``initial_state`` -> ``(sums, final state)``."""
         if isinstance(batch, (tuple, list)):
@@ -253,9 +259,12 @@ class AWDLSTMLanguageModel(Task):
         else:
             token_ids, labels = batch[:, :-1], batch[:, 1:]
         logits, state = self.forward(token_ids, initial_state, training=training)
-        loss, count, correct = fused_masked_cross_entropy(labels, logits)
+        # Not the XLA-fused loss of the fixed-width LMs: it compiles once per window length, and these vary.
+        loss, count = masked_sparse_cross_entropy(labels, logits)
+        correct, _ = masked_accuracy_counts(labels, logits)
         return {"loss": loss, "weight": count, "accuracy": correct}, state
 
+    @tf.autograph.experimental.do_not_convert
     def compute_loss_sums(self, batch, training):
         return self.loss_sums(batch, training=training)[0]
 
@@ -286,6 +295,7 @@ def _check_vocabulary(preprocessor, vocab_size):
                          f"damaged or from another run")
 
 
+@tf.autograph.experimental.do_not_convert
 def concat_pooling(outputs, final_h, mask):
     """ULMFiT's concat pooling over the real positions: ``outputs (batch, time, H)``, ``final_h (batch, H)`` (the
     state after each row's last real position), ``mask (batch, time)`` -> ``[h_T; max_t h_t; mean_t h_t]``
@@ -338,6 +348,7 @@ class ULMFiTClassifier(Task):
         self.classifier.build((None, head_units))
         self.built = True
 
+    @tf.autograph.experimental.do_not_convert
     def pooled(self, inputs, training=None):
         """The concat-pooled features ``(batch, 3·H_L)`` of the text (BPT3C chunks in training when it is longer
         than ``bptt``; inference reads it in one pass, the same values)."""
@@ -350,11 +361,13 @@ class ULMFiTClassifier(Task):
         out = self.backbone(inputs, chunk_length=chunk, training=training)
         return concat_pooling(out["sequence_output"], out["final_state"][-1][0], out["padding_mask"])
 
+    @tf.autograph.experimental.do_not_convert
     def call(self, inputs, training=None):
         x = self.pool_dropout(self.pool_norm(self.pooled(inputs, training), training=training), training=training)
         x = self.head_dropout(self.hidden_norm(self.hidden(x), training=training), training=training)
         return tf.cast(self.classifier(x), tf.float32)
 
+    @tf.autograph.experimental.do_not_convert
     def compute_loss_sums(self, batch, training):
         inputs, labels = batch
         return classification_loss_sums(labels, self(inputs, training=training))

@@ -58,7 +58,7 @@ def finetuned(toy):
 @pytest.fixture(scope="module")
 def classifier(toy, finetuned):
     job = ULMFiTClassifierJob(str(toy["root"] / "clf"), init=finetuned[0].out, train=toy["train"], dev=toy["train"],
-                              steps=3, batch_size=8, bptt=4, max_length=16, gradual_unfreezing=True, **QUIET)
+                              steps=3, batch_size=8, bptt=16, max_length=16, gradual_unfreezing=True, **QUIET)
     return job, job.run()
 
 
