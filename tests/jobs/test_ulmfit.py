@@ -19,7 +19,7 @@ from kerasplm.jobs.ulmfit import (ULMFiTClassifierJob, ULMFiTFineTuneLMJob, enco
 from kerasplm.runs import load_run
 from kerasplm.text.word_vocab import WordSequencePreprocessor
 from kerasplm.training import SlantedTriangular
-from tests.export.contract import check_bad_inputs, run_isolated
+from tests.export.contract import check_bad_inputs, check_batch_safe, check_warmup, run_isolated
 from tests.serving.client import predict
 
 WORDS = "the a movie film plot actor was is very not".split()
@@ -135,6 +135,8 @@ def test_export_answers_as_the_other_classifiers(classifier, tmp_path):
         np.testing.assert_allclose(out["probabilities"].sum(-1), 1.0, atol=1e-5)
 
     check_bad_inputs(path, "serving_default", "text", output_check=check)
+    check_batch_safe(path)
+    check_warmup(path)
     server = serving.ModelServer(os.path.dirname(path), "ulmfit", rest_api_port=0, grpc_port=None, quiet=True)
     server.start()
     try:
