@@ -21,6 +21,7 @@ machine to itself; the results JSON records the machine, the load and every run'
     python -m benchmarks.bench_ulmfit ablations --smoke     # a few steps of everything (no figure)
 """
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -44,8 +45,15 @@ VARIANTS = {
 SMOKE = dict(steps=2)
 
 
-def _quiet(summary, *drop):
-    return {k: v for k, v in summary.items() if k not in drop + ("language_model", "classifier", "generator")}
+def _quiet(summary):
+    """A job's summary without its trained objects (the model, the generator ...): what JSON can hold."""
+    def plain(value):
+        try:
+            json.dumps(value)
+            return True
+        except TypeError:
+            return False
+    return {k: v for k, v in summary.items() if plain(v)}
 
 
 def sst2_text(out, max_examples=None):

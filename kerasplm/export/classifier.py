@@ -24,8 +24,8 @@ be found.").
 >>> path = export_classifier("runs/sst2", "export/sst2")        # -> "export/sst2/1"
 
 Tokenization and packing are the training's preprocessor (:class:`kerasplm.text.BertPreprocessor`,
-:class:`kerasplm.text.gpt_inputs.GPTClassifierPreprocessor` or :class:`kerasplm.text.word_vocab.WordSequencePreprocessor`;
-same cut at ``max_length``), padded to the longest row
+:class:`kerasplm.text.gpt_inputs.GPTClassifierPreprocessor` or
+:class:`kerasplm.text.word_vocab.WordSequencePreprocessor`; same cut at ``max_length``), padded to the longest row
 of each request. Variable tracking, metadata and the atomic
 versioned save are :mod:`kerasplm.export.base`'s.
 """

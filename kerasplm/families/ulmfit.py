@@ -66,8 +66,8 @@ class ULMFiTFineTuneLMOptions(_LanguageModelOptions):
     schedule: str = option("stlr", "learning-rate schedule: linear or stlr (ULMFiT's slanted triangular)",
                            choices=["linear", "stlr"])
     discriminative_lr: float = option(2.6, "each layer group learns at the rate of the group above divided by this "
-                                           "(ULMFiT: 2.6)", kind=float, minimum=0, exclusive_minimum=True,
-                                      metavar="FACTOR")
+                                           "(ULMFiT: 2.6; 1: one rate for all)", kind=float, minimum=0,
+                                      exclusive_minimum=True, metavar="FACTOR")
     learning_rate: float = option(4e-3, "peak learning rate of the top group (Adam, β = 0.7, 0.99)", kind=float,
                                   minimum=0, exclusive_minimum=True)
     drop_mult: float = option(0.3, "multiply the init model's dropout rates by this (ULMFiT's LM fine-tuning: "
@@ -96,8 +96,8 @@ class ULMFiTClassifierOptions(FineTuningOptions):
     schedule: str = option("stlr", "learning-rate schedule: linear or stlr (ULMFiT's slanted triangular)",
                            choices=["linear", "stlr"])
     discriminative_lr: float = option(2.6, "each layer group learns at the rate of the group above divided by this "
-                                           "(ULMFiT: 2.6)", kind=float, minimum=0, exclusive_minimum=True,
-                                      metavar="FACTOR")
+                                           "(ULMFiT: 2.6; 1: one rate for all)", kind=float, minimum=0,
+                                      exclusive_minimum=True, metavar="FACTOR")
     gradual_unfreezing: bool = option(False, "train the head alone in the first epoch, then thaw one layer group per "
                                              "epoch from the top", flag="--gradual-unfreezing", const=True,
                                       choices=[True, False])

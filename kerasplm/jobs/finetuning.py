@@ -10,9 +10,9 @@ What they hold, so that a family's job module holds only its family's specifics:
   fitted to (``most_steps``);
 * **the schedule** (options with ``schedule_steps``): BERT's linear warmup over ``warmup_fraction`` of the steps and
   linear decay to 0, or with ``--schedule stlr`` ULMFiT's slanted triangular rates (:func:`fine_tuning_schedule`;
-  the options of :class:`kerasplm.options.FineTuningOptions`) over ``schedule_steps``, which is ``steps`` for a new run, the
-  recorded length on a resume (:meth:`FineTuningJob.plan_schedule`), or, for a new run given ``time_budget``
-  alone, fitted to the budget by :func:`kerasplm.jobs.job.fit_scheduled` and recorded then;
+  the options of :class:`kerasplm.options.FineTuningOptions`) over ``schedule_steps``, which is ``steps`` for a new
+  run, the recorded length on a resume (:meth:`FineTuningJob.plan_schedule`), or, for a new run given
+  ``time_budget`` alone, fitted to the budget by :func:`kerasplm.jobs.job.fit_scheduled` and recorded then;
 * **the optimizer** (:func:`make_optimizer`): AdamW, ε 1e-6, weight decay not on biases and LayerNorm, optional
   layer-wise learning-rate decay (``--layer-decay``, ELECTRA's) or ULMFiT's discriminative rates
   (``--discriminative-lr 2.6``): :class:`kerasplm.training.optimizers.LayerwiseAdamW` over layer groups (BERT's

@@ -141,8 +141,8 @@ class ULMFiTLanguageModelJob(_ULMFiTRail, FineTuningJob):
         return hasattr(self.options_class, "init")
 
     def read_examples(self, o):
-        """Read the corpus; an epoch's "examples" are its words (steps = words / (batch_size · ...)) -- counted as
-        batch rows of bptt words, so that ``epochs`` counts passes over the text."""
+        """Read the corpus; return the bptt-long rows an epoch holds (its words / bptt), so that ``epochs`` counts
+        passes over the text (an epoch is words / (batch_size · bptt) steps)."""
         self.train_text, self.held_out_text = read_corpus(o)
         return max(1, _word_count(self.train_text) // o.bptt)
 

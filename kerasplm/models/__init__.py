@@ -21,7 +21,8 @@ from kerasplm.models.transformer import PRESETS as TRANSFORMER_PRESETS
 from kerasplm.models.transformer import Decoder, Encoder, Transformer, TransformerConfig
 
 __all__ = [
-    "AWDLSTMBackbone", "AWDLSTMConfig", "AWDLSTMLanguageModel", "ULMFiTClassifier", "Backbone", "BertBackbone", "BertClassifier", "BertConfig", "BertMaskedLMHead", "BertPretrainer",
+    "AWDLSTMBackbone", "AWDLSTMConfig", "AWDLSTMLanguageModel", "ULMFiTClassifier",
+    "Backbone", "BertBackbone", "BertClassifier", "BertConfig", "BertMaskedLMHead", "BertPretrainer",
     "BertTaggerPreprocessor", "BertTokenClassifier", "CausalLM", "CausalLMConfig", "CharRNNBackbone", "CharRNNConfig",
     "CharRNNLanguageModel", "ConfigMixin", "Decoder", "DecoderOnlyBackbone", "ElectraDiscriminator", "ElmoBiLM",
     "ElmoConfig", "ElmoEmbedder", "ElmoLanguageModel", "Encoder", "GPT", "GPTBackbone", "GPTConfig", "Preprocessor",

@@ -2,7 +2,8 @@
 
 :class:`WordTokenizer` normalizes and splits text into words with TensorFlow ops only, so an export tokenizes as
 training did: invalid UTF-8 is replaced (U+FFFD), the text lowercased (``lowercase``), every ASCII punctuation
-character but ``<`` and ``>`` made a word of its own (so ``<unk>`` stays one token), and the rest split on whitespace. Ids come from a static hash table:
+character but ``<`` and ``>`` made a word of its own (so ``<unk>`` stays one token), and the rest split on
+whitespace. Ids come from a static hash table:
 
 * 0 ``<pad>`` (never a real token; the loss ignores label 0), 1 ``<unk>`` (a word outside the vocabulary),
   2 ``<bos>`` (the start of a text, fastai's ``xxbos``), 3 ``<eos>`` (the end of a line of a corpus);

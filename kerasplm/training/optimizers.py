@@ -133,7 +133,8 @@ def gradual_unfreezing(layer_group, top_group, steps_per_group):
 def layer_group_multiplier(layer_group, top_group, decay):
     """A :class:`LayerwiseAdamW` multiplier over layer groups: ``layer_group(variable) -> g`` in
     ``[0, top_group]`` (0 the bottom, e.g. the embeddings; ``top_group`` the head), and group g learns at
-    ``decay^(top_group - g)`` times the base rate, so η^(g-1) = decay · η^g and the top group learns at the base rate.
+    ``decay^(top_group - g)`` times the base rate, so η^(g-1) = decay · η^g and the top group learns at the base
+    rate.
 
     ELECTRA's layer-wise decay is ``decay`` < 1 directly; ULMFiT's discriminative fine-tuning (Howard & Ruder 2018,
     §3.2: η^(l-1) = η^l / 2.6) is ``decay = discriminative_decay(2.6)``."""

@@ -100,7 +100,8 @@ def test_classifier_gradual_unfreezing_trains_the_head_alone_in_the_first_epoch(
     for trained, start in zip(model.backbone.trainable_variables, init.backbone.trainable_variables):
         np.testing.assert_array_equal(trained.numpy(), start.numpy())          # frozen: 3 steps of a 6-step epoch
     thaw = dict(zip([v.path for v in model.trainable_variables], job.trainer.optimizer._thaw_steps))
-    assert thaw["awd_lstm/embeddings"] == 4 * 6 and thaw["awd_lstm/lstm3/kernel"] == 6 and thaw["classifier/kernel"] == 0
+    assert thaw["awd_lstm/embeddings"] == 4 * 6 and thaw["awd_lstm/lstm3/kernel"] == 6
+    assert thaw["classifier/kernel"] == 0
     with pytest.raises(ValueError, match="is a forward language model; a backward model needs a backward"):
         ULMFiTClassifierJob(str(toy["root"] / "backward"), init=toy["lm"], train=toy["train"], steps=1,
                             backward=True, **QUIET).run()
