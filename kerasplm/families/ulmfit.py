@@ -48,6 +48,10 @@ class ULMFiTLanguageModelOptions(_LanguageModelOptions):
     schedule: str = option("stlr", "learning-rate schedule: linear (warmup, then linear decay to 0) or stlr "
                                    "(ULMFiT's slanted triangular)", choices=["linear", "stlr"])
     preset: str = option("awd_lstm", "model preset", choices="kerasplm.models.awd_lstm:PRESET_NAMES")
+    embedding_dim: int = option(None, "override the preset's embedding width (the last LSTM's, tied)", kind=int,
+                                minimum=1)
+    hidden_dim: int = option(None, "override the preset's hidden LSTM width", kind=int, minimum=1)
+    num_layers: int = option(None, "override the preset's number of LSTM layers", kind=int, minimum=1)
     max_vocab: int = option(60000, "keep at most this many words (4 special tokens included)", kind=int, minimum=5)
     min_count: int = option(2, "words seen fewer times become <unk>", kind=int, minimum=1)
     backward: bool = option(False, "train a backward language model (it reads the text from its end)",

@@ -169,7 +169,10 @@ class ULMFiTLanguageModelJob(_ULMFiTRail, FineTuningJob):
                 self.tokenizer = WordTokenizer(self.run_dir.file(ASSETS["vocab"]))
             else:
                 self.tokenizer = WordTokenizer(vocab)
-            self.model_config = get_preset(o.preset, vocab_size=len(vocab)).scaled_dropout(o.drop_mult).validate()
+            sizes = {name: getattr(o, name) for name in ("embedding_dim", "hidden_dim", "num_layers")
+                     if getattr(o, name) is not None}
+            self.model_config = get_preset(o.preset, vocab_size=len(vocab), **sizes).scaled_dropout(o.drop_mult)
+            self.model_config = self.model_config.validate()
             self.write_config(o.preset, assets=ASSETS)
         backward = bool(o.backward)
         train_ids = encode_lines(self.tokenizer, self.train_text, backward)

@@ -42,8 +42,9 @@ def toy(tmp_path_factory):
             rng.shuffle(words)
             f.write(" ".join(words) + f"\t{'pos' if y else 'neg'}\n")
     lm = str(root / "lm")
-    summary = train_ulmfit_lm(lm, corpus=str(root / "corpus.txt"), preset="awd_lstm_tiny", steps=2, batch_size=4,
-                              bptt=10, eval_batch_size=2, **QUIET)
+    summary = train_ulmfit_lm(lm, corpus=str(root / "corpus.txt"), preset="awd_lstm_tiny", num_layers=2,
+                              embedding_dim=8, hidden_dim=12, steps=2, batch_size=4, bptt=10, eval_batch_size=2,
+                              **QUIET)
     return {"root": root, "corpus": str(root / "corpus.txt"), "train": str(root / "train.tsv"), "lm": lm,
             "lm_summary": summary}
 
@@ -83,7 +84,7 @@ def test_target_lm_fine_tuning_uses_discriminative_rates_and_stlr(toy, finetuned
     schedule = optimizer._learning_rate.schedule
     assert isinstance(schedule, SlantedTriangular) and schedule.max_learning_rate == 4e-3
     multipliers = {v.path: m for v, m in zip(job.trainer.model.trainable_variables, optimizer._lr_multipliers)}
-    expected = {"lstm1": 2.6 ** -3, "lstm2": 2.6 ** -2, "lstm3": 2.6 ** -1, "embeddings": 1.0, "decoder_bias": 1.0}
+    expected = {"lstm1": 2.6 ** -2, "lstm2": 2.6 ** -1, "embeddings": 1.0, "decoder_bias": 1.0}   # 2 layers
     for path, factor in multipliers.items():
         part = next(k for k in expected if k in path)
         assert factor == pytest.approx(expected[part]), path
@@ -100,7 +101,8 @@ def test_classifier_gradual_unfreezing_trains_the_head_alone_in_the_first_epoch(
     for trained, start in zip(model.backbone.trainable_variables, init.backbone.trainable_variables):
         np.testing.assert_array_equal(trained.numpy(), start.numpy())          # frozen: 3 steps of a 6-step epoch
     thaw = dict(zip([v.path for v in model.trainable_variables], job.trainer.optimizer._thaw_steps))
-    assert thaw["awd_lstm/embeddings"] == 4 * 6 and thaw["awd_lstm/lstm3/kernel"] == 6
+    assert len(model.backbone.lstms) == 2     # the LM's size overrides (--num-layers 2) carried through
+    assert thaw["awd_lstm/embeddings"] == 3 * 6 and thaw["awd_lstm/lstm2/kernel"] == 6
     assert thaw["classifier/kernel"] == 0
     with pytest.raises(ValueError, match="is a forward language model; a backward model needs a backward"):
         ULMFiTClassifierJob(str(toy["root"] / "backward"), init=toy["lm"], train=toy["train"], steps=1,
