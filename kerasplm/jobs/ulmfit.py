@@ -20,7 +20,8 @@ A backward model (``train ulmfit-lm --backward``) reads every text from its end:
 classifier's rows reversed by its preprocessor. A run's direction is recorded (the RUN option ``backward``); a
 fine-tuning job follows its init run's, and ``--backward`` on one from a forward language model is refused.
 
-Every stage uses Adam with β = (0.7, 0.99) (the paper's §4) with decoupled weight decay, gradients clipped to
+The train steps are not XLA-compiled unless ``jit_compile=True`` is asked for (window lengths and batch widths vary:
+XLA would compile each). Every stage uses Adam with β = (0.7, 0.99) (the paper's §4) with decoupled weight decay, gradients clipped to
 ``clip_norm`` (0.25, the AWD-LSTM's) for the language models. Runs: family ``ulmfit_lm`` (task ``language_model``:
 the :class:`AWDLSTMLanguageModel` with its :class:`WordTokenizer`) and ``ulmfit_classifier`` (task
 ``sequence_classification``: the :class:`ULMFiTClassifier` with its :class:`WordSequencePreprocessor`); the asset
@@ -113,7 +114,14 @@ def _init_language_model(init, backward):
 
 
 class _ULMFiTRail:
-    """What the language-model and classifier jobs share: the init run's vocabulary copied into the new run."""
+    """What the language-model and classifier jobs share: the init run's vocabulary copied into the new run, and no
+    XLA unless asked for."""
+
+    def settle_jit(self):
+        """``jit_compile="auto"`` (XLA on a GPU) becomes off: every window length (the LMs) and every batch width (the
+        classifier) is a new shape, which XLA would compile anew, dozens of times. ``jit_compile=True`` still asks."""
+        if self.options.jit_compile == "auto":
+            self.options = self.options.replace(jit_compile=False)
 
     def new_tokenizer_from_init(self, init_model):
         self.init_assets, _ = self.copy_init_assets(ASSETS)
@@ -148,6 +156,7 @@ class ULMFiTLanguageModelJob(_ULMFiTRail, FineTuningJob):
 
     def build_data(self):
         super().build_data()   # the corpus, the schedule
+        self.settle_jit()
         o = self.options
         self.schedule = ScaledSchedule(self.schedule)
         if self.resumed:
@@ -271,6 +280,7 @@ class ULMFiTClassifierJob(_ULMFiTRail, ClassificationJob):
 
     def build_data(self):
         super().build_data()   # the training file, the schedule
+        self.settle_jit()
         o = self.options
         self.init_model = None
         if self.resumed:
