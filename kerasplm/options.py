@@ -39,7 +39,7 @@ import importlib
 import math
 import os
 
-__all__ = ["RUN", "SESSION", "JobOptions", "TrainingOptions", "ExportOptions", "DecodingRequestOptions", "OptionsConflict",
+__all__ = ["RUN", "SESSION", "JobOptions", "TrainingOptions", "FineTuningOptions", "ExportOptions", "DecodingRequestOptions", "OptionsConflict",
            "option", "add_options_to_parser", "options_from_args", "resolve_options"]
 
 RUN = "run"
@@ -209,6 +209,34 @@ class TrainingOptions(JobOptions):
                              "or the logical CPUs), multi-worker (MultiWorkerMirroredStrategy over the cluster in "
                              "TF_CONFIG: run the same command on every worker; the chief writes the run)",
                              choices=["default", "mirrored", "multi-worker"], scope=SESSION)
+
+
+# The learning-rate schedules a fine-tuning job may choose (FineTuningOptions.schedule).
+FINE_TUNING_SCHEDULES = ["linear", "stlr"]
+
+
+@dataclasses.dataclass(frozen=True)
+class FineTuningOptions(TrainingOptions):
+    """What every fine-tuning job (``kerasplm finetune ...``) may choose besides its own options: the learning-rate
+    schedule and discriminative learning rates (ULMFiT, Howard & Ruder 2018, §3.2). A job's options declare
+    ``learning_rate`` (the peak / top group's rate) and, for the linear schedule, ``warmup_fraction``."""
+    schedule: str = option("linear", "learning-rate schedule: linear (warmup over --warmup-fraction, then linear "
+                                     "decay to 0) or stlr (ULMFiT's slanted triangular: a rise over --stlr-cut-frac "
+                                     "of the steps, then a decay to 1/--stlr-ratio of the peak)",
+                           choices=FINE_TUNING_SCHEDULES)
+    stlr_cut_frac: float = option(0.1, "stlr: fraction of the steps over which the learning rate rises", kind=float,
+                                  minimum=0, maximum=1, exclusive_minimum=True, exclusive_maximum=True)
+    stlr_ratio: float = option(32.0, "stlr: how much smaller the lowest learning rate is than the peak", kind=float,
+                               minimum=1)
+    discriminative_lr: float = option(None, "discriminative fine-tuning: each layer group learns at the rate of the "
+                                            "group above divided by this factor, the top group (the head) at "
+                                            "--learning-rate (ULMFiT: 2.6; none: off)", kind=float, minimum=0,
+                                      exclusive_minimum=True, metavar="FACTOR")
+
+    def check(self):
+        if self.discriminative_lr is not None and getattr(self, "layer_decay", None) is not None:
+            raise ValueError("give either discriminative_lr or layer_decay (both scale the learning rate per layer), "
+                             "not both")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,6 +1,8 @@
 """Export a fine-tuned classifier as a SavedModel: strings in, labels out. Runs of ``kerasplm finetune
 bert-classifier`` (family ``bert_classifier``) and of ``kerasplm finetune gpt-classifier`` (``gpt_classifier``: GPT-1's
-input transformations, :mod:`kerasplm.text.gpt_inputs`) give the same signature.
+input transformations, :mod:`kerasplm.text.gpt_inputs`) and of ``kerasplm finetune ulmfit-classifier``
+(``ulmfit_classifier``: words in graph, :class:`kerasplm.text.word_vocab.WordSequencePreprocessor`, reversed for a
+backward model) give the same signature.
 
 ``serving_default``: ``text`` tf.string [None] (and ``text_pair`` tf.string [None] when the model was trained on
 sentence pairs) -> ``probabilities`` float32 [None, C] (softmax over the classes, in the order of ``labels`` in
@@ -21,8 +23,9 @@ be found.").
 
 >>> path = export_classifier("runs/sst2", "export/sst2")        # -> "export/sst2/1"
 
-Tokenization and packing are the training's preprocessor (:class:`kerasplm.text.BertPreprocessor`, or
-:class:`kerasplm.text.gpt_inputs.GPTClassifierPreprocessor`; same cut at ``max_length``), padded to the longest row
+Tokenization and packing are the training's preprocessor (:class:`kerasplm.text.BertPreprocessor`,
+:class:`kerasplm.text.gpt_inputs.GPTClassifierPreprocessor` or
+:class:`kerasplm.text.word_vocab.WordSequencePreprocessor`; same cut at ``max_length``), padded to the longest row
 of each request. Variable tracking, metadata and the atomic
 versioned save are :mod:`kerasplm.export.base`'s.
 """
@@ -34,7 +37,7 @@ from kerasplm.runs import RunDir, load_run
 from kerasplm.text.bert_tokenizer import BertPreprocessor
 
 FAMILY = "bert_classifier"
-CLASSIFIER_FAMILIES = (FAMILY, "gpt_classifier")
+CLASSIFIER_FAMILIES = (FAMILY, "gpt_classifier", "ulmfit_classifier")
 _TEXT = tf.TensorSpec([None], tf.string, name="text")
 _PAIR = tf.TensorSpec([None], tf.string, name="text_pair")
 _EXAMPLES = tf.TensorSpec([None], tf.string, name="inputs")
@@ -120,7 +123,7 @@ def export_classifier(run_dir, model_base_path, version=None, overwrite=False):
     family = RunDir(run_dir).read_config()["family"]
     if family not in CLASSIFIER_FAMILIES:
         raise ValueError(f"{run_dir} is a {family!r} run, not a classifier ({', '.join(CLASSIFIER_FAMILIES)}: "
-                         f"kerasplm finetune bert-classifier / gpt-classifier)")
+                         f"kerasplm finetune bert-classifier / gpt-classifier / ulmfit-classifier)")
     classifier = load_run(run_dir, family=CLASSIFIER_FAMILIES)
     module = ClassifierModule(classifier)
     metadata = {"labels": module.label_names, "regression": module.regression, "pair_input": module.pair_input,

@@ -7,7 +7,7 @@ converted), ``bert_classifier``, ``bert_tagger``, ``bert_simcse``, ``bert_sbert`
 """
 import dataclasses
 
-from kerasplm.options import SESSION, ExportOptions, JobOptions, TrainingOptions, option
+from kerasplm.options import SESSION, ExportOptions, FineTuningOptions, JobOptions, TrainingOptions, option
 from kerasplm.registry import Command
 
 DEFAULT_PRESET = "bert_tiny"
@@ -86,7 +86,7 @@ LENGTH_BUCKET_HELP = ("pad each batch to its longest example rounded up to a mul
 
 
 @dataclasses.dataclass(frozen=True)
-class BertClassifierOptions(TrainingOptions):
+class BertClassifierOptions(FineTuningOptions):
     """Options of ``finetune_bert_classifier`` / ``kerasplm finetune bert-classifier`` (declared once)."""
     train: str = option(None, "training examples (tab-separated)", file=True, metavar="TSV")
     dev: str = option(None, "held-out examples scored after training (tab-separated)", file=True, metavar="TSV")
@@ -124,12 +124,13 @@ class BertClassifierOptions(TrainingOptions):
     eval_batch_size: int = option(128, "examples per batch when scoring --dev", kind=int, minimum=1, scope=SESSION)
 
     def check(self):
+        super().check()
         if self.pair_col is not None and self.pair_col == self.text_col:
             raise ValueError(f"options text_col and pair_col are both {self.text_col!r}")
 
 
 @dataclasses.dataclass(frozen=True)
-class TaggerOptions(TrainingOptions):
+class TaggerOptions(FineTuningOptions):
     """Options of ``finetune_bert_tagger`` (keywords) and ``kerasplm finetune bert-tagger`` (flags)."""
 
     train: str = option(None, "CoNLL-2003 file to fine-tune on", file=True, metavar="CONLL")
@@ -156,7 +157,7 @@ class TaggerOptions(TrainingOptions):
 
 
 @dataclasses.dataclass(frozen=True)
-class SimCSEOptions(TrainingOptions):
+class SimCSEOptions(FineTuningOptions):
     """Options of ``finetune_bert_simcse`` / ``kerasplm finetune bert-simcse`` (declared once)."""
 
     train: str = option(None, "plain-text file, one sentence per line (empty lines skipped)", file=True,
@@ -186,7 +187,7 @@ class SimCSEOptions(TrainingOptions):
 
 
 @dataclasses.dataclass(frozen=True)
-class SentenceBertOptions(TrainingOptions):
+class SentenceBertOptions(FineTuningOptions):
     """Options of ``finetune_bert_sbert`` / ``kerasplm finetune bert-sbert`` (declared once)."""
 
     train: str = option(None, "tab-separated examples, no header: sentence1, sentence2, label (classification); "
@@ -228,7 +229,7 @@ class SentenceBertOptions(TrainingOptions):
 
 
 @dataclasses.dataclass(frozen=True)
-class BertQAOptions(TrainingOptions):
+class BertQAOptions(FineTuningOptions):
     """Options of ``finetune_bert_qa`` (keywords) and ``kerasplm finetune bert-qa`` (flags), declared once."""
 
     train: str = option(None, "SQuAD v1.1 JSON to fine-tune on", file=True, metavar="JSON")
@@ -260,6 +261,7 @@ class BertQAOptions(TrainingOptions):
     eval_batch_size: int = option(32, "questions per batch when scoring", kind=int, minimum=1, scope=SESSION)
 
     def check(self):
+        super().check()
         if self.max_query_length > self.sequence_length - 4:
             raise ValueError(f"max_query_length={self.max_query_length} leaves no context piece in windows of "
                              f"sequence_length={self.sequence_length} (at most sequence_length - 4)")
@@ -268,7 +270,7 @@ class BertQAOptions(TrainingOptions):
 
 
 @dataclasses.dataclass(frozen=True)
-class DistillOptions(TrainingOptions):
+class DistillOptions(FineTuningOptions):
     """Options of ``distill`` / ``kerasplm distill``: a classifier or tagger run (the teacher) distilled into a
     smaller student run of the same family (kerasplm.models.distillation)."""
 
@@ -422,10 +424,10 @@ COMMANDS = [
             description="Export a BERT run (converted, pretrained or fine-tuned): `text` strings -> `embedding` "
                         "vectors, pooled and normalized as the run records; --whitening CORPUS fits BERT-whitening "
                         "on the corpus and applies it in graph."),
-    Command("export", "classifier", "export a fine-tuned BERT or GPT classifier run", ExportOptions,
+    Command("export", "classifier", "export a fine-tuned BERT, GPT or ULMFiT classifier run", ExportOptions,
             "kerasplm.export.classifier:export_classifier_run",
-            description="Export a `kerasplm finetune bert-classifier` or `gpt-classifier` run: `text` (and "
-                        "`text_pair` for a pair model) strings -> `probabilities` and `label` names."),
+            description="Export a `kerasplm finetune bert-classifier`, `gpt-classifier` or `ulmfit-classifier` run: "
+                        "`text` (and `text_pair` for a pair model) strings -> `probabilities` and `label` names."),
     Command("export", "tagger", "export a BERT tagger run", ExportOptions, "kerasplm.export.tagger:export_tagger_run",
             description="Export a `finetune bert-tagger` run: text -> entity spans."),
     Command("export", "qa", "export a BERT question answering run", ExportOptions, "kerasplm.export.qa:export_qa_run",

@@ -9,11 +9,14 @@ What they hold, so that a family's job module holds only its family's specifics:
   length when neither ``steps`` nor ``time_budget`` is given, and the longest schedule a time budget alone may be
   fitted to (``most_steps``);
 * **the schedule** (options with ``schedule_steps``): BERT's linear warmup over ``warmup_fraction`` of the steps and
-  linear decay to 0 (:func:`fine_tuning_schedule`) over ``schedule_steps``, which is ``steps`` for a new run, the
-  recorded length on a resume (:meth:`FineTuningJob.plan_schedule`), or, for a new run given ``time_budget``
-  alone, fitted to the budget by :func:`kerasplm.jobs.job.fit_scheduled` and recorded then;
+  linear decay to 0, or with ``--schedule stlr`` ULMFiT's slanted triangular rates (:func:`fine_tuning_schedule`;
+  the options of :class:`kerasplm.options.FineTuningOptions`) over ``schedule_steps``, which is ``steps`` for a new
+  run, the recorded length on a resume (:meth:`FineTuningJob.plan_schedule`), or, for a new run given
+  ``time_budget`` alone, fitted to the budget by :func:`kerasplm.jobs.job.fit_scheduled` and recorded then;
 * **the optimizer** (:func:`make_optimizer`): AdamW, ε 1e-6, weight decay not on biases and LayerNorm, optional
-  layer-wise learning-rate decay (:class:`LayerwiseAdamW`, ELECTRA's depths: :func:`layer_decay_multiplier`);
+  layer-wise learning-rate decay (``--layer-decay``, ELECTRA's) or ULMFiT's discriminative rates
+  (``--discriminative-lr 2.6``): :class:`kerasplm.training.optimizers.LayerwiseAdamW` over layer groups (BERT's
+  depths: :func:`bert_layer_group`; a family may give its own);
   clip 1, a checkpoint every 500 steps, the loss logged every 25;
 * **the pretrained backbone**: :func:`bert_init_parts` (the BERT run a job starts from), :meth:`copy_init_assets`
   (its tokenizer files into the new run; both at once for a BERT run: :meth:`start_from_bert`),
@@ -49,11 +52,14 @@ from kerasplm.models.bert_tasks import classification_metrics
 from kerasplm.options import resolve_options
 from kerasplm.runs import RunDir
 from kerasplm.text.preprocessing import trim_to_bucket
-from kerasplm.training import BudgetSchedule
+from kerasplm.training import BudgetSchedule, SlantedTriangular
 from kerasplm.text.bert_tokenizer import BertTokenizer
-from kerasplm.training.optimizers import FusedAdamW
+# LayerwiseAdamW lives with the optimizers; importable from here as before.
+from kerasplm.training.optimizers import (FusedAdamW, LayerwiseAdamW, discriminative_decay,  # noqa: F401
+                                          layer_group_multiplier)
 
-__all__ = ["FineTuningJob", "ClassificationJob", "LayerwiseAdamW", "bert_init_parts", "classification_scores",
+__all__ = ["FineTuningJob", "ClassificationJob", "LayerwiseAdamW", "bert_init_parts", "bert_layer_group",
+           "classification_scores", "layerwise_decay",
            "fine_tuning_schedule", "cut_padding", "label_ids", "layer_decay_multiplier", "make_classification_dataset",
            "make_optimizer", "read_classification_tsv"]
 
@@ -172,55 +178,66 @@ def classification_scores(model, dataset, regression, num_labels):
 
 
 # ------------------------------------------------------------------------------------------------ optimization
-class LayerwiseAdamW(FusedAdamW):
-    """AdamW with a learning-rate multiplier per variable: ``multiplier(variable) -> float`` (read once, at build)."""
-
-    def __init__(self, multiplier, **kwargs):
-        super().__init__(**kwargs)
-        self._multiplier = multiplier
-        self._lr_multipliers = []
-
-    def build(self, variables):
-        super().build(variables)
-        self._lr_multipliers = [float(self._multiplier(v)) for v in variables]
-
-    def update_step(self, gradient, variable, learning_rate):
-        factor = self._lr_multipliers[self._get_variable_index(variable)]
-        return super().update_step(gradient, variable, learning_rate * factor)
+def bert_layer_group(num_layers):
+    """ELECTRA's depths of a BERT model's variables, by path ``<backbone>/<embeddings|blockN|pooler>/...``:
+    embeddings 0, block ``i`` (1-based) ``i``, pooler and head ``L + 1`` (ALBERT's one shared "block": the top)."""
+    def group(variable):
+        parts = variable.path.split("/")
+        part = parts[1] if len(parts) > 2 else ""
+        if part == "embeddings":
+            return 0
+        if part.startswith("block"):
+            return int(part[len("block"):] or num_layers)
+        return num_layers + 1
+    return group
 
 
 def layer_decay_multiplier(num_layers, decay):
-    """ELECTRA's depths: embeddings 0, block ``i`` (1-based) ``i``, pooler and head ``L + 1``; a variable at depth
-    ``d`` learns at ``decay^(L + 1 - d)`` (by its path ``<backbone>/<embeddings|blockN|pooler>/...``)."""
-    def multiplier(variable):
-        parts = variable.path.split("/")
-        part = parts[1] if len(parts) > 2 else ""
-        depth = num_layers + 1
-        if part == "embeddings":
-            depth = 0
-        elif part.startswith("block"):
-            depth = int(part[len("block"):] or num_layers)   # ALBERT's shared "block": the top
-        return decay ** (num_layers + 1 - depth)
-    return multiplier
+    """ELECTRA's layer-wise decay: a variable at depth ``d`` (:func:`bert_layer_group`) learns at
+    ``decay^(L + 1 - d)`` times the base rate."""
+    return layer_group_multiplier(bert_layer_group(num_layers), num_layers + 1, decay)
 
 
 def fine_tuning_schedule(o, total_steps):
-    """BERT's fine-tuning schedule: linear warmup over ``o.warmup_fraction`` of ``total_steps`` to
-    ``o.learning_rate``, then linear decay to 0 at ``total_steps`` (a :class:`BudgetSchedule`, so that a run with
-    a time budget only can refit its length once its first steps are timed; None: that provisional length)."""
+    """The fine-tuning schedule ``o.schedule`` asks for (options without one: ``linear``) peaking at
+    ``o.learning_rate`` over ``total_steps`` (None: a provisional length, refitted once a run with a time budget only
+    has timed its first steps; both schedules have ``set_total_steps``):
+
+    * ``linear``, BERT's: linear warmup over ``o.warmup_fraction`` of the steps, then linear decay to 0
+      (:class:`BudgetSchedule`);
+    * ``stlr``, ULMFiT's slanted triangular rates (:class:`kerasplm.training.SlantedTriangular`, eq. 3): a rise over
+      ``o.stlr_cut_frac`` of the steps, then a decay to ``learning_rate / o.stlr_ratio``.
+    """
+    if getattr(o, "schedule", "linear") == "stlr":
+        return SlantedTriangular(o.learning_rate, total_steps or provisional_total_steps(o.stlr_cut_frac),
+                                 cut_frac=o.stlr_cut_frac, ratio=o.stlr_ratio)
     return BudgetSchedule(o.learning_rate, total_steps or provisional_total_steps(o.warmup_fraction),
                           warmup_fraction=o.warmup_fraction)
 
 
-def make_optimizer(o, schedule, num_layers):
-    """The fine-tuning optimizer (every BERT task, GPT-1's): AdamW, ε 1e-6, weight decay ``o.weight_decay`` not on
-    biases and LayerNorm, learning rate ``schedule`` (:func:`fine_tuning_schedule`), optional layer-wise decay
-    ``o.layer_decay`` over ``num_layers`` blocks."""
-    kwargs = dict(learning_rate=schedule, weight_decay=o.weight_decay, epsilon=1e-6)
-    if o.layer_decay is None or o.layer_decay == 1.0:
+def layerwise_decay(o):
+    """The per-layer-group decay the options ask for: ``o.layer_decay`` (ELECTRA's), or ``1 / o.discriminative_lr``
+    (ULMFiT's η^(l-1) = η^l / factor); None when neither is on."""
+    decay = getattr(o, "layer_decay", None)
+    if getattr(o, "discriminative_lr", None) is not None:
+        decay = discriminative_decay(o.discriminative_lr)
+    return None if decay is None or decay == 1.0 else decay
+
+
+def make_optimizer(o, schedule, num_layers, layer_group=None, top_group=None, **adam):
+    """The fine-tuning optimizer (every BERT task, GPT-1's, ULMFiT's): AdamW, ε 1e-6 (unless ``adam`` says
+    otherwise, e.g. ULMFiT's β1 0.7), weight decay ``o.weight_decay`` not on biases and LayerNorm, learning rate
+    ``schedule`` (:func:`fine_tuning_schedule`), and with ``o.layer_decay`` or ``o.discriminative_lr``
+    (:func:`layerwise_decay`) a rate per layer group: ``layer_group(variable)`` in ``[0, top_group]`` (default:
+    BERT's depths over ``num_layers`` blocks, :func:`bert_layer_group`)."""
+    kwargs = dict(learning_rate=schedule, weight_decay=o.weight_decay, epsilon=1e-6, **adam)
+    decay = layerwise_decay(o)
+    if decay is None:
         optimizer = FusedAdamW(**kwargs)
     else:
-        optimizer = LayerwiseAdamW(layer_decay_multiplier(num_layers, o.layer_decay), **kwargs)
+        if layer_group is None:
+            layer_group, top_group = bert_layer_group(num_layers), num_layers + 1
+        optimizer = LayerwiseAdamW(layer_group_multiplier(layer_group, top_group, decay), **kwargs)
     optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
     return optimizer
 

@@ -10,6 +10,7 @@ from kerasplm.models.bert_pretraining import BertMaskedLMHead, BertPretrainer
 from kerasplm.models.bert_tasks import BertClassifier
 from kerasplm.models.bert_tagger import BertTaggerPreprocessor, BertTokenClassifier
 from kerasplm.models.causal_lm import CausalLM, CausalLMConfig, DecoderOnlyBackbone
+from kerasplm.models.awd_lstm import AWDLSTMBackbone, AWDLSTMConfig, AWDLSTMLanguageModel, ULMFiTClassifier
 from kerasplm.models.char_rnn import CharRNNBackbone, CharRNNConfig, CharRNNLanguageModel
 from kerasplm.models.electra import ElectraDiscriminator
 from kerasplm.models.elmo import ElmoBiLM, ElmoConfig, ElmoEmbedder, ElmoLanguageModel, ScalarMix
@@ -20,6 +21,7 @@ from kerasplm.models.transformer import PRESETS as TRANSFORMER_PRESETS
 from kerasplm.models.transformer import Decoder, Encoder, Transformer, TransformerConfig
 
 __all__ = [
+    "AWDLSTMBackbone", "AWDLSTMConfig", "AWDLSTMLanguageModel", "ULMFiTClassifier",
     "Backbone", "BertBackbone", "BertClassifier", "BertConfig", "BertMaskedLMHead", "BertPretrainer",
     "BertTaggerPreprocessor", "BertTokenClassifier", "CausalLM", "CausalLMConfig", "CharRNNBackbone", "CharRNNConfig",
     "CharRNNLanguageModel", "ConfigMixin", "Decoder", "DecoderOnlyBackbone", "ElectraDiscriminator", "ElmoBiLM",

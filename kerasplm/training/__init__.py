@@ -13,6 +13,8 @@ from kerasplm.training.losses import (
 from kerasplm.training.schedules import (
     BudgetSchedule,
     CustomSchedule,
+    ScaledSchedule,
+    SlantedTriangular,
     WarmupCosineDecay,
     WarmupLinearDecay,
     plot_schedule,
@@ -24,6 +26,8 @@ __all__ = [
     "BudgetSchedule",
     "WarmupLinearDecay",
     "WarmupCosineDecay",
+    "SlantedTriangular",
+    "ScaledSchedule",
     "plot_schedule",
     "masked_sparse_cross_entropy",
     "fused_masked_cross_entropy",

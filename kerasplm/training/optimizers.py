@@ -19,7 +19,8 @@ backends other than TensorFlow fall back to Keras' update unchanged.
 import keras
 import tensorflow as tf
 
-__all__ = ["FusedAdam", "FusedAdamW"]
+__all__ = ["FusedAdam", "FusedAdamW", "LayerwiseAdamW", "layer_group_multiplier", "discriminative_decay",
+           "gradual_unfreezing"]
 
 
 def _handle(variable):
@@ -41,10 +42,17 @@ class _FusedAdamUpdate:
         # On TensorFlow the decay is applied in update_step, variable by variable (the same order:
         # decay with the step's learning rate first, then the Adam update).
 
+    def _decay_gate(self, variable):
+        """A 0/1 factor on ``variable``'s weight decay this step (None: always 1; a frozen layer's is 0)."""
+        return None
+
     def _decay(self, variable):
         if self.weight_decay is None or not self._use_weight_decay(variable):
             return
         lr, wd = tf.cast(self.learning_rate, variable.dtype), tf.cast(self.weight_decay, variable.dtype)
+        gate = self._decay_gate(variable)
+        if gate is not None:
+            lr = lr * tf.cast(gate, variable.dtype)
         if variable.dtype != "float32":
             variable.assign_sub(variable * (wd * lr))
             return
@@ -75,3 +83,68 @@ class FusedAdam(_FusedAdamUpdate, keras.optimizers.Adam):
 @keras.saving.register_keras_serializable(package="kerasplm")
 class FusedAdamW(_FusedAdamUpdate, keras.optimizers.AdamW):
     """``keras.optimizers.AdamW`` (Loshchilov & Hutter 2019) with the fused dense Adam update."""
+
+
+class LayerwiseAdamW(FusedAdamW):
+    """:class:`FusedAdamW` with a learning-rate multiplier per variable: ``multiplier(variable) -> float``, read
+    once when the optimizer is built; variable v's Adam update is made at learning rate ``lr_t · m(v)`` (its
+    decoupled weight decay stays at ``lr_t``). What layer-wise decay (ELECTRA) and ULMFiT's discriminative
+    fine-tuning are made of: :func:`layer_group_multiplier`.
+
+    ``frozen_until(variable) -> step`` (optional; :func:`gradual_unfreezing`): the variable learns from that
+    optimizer step on; before it its learning rate and its weight decay are 0 (its Adam moments still follow its
+    gradients, so it starts with moments of the right scale when it thaws)."""
+
+    def __init__(self, multiplier, frozen_until=None, **kwargs):
+        super().__init__(**kwargs)
+        self._multiplier = multiplier
+        self._frozen_until = frozen_until
+        self._lr_multipliers = []
+        self._thaw_steps = []
+
+    def build(self, variables):
+        super().build(variables)
+        self._lr_multipliers = [float(self._multiplier(v)) for v in variables]
+        self._thaw_steps = [int(self._frozen_until(v)) if self._frozen_until else 0 for v in variables]
+
+    def _gate(self, variable):
+        thaw = self._thaw_steps[self._get_variable_index(variable)] if self._thaw_steps else 0
+        return None if thaw <= 0 else tf.cast(self.iterations >= thaw, tf.float32)
+
+    def _decay_gate(self, variable):
+        return self._gate(variable)
+
+    def update_step(self, gradient, variable, learning_rate):
+        factor = self._lr_multipliers[self._get_variable_index(variable)]
+        learning_rate = learning_rate * factor
+        gate = self._gate(variable)
+        if gate is not None:
+            learning_rate = learning_rate * tf.cast(gate, learning_rate.dtype)
+        return super().update_step(gradient, variable, learning_rate)
+
+
+def gradual_unfreezing(layer_group, top_group, steps_per_group):
+    """ULMFiT's gradual unfreezing (§3.3) as a :class:`LayerwiseAdamW` ``frozen_until``: the top group learns from
+    the start, and each group below it ``steps_per_group`` steps (an epoch) after the group above it, so after k
+    stages the top k + 1 groups learn."""
+    return lambda variable: (top_group - layer_group(variable)) * int(steps_per_group)
+
+
+def layer_group_multiplier(layer_group, top_group, decay):
+    """A :class:`LayerwiseAdamW` multiplier over layer groups: ``layer_group(variable) -> g`` in
+    ``[0, top_group]`` (0 the bottom, e.g. the embeddings; ``top_group`` the head), and group g learns at
+    ``decay^(top_group - g)`` times the base rate, so η^(g-1) = decay · η^g and the top group learns at the base
+    rate.
+
+    ELECTRA's layer-wise decay is ``decay`` < 1 directly; ULMFiT's discriminative fine-tuning (Howard & Ruder 2018,
+    §3.2: η^(l-1) = η^l / 2.6) is ``decay = discriminative_decay(2.6)``."""
+    def multiplier(variable):
+        return decay ** (top_group - layer_group(variable))
+    return multiplier
+
+
+def discriminative_decay(factor):
+    """The per-group decay of ULMFiT's discriminative learning rates η^(l-1) = η^l / ``factor``: ``1 / factor``."""
+    if factor is None or factor <= 0:
+        raise ValueError(f"the discriminative learning-rate factor must be > 0, got {factor}")
+    return 1.0 / factor

@@ -7,7 +7,8 @@ import math
 import keras
 import tensorflow as tf
 
-__all__ = ["CustomSchedule", "WarmupLinearDecay", "WarmupCosineDecay", "BudgetSchedule", "plot_schedule"]
+__all__ = ["CustomSchedule", "WarmupLinearDecay", "WarmupCosineDecay", "BudgetSchedule", "SlantedTriangular",
+           "ScaledSchedule", "plot_schedule"]
 
 
 @keras.saving.register_keras_serializable(package="kerasplm")
@@ -164,6 +165,102 @@ class BudgetSchedule(keras.optimizers.schedules.LearningRateSchedule):
     def get_config(self):
         return {"peak_learning_rate": self.peak_learning_rate, "total_steps": self.total_steps,
                 "warmup_fraction": self.warmup_fraction}
+
+
+@keras.saving.register_keras_serializable(package="kerasplm")
+class SlantedTriangular(keras.optimizers.schedules.LearningRateSchedule):
+    """ULMFiT's slanted triangular learning rate (Howard & Ruder 2018, eq. 3): a short linear rise to
+    ``max_learning_rate`` over the first ``cut_frac`` of the ``total_steps`` updates, then a long linear decay to
+    ``max_learning_rate / ratio``.
+
+    With T = total_steps and t the optimizer step (0-based, as Keras passes it)::
+
+        cut = floor(T · cut_frac)
+        p   = t / cut                                   if t < cut
+              1 - (t - cut) / (cut · (1/cut_frac - 1))  otherwise
+        η_t = η_max · (1 + p · (ratio - 1)) / ratio
+
+    so η_0 = η_max / ratio, η_cut = η_max, and η falls back to η_max / ratio at t = T (where cut·(1/cut_frac - 1)
+    = T - cut exactly when T·cut_frac is an integer). p is held at 0 (η = η_max / ratio) once the decay reaches
+    the bottom: past T, or a little before it when T·cut_frac is not an integer, where the paper's p would turn
+    negative (and with it, for long runs, the learning rate). When
+    T·cut_frac < 1 there is no rise (cut = 0) and the decay spans T. The paper's values: cut_frac 0.1, ratio 32,
+    η_max 0.01.
+
+    T is held in a tf.Variable, as :class:`BudgetSchedule`'s: a time-budgeted run refits it with
+    ``set_total_steps`` once its first steps are timed, without retracing the train step.
+    """
+
+    def __init__(self, max_learning_rate, total_steps, cut_frac=0.1, ratio=32):
+        super().__init__()
+        if max_learning_rate <= 0:
+            raise ValueError(f"max_learning_rate must be > 0, got {max_learning_rate}")
+        if not 0.0 < cut_frac < 1.0:
+            raise ValueError(f"cut_frac must be in (0, 1), got {cut_frac}")
+        if ratio < 1:
+            raise ValueError(f"ratio must be >= 1, got {ratio}")
+        self.max_learning_rate = max_learning_rate
+        self.cut_frac = cut_frac
+        self.ratio = ratio
+        self._total_steps = tf.Variable(1.0, dtype=tf.float32, trainable=False, name="schedule_total_steps")
+        self.set_total_steps(total_steps)
+
+    @property
+    def total_steps(self):
+        return int(round(float(self._total_steps.numpy())))
+
+    def set_total_steps(self, total_steps):
+        """Refit the schedule to ``total_steps`` (>= 1) updates."""
+        if total_steps < 1:
+            raise ValueError(f"total_steps must be >= 1, got {total_steps}")
+        self._total_steps.assign(float(total_steps))
+
+    def __call__(self, step):
+        step = tf.cast(step, tf.float32)
+        total = tf.convert_to_tensor(self._total_steps)
+        cut = tf.floor(total * self.cut_frac)
+        # cut · (1/cut_frac - 1), the decay's length; T itself when there is no rise (cut = 0).
+        decay_steps = tf.where(cut > 0, cut * (1.0 / self.cut_frac - 1.0), total)
+        rising = step / tf.maximum(cut, 1.0)
+        falling = 1.0 - (step - cut) / tf.maximum(decay_steps, 1e-6)
+        p = tf.maximum(tf.where(step < cut, rising, falling), 0.0)
+        ratio = tf.constant(float(self.ratio), tf.float32)
+        return tf.cast(self.max_learning_rate, tf.float32) * (1.0 + p * (ratio - 1.0)) / ratio
+
+    def get_config(self):
+        return {"max_learning_rate": self.max_learning_rate, "total_steps": self.total_steps,
+                "cut_frac": self.cut_frac, "ratio": self.ratio}
+
+
+@keras.saving.register_keras_serializable(package="kerasplm")
+class ScaledSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """``schedule(step) · scale``, with ``scale`` a tf.Variable the training step sets (:meth:`set_scale` eagerly, or
+    ``scale.assign`` inside the traced step, before the optimizer reads the rate). The AWD-LSTM's variable-length
+    BPTT windows: a window of length ℓ is trained at η · ℓ / bptt, so that short windows do not weigh as much as
+    full ones. ``total_steps`` / ``set_total_steps`` are the wrapped schedule's (a time budget refits it)."""
+
+    def __init__(self, schedule, scale=1.0):
+        super().__init__()
+        if isinstance(schedule, dict):
+            schedule = keras.optimizers.schedules.deserialize(schedule)
+        self.schedule = schedule
+        self.scale = tf.Variable(float(scale), dtype=tf.float32, trainable=False, name="schedule_scale")
+
+    def set_scale(self, scale):
+        self.scale.assign(float(scale))
+
+    @property
+    def total_steps(self):
+        return self.schedule.total_steps
+
+    def set_total_steps(self, total_steps):
+        self.schedule.set_total_steps(total_steps)
+
+    def __call__(self, step):
+        return tf.cast(self.schedule(step), tf.float32) * tf.convert_to_tensor(self.scale)
+
+    def get_config(self):
+        return {"schedule": keras.optimizers.schedules.serialize(self.schedule)}
 
 
 def plot_schedule(schedule, steps=40000, ax=None):

@@ -250,3 +250,32 @@ def test_batches_are_cut_to_their_longest_example_and_the_model_does_not_notice(
             assert not full_inputs["padding_mask"][:, widths[-1]:].numpy().any()
         np.testing.assert_allclose(model(inputs, training=False), model(full_inputs, training=False), atol=1e-5)
     assert widths == [16, 4]
+
+
+def test_stlr_and_discriminative_rates_reach_the_optimizer(toy, tmp_path):
+    """--schedule stlr --stlr-cut-frac --stlr-ratio and --discriminative-lr on a fine-tuning job: the optimizer's
+    learning rate is ULMFiT's slanted triangular schedule over the run's steps, and each BERT depth learns at the
+    head's rate / 2.6 per group below it; the options are recorded in the run. Both with --layer-decay: refused."""
+    from kerasplm.jobs.bert_finetune import BertClassifierJob
+    from kerasplm.training import SlantedTriangular
+
+    job = BertClassifierJob(str(tmp_path / "stlr"), log=lambda *_: None, train=toy["train"], init=toy["init"],
+                            steps=1, schedule_steps=40, batch_size=8, max_length=12, verbose=0, jit_compile=False,
+                            schedule="stlr", stlr_cut_frac=0.25, stlr_ratio=8.0, discriminative_lr=2.6)
+    job.run()
+    optimizer = job.trainer.optimizer
+    schedule = optimizer._learning_rate
+    assert isinstance(schedule, SlantedTriangular) and isinstance(optimizer, LayerwiseAdamW)
+    assert schedule.get_config() == {"max_learning_rate": 3e-5, "total_steps": 40, "cut_frac": 0.25, "ratio": 8.0}
+    multipliers = {v.path: m for v, m in zip(job.trainer.model.trainable_variables, optimizer._lr_multipliers)}
+    depth = {"embeddings": 0, "block1": 1, "block2": 2, "pooler": 3}
+    for path, factor in multipliers.items():
+        part = path.split("/")[1] if path.count("/") > 1 else "head"
+        assert factor == pytest.approx(2.6 ** -(3 - depth.get(part, 3))), path
+    assert min(multipliers.values()) == pytest.approx(2.6 ** -3)
+    with open(tmp_path / "stlr" / "config.json") as f:
+        stored = json.load(f)["options"]
+    assert (stored["schedule"], stored["stlr_cut_frac"], stored["discriminative_lr"]) == ("stlr", 0.25, 2.6)
+    with pytest.raises(ValueError, match="either discriminative_lr or layer_decay"):
+        finetune_bert_classifier(str(tmp_path / "both"), train=toy["train"], init=toy["init"], steps=1,
+                                 discriminative_lr=2.6, layer_decay=0.9)

@@ -59,3 +59,58 @@ def test_fused_adamw_round_trips_its_config():
     optimizer = FusedAdamW(learning_rate=0.01, weight_decay=0.02, epsilon=1e-6)
     clone = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
     assert type(clone) is FusedAdamW and clone.weight_decay == 0.02 and clone.epsilon == 1e-6
+
+
+def test_discriminative_learning_rates_divide_by_the_factor_per_group_below_the_top():
+    """ULMFiT's η^(l-1) = η^l / 2.6: with Adam's first step (lr · g/|g|), each variable moves by the base rate times
+    2.6^-(top - group)."""
+    from kerasplm.training.optimizers import LayerwiseAdamW, discriminative_decay, layer_group_multiplier
+
+    variables = [keras.Variable(np.zeros((2, 3), np.float32), name=f"group{g}") for g in range(4)]
+    groups = {id(v): g for g, v in enumerate(variables)}
+    multiplier = layer_group_multiplier(lambda v: groups[id(v)], 3, discriminative_decay(2.6))
+    optimizer = LayerwiseAdamW(multiplier, learning_rate=1e-2, weight_decay=0.0, epsilon=1e-12)
+    optimizer.build(variables)
+    optimizer.apply_gradients([(tf.ones_like(v), v) for v in variables])
+    for g, v in enumerate(variables):
+        np.testing.assert_allclose(-v.numpy(), 1e-2 / 2.6 ** (3 - g), rtol=1e-4, err_msg=f"group {g}")
+    with pytest.raises(ValueError, match="factor must be > 0"):
+        discriminative_decay(0)
+
+
+def test_gradual_unfreezing_thaws_one_group_per_stage_from_the_top():
+    """Groups 0..2, 2 steps per stage: the top group moves from step 0, group 1 from step 2, group 0 from step 4;
+    a frozen variable is not decayed either."""
+    from kerasplm.training.optimizers import LayerwiseAdamW, gradual_unfreezing
+
+    variables = [keras.Variable(np.ones((2,), np.float32), name=f"group{g}") for g in range(3)]
+    groups = {id(v): g for g, v in enumerate(variables)}
+    optimizer = LayerwiseAdamW(lambda v: 1.0, frozen_until=gradual_unfreezing(lambda v: groups[id(v)], 2, 2),
+                               learning_rate=1e-2, weight_decay=0.1, epsilon=1e-12)
+    optimizer.build(variables)
+    moved = []
+    for _ in range(5):
+        before = [v.numpy().copy() for v in variables]
+        optimizer.apply_gradients([(tf.ones_like(v), v) for v in variables])
+        moved.append([bool(np.any(v.numpy() != b)) for v, b in zip(variables, before)])
+    assert moved == [[False, False, True], [False, False, True], [False, True, True], [False, True, True],
+                     [True, True, True]]
+
+
+def test_scaled_schedule_multiplies_the_rate_read_in_the_step():
+    from kerasplm.training.schedules import ScaledSchedule, SlantedTriangular
+
+    schedule = ScaledSchedule(SlantedTriangular(0.01, 100))
+    variable = keras.Variable(np.zeros((1,), np.float32))
+    optimizer = keras.optimizers.SGD(learning_rate=schedule)
+    optimizer.build([variable])
+
+    @tf.function
+    def step(scale):
+        schedule.scale.assign(scale)      # as a training step sets it from its window's length
+        optimizer.apply_gradients([(tf.ones_like(variable), variable)])
+
+    step(tf.constant(0.5))
+    np.testing.assert_allclose(-variable.numpy(), 0.5 * 0.01 / 32, rtol=1e-5)
+    schedule.set_total_steps(50)
+    assert schedule.total_steps == 50 == schedule.schedule.total_steps

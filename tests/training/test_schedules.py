@@ -7,7 +7,7 @@ import pytest
 
 import tensorflow as tf
 
-from kerasplm.training import (BudgetSchedule, CustomSchedule, WarmupCosineDecay, WarmupLinearDecay,
+from kerasplm.training import (BudgetSchedule, CustomSchedule, SlantedTriangular, WarmupCosineDecay, WarmupLinearDecay,
                               plot_schedule)
 
 matplotlib.use("Agg")
@@ -155,3 +155,44 @@ def test_budget_schedule_refit_needs_no_retrace():
 def test_budget_schedule_rejects_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         BudgetSchedule(**kwargs)
+
+
+def stlr_formula(t, total, cut_frac, ratio, peak):
+    """Howard & Ruder (2018), eq. 3, written out in plain Python; p held at 0 once the decay has reached the bottom
+    (when T·cut_frac is not an integer, cut·(1/cut_frac - 1) < T - cut and the paper's p would turn negative)."""
+    cut = math.floor(total * cut_frac)
+    if t < cut:
+        p = t / cut
+    else:
+        p = max(1 - (t - cut) / (cut * (1 / cut_frac - 1)), 0.0)
+    return peak * (1 + p * (ratio - 1)) / ratio
+
+
+@pytest.mark.parametrize("total,cut_frac,ratio", [(1000, 0.1, 32), (250, 0.2, 10), (37, 0.1, 32)])
+def test_slanted_triangular_is_the_papers_formula(total, cut_frac, ratio):
+    schedule = SlantedTriangular(0.01, total, cut_frac=cut_frac, ratio=ratio)
+    cut = math.floor(total * cut_frac)
+    for t in sorted({0, 1, cut // 2, cut - 1, cut, cut + 1, total // 2, total - 1, total}):
+        np.testing.assert_allclose(float(schedule(t)), stlr_formula(t, total, cut_frac, ratio, 0.01), rtol=1e-5,
+                                   err_msg=f"step {t}")
+    # Its shape: the lowest rate η_max/ratio at 0, the peak at cut, rising before it and falling after.
+    values = np.array(schedule(np.arange(total, dtype=np.float32)))
+    assert int(np.argmax(values)) == cut and values[0] == pytest.approx(0.01 / ratio)
+    assert np.all(np.diff(values[:cut + 1]) > 0) and np.all(np.diff(values[cut:]) <= 0)
+
+
+def test_slanted_triangular_edges_and_refitting():
+    schedule = SlantedTriangular(0.01, 1000)
+    assert float(schedule(5000)) == pytest.approx(0.01 / 32)        # past T: held at the lowest rate
+    schedule.set_total_steps(100)                                   # refitted (a time budget): cut = 10
+    assert float(schedule(10)) == pytest.approx(0.01) and schedule.total_steps == 100
+    short = SlantedTriangular(0.01, 5)                              # T·cut_frac < 1: no rise, decay over T
+    np.testing.assert_allclose(np.array(short(np.arange(6.0))), 0.01 * (1 + (1 - np.arange(6) / 5) * 31) / 32,
+                               rtol=1e-5)
+    for bad, message in [(dict(cut_frac=0.0), "cut_frac"), (dict(ratio=0.5), "ratio"),
+                         (dict(max_learning_rate=0.0), "max_learning_rate"), (dict(total_steps=0), "total_steps")]:
+        with pytest.raises(ValueError, match=message):
+            SlantedTriangular(**{"max_learning_rate": 0.01, "total_steps": 10, **bad})
+    restored = keras.optimizers.schedules.deserialize(keras.optimizers.schedules.serialize(schedule))
+    assert restored.get_config() == schedule.get_config() == {"max_learning_rate": 0.01, "total_steps": 100,
+                                                              "cut_frac": 0.1, "ratio": 32}

@@ -1,0 +1,188 @@
+"""ULMFiT's figures: WikiText-2 perplexity, the paper's ablations in small, and SST-2 against ELMo and BERT.
+
+Every side is trained by its own ``kerasplm`` job (the commands a user runs), one after the other, so each has the
+machine to itself; the results JSON records the machine, the load and every run's summary.
+
+* ``perplexity``: ``train ulmfit-lm`` on WikiText-2's validation split (the train split is not in ../shared/data)
+  for ``--time-budget`` seconds, the held-out perplexity per word on its test split (``--valid-corpus``).
+* ``ablations``: from one general language model (``--lm RUN``, or trained first on WikiText-2 for
+  ``--lm-budget``), the language model fine-tuned on SST-2's training sentences (text only), then ULMFiT's
+  classifier on SST-2, scored on its dev set, for each variant and ``--seeds`` seeds: ``full`` (target-LM
+  fine-tuning, discriminative rates 2.6, STLR, gradual unfreezing), ``no_discriminative`` (factor 1: one rate),
+  ``no_stlr`` (warmup + linear decay), ``no_gradual_unfreezing``, ``no_target_lm`` (the classifier on the general
+  language model). Each classifier trains ``--epochs`` epochs (or ``--steps``).
+* ``compare``: SST-2 dev accuracy at an equal CPU budget ``--budget`` per method, split between its stages:
+  ULMFiT (general LM ⅓, target LM ⅙, classifier ½), the ELMo classifier (biLM ½ on WikiText-2, classifier ½), a
+  BERT pretrained here (½, ``--bert-preset``) and fine-tuned (½).
+
+    python -m benchmarks.bench_ulmfit perplexity --time-budget 1800 --json ppl.json
+    python -m benchmarks.bench_ulmfit ablations --lm runs/wt2_lm --seeds 3 --json ablations.json
+    python -m benchmarks.bench_ulmfit compare --budget 3600 --json compare.json
+    python -m benchmarks.bench_ulmfit ablations --smoke     # a few steps of everything (no figure)
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from benchmarks.common import load_average, machine_info, write_results  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.normpath(os.path.join(ROOT, "..", "shared", "data"))
+WT2 = os.path.join(DATA, "wikitext2")
+SST2 = os.path.join(DATA, "sst2")
+VARIANTS = {
+    "full": {},
+    "no_discriminative": {"discriminative_lr": 1.0},
+    "no_stlr": {"schedule": "linear"},
+    "no_gradual_unfreezing": {"gradual_unfreezing": False},
+    "no_target_lm": {"init": "general"},
+}
+SMOKE = dict(steps=2)
+
+
+def _quiet(summary):
+    """A job's summary without its trained objects (the model, the generator ...): what JSON can hold."""
+    def plain(value):
+        try:
+            json.dumps(value)
+            return True
+        except TypeError:
+            return False
+    return {k: v for k, v in summary.items() if plain(v)}
+
+
+def sst2_text(out, max_examples=None):
+    """SST-2's training sentences as plain text (the target domain's unlabelled corpus)."""
+    from kerasplm.jobs.finetuning import read_classification_tsv
+
+    texts, _, _ = read_classification_tsv(os.path.join(SST2, "train.tsv"), max_examples=max_examples)
+    path = os.path.join(out, "sst2_text.txt")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(texts) + "\n")
+    return path
+
+
+def general_lm(args, out, budget):
+    from kerasplm.jobs.ulmfit import train_ulmfit_lm
+
+    path = os.path.join(out, "general_lm")
+    summary = train_ulmfit_lm(path, corpus=os.path.join(WT2, "wiki.valid.tokens"),
+                              valid_corpus=os.path.join(WT2, "wiki.test.tokens"), preset=args.preset,
+                              max_chars=args.max_chars, seed=args.seed, verbose=0, **budget)
+    return path, _quiet(summary)
+
+
+def run_perplexity(args, out):
+    budget = SMOKE if args.smoke else dict(time_budget=args.time_budget)
+    _, summary = general_lm(args, out, budget)
+    return {"wikitext2_test": summary}
+
+
+def run_ablations(args, out):
+    from kerasplm.jobs.ulmfit import finetune_ulmfit_classifier, finetune_ulmfit_lm
+
+    budget = SMOKE if args.smoke else dict(time_budget=args.lm_budget)
+    results = {}
+    lm = args.lm
+    if lm is None:
+        lm, results["general_lm"] = general_lm(args, out, budget)
+    target = os.path.join(out, "target_lm")
+    results["target_lm"] = _quiet(finetune_ulmfit_lm(target, init=lm, corpus=sst2_text(out, args.max_examples),
+                                                     seed=args.seed, verbose=0,
+                                                     **(SMOKE if args.smoke else dict(epochs=1))))
+    length = SMOKE if args.smoke else (dict(steps=args.steps) if args.steps else dict(epochs=args.epochs))
+    for name, change in VARIANTS.items():
+        accuracies = []
+        for seed in range(args.seeds):
+            options = {"gradual_unfreezing": True, "init": target, **change}
+            if options["init"] == "general":
+                options["init"] = lm
+            summary = finetune_ulmfit_classifier(
+                os.path.join(out, f"{name}_{seed}"), train=os.path.join(SST2, "train.tsv"),
+                dev=os.path.join(SST2, "dev.tsv"), max_examples=args.max_examples, seed=seed, verbose=0,
+                **options, **length)
+            accuracies.append(summary["dev"]["accuracy"])
+            results.setdefault(name, {"runs": []})["runs"].append(_quiet(summary))
+        results[name]["dev_accuracy_mean"] = statistics.mean(accuracies)
+        results[name]["dev_accuracy_stdev"] = statistics.stdev(accuracies) if len(accuracies) > 1 else None
+    return results
+
+
+def run_compare(args, out):
+    from kerasplm.jobs.bert_finetune import finetune_bert_classifier
+    from kerasplm.jobs.bert_pretraining import train_bert
+    from kerasplm.jobs.elmo import train_elmo
+    from kerasplm.jobs.elmo_classifier import finetune_elmo_classifier
+    from kerasplm.jobs.ulmfit import finetune_ulmfit_classifier, finetune_ulmfit_lm
+
+    def share(fraction):
+        return SMOKE if args.smoke else dict(time_budget=args.budget * fraction)
+
+    sst2 = dict(train=os.path.join(SST2, "train.tsv"), dev=os.path.join(SST2, "dev.tsv"),
+                max_examples=args.max_examples, seed=args.seed, verbose=0)
+    corpus = os.path.join(WT2, "wiki.valid.tokens")
+    results = {}
+    lm, results["ulmfit_general_lm"] = general_lm(args, out, share(1 / 3))
+    target = os.path.join(out, "target_lm")
+    results["ulmfit_target_lm"] = _quiet(finetune_ulmfit_lm(target, init=lm, corpus=sst2_text(out, args.max_examples),
+                                                            seed=args.seed, verbose=0, **share(1 / 6)))
+    results["ulmfit"] = _quiet(finetune_ulmfit_classifier(os.path.join(out, "ulmfit"), init=target,
+                                                          gradual_unfreezing=True, **sst2, **share(1 / 2)))
+    elmo = os.path.join(out, "elmo")
+    results["elmo_bilm"] = _quiet(train_elmo(elmo, corpus=corpus, preset=args.elmo_preset, seed=args.seed,
+                                             verbose=0, **share(1 / 2)))
+    results["elmo"] = _quiet(finetune_elmo_classifier(os.path.join(out, "elmo_classifier"), elmo=elmo, **sst2,
+                                                      **share(1 / 2)))
+    bert = os.path.join(out, "bert")
+    pretrain = dict(schedule_steps=args.bert_schedule_steps) if not args.smoke else {}
+    results["bert_pretraining"] = _quiet(train_bert(bert, corpus=corpus, preset=args.bert_preset, seed=args.seed,
+                                                    verbose=0, **pretrain, **share(1 / 2)))
+    results["bert"] = _quiet(finetune_bert_classifier(os.path.join(out, "bert_classifier"), init=bert,
+                                                      pooling="mean", **sst2, **share(1 / 2)))
+    results["dev_accuracy"] = {name: results[name]["dev"]["accuracy"] for name in ("ulmfit", "elmo", "bert")}
+    return results
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("figure", choices=["perplexity", "ablations", "compare"])
+    parser.add_argument("--smoke", action="store_true", help="two steps of every job (checks the script only)")
+    parser.add_argument("--preset", default="awd_lstm", help="the AWD-LSTM preset")
+    parser.add_argument("--time-budget", type=float, default=1800.0, help="perplexity: seconds of LM training")
+    parser.add_argument("--lm", help="ablations: a general ulmfit-lm run (default: train one for --lm-budget)")
+    parser.add_argument("--lm-budget", type=float, default=1800.0)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--epochs", type=float, default=3.0, help="ablations: classifier epochs")
+    parser.add_argument("--steps", type=int, help="ablations: classifier steps instead of epochs")
+    parser.add_argument("--budget", type=float, default=3600.0, help="compare: seconds per method")
+    parser.add_argument("--elmo-preset", default="elmo_mini")
+    parser.add_argument("--bert-preset", default="bert_mini")
+    parser.add_argument("--bert-schedule-steps", type=int, default=3000)
+    parser.add_argument("--max-examples", type=int, help="read at most this many SST-2 training examples")
+    parser.add_argument("--max-chars", type=int, help="read at most this many characters of WikiText-2")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", help="directory for the runs (default: a temporary one)")
+    parser.add_argument("--json")
+    args = parser.parse_args(argv)
+    for path in (WT2, SST2):
+        if not os.path.isdir(path):
+            parser.error(f"no {path} (the corpora live in ../shared/data)")
+    if args.smoke:
+        args.preset, args.seeds, args.elmo_preset, args.bert_preset = "awd_lstm_tiny", 1, "elmo_tiny", "bert_tiny"
+        args.max_examples, args.max_chars = args.max_examples or 64, args.max_chars or 20000
+    out = args.out or tempfile.mkdtemp(prefix="bench_ulmfit_")
+    results = {"machine": machine_info(), "load_average_start": load_average(), "figure": args.figure,
+               "arguments": vars(args)}
+    results.update({"perplexity": run_perplexity, "ablations": run_ablations, "compare": run_compare}[args.figure](
+        args, out))
+    results["load_average_end"] = load_average()
+    write_results(results, args.json)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""ULMFiT's three stages on a toy corpus with the tiny AWD-LSTM: the general LM (held-out perplexity, its vocabulary),
+target-domain LM fine-tuning (init weights and vocabulary, discriminative rates and STLR reaching the optimizer),
+the classifier (gradual unfreezing leaves the encoder untouched in the first epoch, the backward direction must
+match the LM's), the forward/backward ensemble, and the classifier export's contract (kerasplm-free, bad inputs,
+served)."""
+import json
+import os
+import random
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from kerasplm import serving
+from kerasplm.export import read_metadata
+from kerasplm.export.classifier import export_classifier
+from kerasplm.jobs.ulmfit import (ULMFiTClassifierJob, ULMFiTFineTuneLMJob, encode_lines, ensemble_probabilities,
+                                  load_ulmfit_classifier, train_ulmfit_lm)
+from kerasplm.runs import load_run
+from kerasplm.text.word_vocab import WordSequencePreprocessor
+from kerasplm.training import SlantedTriangular
+from tests.export.contract import check_bad_inputs, check_batch_safe, check_warmup, run_isolated
+from tests.serving.client import predict
+
+WORDS = "the a movie film plot actor was is very not".split()
+POSITIVE, NEGATIVE = ["good", "great", "fine"], ["bad", "awful", "poor"]
+QUIET = dict(log=lambda *_: None, verbose=0)
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ulmfit")
+    rng = random.Random(0)
+    with open(root / "corpus.txt", "w") as f:
+        for _ in range(300):
+            f.write(" ".join(rng.choice(WORDS + POSITIVE + NEGATIVE) for _ in range(rng.randint(4, 12))) + " .\n")
+    with open(root / "train.tsv", "w") as f:
+        f.write("sentence\tlabel\n")
+        for _ in range(48):
+            y = rng.randrange(2)
+            words = rng.sample(POSITIVE if y else NEGATIVE, 2) + rng.sample(WORDS, rng.randint(1, 6))
+            rng.shuffle(words)
+            f.write(" ".join(words) + f"\t{'pos' if y else 'neg'}\n")
+    lm = str(root / "lm")
+    summary = train_ulmfit_lm(lm, corpus=str(root / "corpus.txt"), preset="awd_lstm_tiny", num_layers=2,
+                              embedding_dim=8, hidden_dim=12, steps=2, batch_size=4, bptt=10, eval_batch_size=2,
+                              **QUIET)
+    return {"root": root, "corpus": str(root / "corpus.txt"), "train": str(root / "train.tsv"), "lm": lm,
+            "lm_summary": summary}
+
+
+@pytest.fixture(scope="module")
+def finetuned(toy):
+    job = ULMFiTFineTuneLMJob(str(toy["root"] / "ft"), init=toy["lm"], corpus=toy["corpus"], steps=1, batch_size=4,
+                              bptt=10, eval_batch_size=2, **QUIET)
+    return job, job.run()
+
+
+@pytest.fixture(scope="module")
+def classifier(toy, finetuned):
+    job = ULMFiTClassifierJob(str(toy["root"] / "clf"), init=finetuned[0].out, train=toy["train"], dev=toy["train"],
+                              steps=3, batch_size=8, bptt=16, max_length=16, gradual_unfreezing=True, **QUIET)
+    return job, job.run()
+
+
+def test_general_language_model_reports_held_out_perplexity(toy):
+    summary = toy["lm_summary"]
+    assert summary["step"] == 2 and np.isfinite(summary["held_out_loss"])
+    assert summary["held_out_perplexity"] == pytest.approx(np.exp(summary["held_out_loss"]), rel=1e-3)
+    with open(os.path.join(toy["lm"], "config.json")) as f:
+        config = json.load(f)
+    assert (config["family"], config["preset"], config["options"]["backward"]) == ("ulmfit_lm", "awd_lstm_tiny", False)
+    vocab = open(os.path.join(toy["lm"], "vocab.txt")).read().split("\n")
+    assert vocab[:4] == ["<pad>", "<unk>", "<bos>", "<eos>"] and "movie" in vocab
+    model = load_run(toy["lm"])
+    ids = encode_lines(model.preprocessor, "the movie\n\nis good")
+    assert ids.tolist() == [vocab.index(w) for w in ["the", "movie", "<eos>", "is", "good", "<eos>"]]
+    assert encode_lines(model.preprocessor, "the movie\nis good", backward=True).tolist() == ids[::-1].tolist()
+
+
+def test_target_lm_fine_tuning_uses_discriminative_rates_and_stlr(toy, finetuned):
+    job, summary = finetuned
+    optimizer = job.trainer.optimizer
+    schedule = optimizer._learning_rate.schedule
+    assert isinstance(schedule, SlantedTriangular) and schedule.max_learning_rate == 4e-3
+    multipliers = {v.path: m for v, m in zip(job.trainer.model.trainable_variables, optimizer._lr_multipliers)}
+    expected = {"lstm1": 2.6 ** -2, "lstm2": 2.6 ** -1, "embeddings": 1.0, "decoder_bias": 1.0}   # 2 layers
+    for path, factor in multipliers.items():
+        part = next(k for k in expected if k in path)
+        assert factor == pytest.approx(expected[part]), path
+    # The init run's vocabulary, and its weights (dropouts × 0.3) as the starting point.
+    assert open(os.path.join(job.out, "vocab.txt")).read() == open(os.path.join(toy["lm"], "vocab.txt")).read()
+    assert job.model_config.weight_dropout == pytest.approx(0.5 * 0.3)
+    assert np.isfinite(summary["held_out_perplexity"])
+
+
+def test_classifier_gradual_unfreezing_trains_the_head_alone_in_the_first_epoch(toy, finetuned, classifier):
+    job, summary = classifier
+    assert summary["labels"] == ["neg", "pos"] and summary["dev"]["examples"] == 48
+    model, init = job.trainer.model, load_run(finetuned[0].out)
+    for trained, start in zip(model.backbone.trainable_variables, init.backbone.trainable_variables):
+        np.testing.assert_array_equal(trained.numpy(), start.numpy())          # frozen: 3 steps of a 6-step epoch
+    thaw = dict(zip([v.path for v in model.trainable_variables], job.trainer.optimizer._thaw_steps))
+    assert len(model.backbone.lstms) == 2     # the LM's size overrides (--num-layers 2) carried through
+    assert thaw["awd_lstm/embeddings"] == 3 * 6 and thaw["awd_lstm/lstm2/kernel"] == 6
+    assert thaw["classifier/kernel"] == 0
+    with pytest.raises(ValueError, match="is a forward language model; a backward model needs a backward"):
+        ULMFiTClassifierJob(str(toy["root"] / "backward"), init=toy["lm"], train=toy["train"], steps=1,
+                            backward=True, **QUIET).run()
+
+
+def test_ensemble_averages_forward_and_backward_probabilities(classifier):
+    forward = load_ulmfit_classifier(classifier[0].out)
+    backward = load_ulmfit_classifier(classifier[0].out)
+    p = forward.preprocessor
+    backward.preprocessor = WordSequencePreprocessor(p.tokenizer, p.sequence_length, reverse=True, pad=False)
+    texts = ["good great movie", "awful plot", ""]
+    average = ensemble_probabilities([forward, backward], texts)
+    expected = (tf.nn.softmax(forward.predict_texts(texts)) + tf.nn.softmax(backward.predict_texts(texts))) / 2
+    np.testing.assert_allclose(average, expected, atol=1e-6)
+    backward.labels = ["x", "y"]
+    with pytest.raises(ValueError, match="labels differ"):
+        ensemble_probabilities([forward, backward], texts)
+
+
+def test_export_answers_as_the_other_classifiers(classifier, tmp_path):
+    run = classifier[0].out
+    path = export_classifier(run, str(tmp_path / "export"))
+    texts = ["good great movie", "awful plot poor", "", "a " * 40]
+    expected = tf.nn.softmax(load_ulmfit_classifier(run).predict_texts(texts)).numpy()
+    (outputs,) = run_isolated(path, [("serving_default", {"text": texts})])
+    np.testing.assert_allclose(np.array(outputs["probabilities"]), expected, atol=1e-5)
+    assert outputs["label"] == [["neg", "pos"][i] for i in expected.argmax(-1)]
+    assert read_metadata(path)["family"] == "ulmfit_classifier"
+
+    def check(inputs, out):
+        assert out["probabilities"].shape == (len(inputs), 2)
+        np.testing.assert_allclose(out["probabilities"].sum(-1), 1.0, atol=1e-5)
+
+    check_bad_inputs(path, "serving_default", "text", output_check=check)
+    check_batch_safe(path)
+    check_warmup(path)
+    server = serving.ModelServer(os.path.dirname(path), "ulmfit", rest_api_port=0, grpc_port=None, quiet=True)
+    server.start()
+    try:
+        status, body = predict(f"{server.url}/v1/models/ulmfit", {"instances": texts[:2]})
+    finally:
+        server.stop()
+    assert status == 200, body
+    np.testing.assert_allclose([row["probabilities"] for row in body["predictions"]], expected[:2], atol=1e-5)
