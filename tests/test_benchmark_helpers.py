@@ -1,6 +1,7 @@
 """The benchmarks' shared helpers (benchmarks/common.py): no timing is asserted, only the bookkeeping."""
 import sys
 
+import numpy as np
 import pytest
 
 from benchmarks.common import interleaved, keras_hub_or_reason
@@ -194,3 +195,15 @@ def test_pair_rows_take_the_faster_kerasplm_side_and_skip_rows_whose_anchor_did_
     assert rows[1]["kerasplm"] == 120.0 and rows[1]["kerasplm_side"] == "kerasplm_xla" and rows[1]["anchor"] == 60.0
     assert rows[1]["training_flops_per_unit"] == 6.0 and rows[1]["dtype"] == "float32"
     assert rows[2]["skipped"] == "keras_hub_xla was not run"
+
+
+def test_squad_retrieval_ranks_and_metrics():
+    """Rank of the gold column (ties counted against it), recall@k and MRR by hand."""
+    from benchmarks.squad_retrieval import ranks_of_gold, retrieval_metrics
+
+    scores = np.array([[0.9, 0.1, 0.5], [0.2, 0.2, 0.8], [0.3, 0.7, 0.7]])
+    ranks = ranks_of_gold(scores, np.array([0, 0, 2]))
+    assert ranks.tolist() == [1, 3, 2]
+    metrics = retrieval_metrics(ranks)
+    assert metrics["recall@1"] == pytest.approx(1 / 3) and metrics["recall@5"] == 1.0
+    assert metrics["mrr"] == pytest.approx((1 + 1 / 3 + 1 / 2) / 3) and metrics["questions"] == 3
