@@ -115,8 +115,23 @@ class WarmupCosineDecay(_WarmupThenDecay):
 
 
 
+class _RefittableLength:
+    """A schedule whose length lives in a variable (``schedule_total_steps``), so that a run given only a time budget
+    can refit it once its first steps are timed, and a resume restores it with the checkpoint."""
+
+    @property
+    def total_steps(self):
+        return int(round(float(self._total_steps.numpy())))
+
+    def set_total_steps(self, total_steps):
+        """Refit the schedule to ``total_steps`` (>= 1) updates."""
+        if total_steps < 1:
+            raise ValueError(f"total_steps must be >= 1, got {total_steps}")
+        self._total_steps.assign(float(total_steps))
+
+
 @keras.saving.register_keras_serializable(package="kerasplm")
-class BudgetSchedule(keras.optimizers.schedules.LearningRateSchedule):
+class BudgetSchedule(_RefittableLength, keras.optimizers.schedules.LearningRateSchedule):
     """Linear warmup over the first `warmup_fraction` of the run, then linear decay to zero at its end.
 
     A schedule fitted to the number of updates a run will actually make (the main job's default for
@@ -143,16 +158,6 @@ class BudgetSchedule(keras.optimizers.schedules.LearningRateSchedule):
         self._total_steps = tf.Variable(1.0, dtype=tf.float32, trainable=False, name="schedule_total_steps")
         self.set_total_steps(total_steps)
 
-    @property
-    def total_steps(self):
-        return int(round(float(self._total_steps.numpy())))
-
-    def set_total_steps(self, total_steps):
-        """Refit the schedule to `total_steps` (>= 1) updates."""
-        if total_steps < 1:
-            raise ValueError(f"total_steps must be >= 1, got {total_steps}")
-        self._total_steps.assign(float(total_steps))
-
     def __call__(self, step):
         step = tf.cast(step, tf.float32)
         peak = tf.cast(self.peak_learning_rate, tf.float32)
@@ -168,7 +173,7 @@ class BudgetSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
 
 @keras.saving.register_keras_serializable(package="kerasplm")
-class SlantedTriangular(keras.optimizers.schedules.LearningRateSchedule):
+class SlantedTriangular(_RefittableLength, keras.optimizers.schedules.LearningRateSchedule):
     """ULMFiT's slanted triangular learning rate (Howard & Ruder 2018, eq. 3): a short linear rise to
     ``max_learning_rate`` over the first ``cut_frac`` of the ``total_steps`` updates, then a long linear decay to
     ``max_learning_rate / ratio``.
@@ -204,16 +209,6 @@ class SlantedTriangular(keras.optimizers.schedules.LearningRateSchedule):
         self.ratio = ratio
         self._total_steps = tf.Variable(1.0, dtype=tf.float32, trainable=False, name="schedule_total_steps")
         self.set_total_steps(total_steps)
-
-    @property
-    def total_steps(self):
-        return int(round(float(self._total_steps.numpy())))
-
-    def set_total_steps(self, total_steps):
-        """Refit the schedule to ``total_steps`` (>= 1) updates."""
-        if total_steps < 1:
-            raise ValueError(f"total_steps must be >= 1, got {total_steps}")
-        self._total_steps.assign(float(total_steps))
 
     def __call__(self, step):
         step = tf.cast(step, tf.float32)
