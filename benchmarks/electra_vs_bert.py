@@ -23,6 +23,8 @@ accuracy (and standard deviation), the mean paired difference ELECTRA - BERT, an
 p; scipy's ``ttest_rel`` when scipy is installed).
 
     python -m benchmarks.electra_vs_bert --pretrain-seconds 1800 --seeds 5 --json electra_vs_bert.json
+    python -m benchmarks.electra_vs_bert --calibrate-only --pretrain-seconds 600     # idle: prints the step counts
+    python -m benchmarks.electra_vs_bert --pretrain-steps electra=N,bert=M --seeds 5 --json out.json  # load-proof
     python -m benchmarks.electra_vs_bert --smoke                      # a few steps of everything (not a figure)
     python -m benchmarks.electra_vs_bert --smoke --pretrain-seconds 20 --calibration-steps 8   # + the timing path
 """
@@ -63,6 +65,30 @@ def paired_test(a, b):
     return result
 
 
+def side_steps(text):
+    """``--pretrain-steps``: ``N`` (both sides) or ``electra=N,bert=M`` -> {side: steps}."""
+    if text.isdigit():
+        return {side: int(text) for side in SIDES}
+    try:
+        steps = {side: int(n) for side, n in (item.split("=") for item in text.split(","))}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N or electra=N,bert=M, got {text!r}") from None
+    if set(steps) != set(SIDES) or min(steps.values()) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive count for each of {', '.join(SIDES)}, got {text!r}")
+    return steps
+
+
+def calibrate(side, out, common, calibration_steps, budget):
+    """Times ``side``'s step (median after the first few) and returns ``(steps the budget allows, seconds per
+    step)``; the budget also pays for the first step's trace, so the schedule ends where the rest runs out."""
+    # Its held-out score is not used: two documents of the corpus keep its evaluation short.
+    _, job, _ = pretrain(side, os.path.join(out, f"{side}_calibration"), dict(common, dev_corpus=None, dev_documents=2),
+                         calibration_steps, calibration_steps)
+    timed = sorted(job.trainer.step_seconds[CALIBRATION_SKIP:])
+    seconds_per_step = timed[len(timed) // 2]
+    return max(1, int((budget - job.trainer.step_seconds[0]) / seconds_per_step)), seconds_per_step
+
+
 def pretrain_job(side):
     if side == "electra":
         from kerasplm.jobs.electra_pretraining import ElectraPretrainingJob
@@ -90,8 +116,12 @@ def main(argv=None):
     parser.add_argument("--sst2", default=os.path.join(DATA, "sst2"), help="folder of SST-2's train.tsv and dev.tsv")
     parser.add_argument("--pretrain-seconds", type=float,
                         help="training seconds per side (default 1800; with --smoke: train 3 steps instead)")
-    parser.add_argument("--pretrain-steps", type=int,
-                        help="train each side exactly this many steps instead of timing a budget (smoke runs)")
+    parser.add_argument("--pretrain-steps", type=side_steps,
+                        help="train each side exactly this many steps instead of timing a budget: N for both (smoke "
+                             "runs) or electra=N,bert=M, the counts --calibrate-only printed (load-proof)")
+    parser.add_argument("--calibrate-only", action="store_true",
+                        help="time each side's step on this (idle) machine, print the step counts --pretrain-seconds "
+                             "allows as a --pretrain-steps value, and stop")
     parser.add_argument("--calibration-steps", type=int, default=40)
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--max-seq-length", type=int, default=128)
@@ -111,7 +141,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.smoke:
         if args.pretrain_seconds is None:
-            args.pretrain_steps = args.pretrain_steps or 3
+            args.pretrain_steps = args.pretrain_steps or side_steps("3")
         args.finetune_steps, args.seeds = args.finetune_steps or 2, 2
         args.finetune_examples, args.vocab_size, args.max_seq_length = 64, 1000, 32
     if args.pretrain_seconds is None:
@@ -142,21 +172,22 @@ def main(argv=None):
                "pretraining": {**{k: v for k, v in common.items() if k != "verbose"},
                                "seconds": None if args.pretrain_steps else args.pretrain_seconds}}
 
+    if args.calibrate_only:
+        calibration = {side: calibrate(side, out, common, args.calibration_steps, args.pretrain_seconds)
+                       for side in SIDES}
+        results["calibration"] = {side: {"steps": n, "seconds_per_step": t} for side, (n, t) in calibration.items()}
+        results["pretrain_steps"] = ",".join(f"{side}={n}" for side, (n, _) in calibration.items())
+        results["load_average_end"] = load_average()
+        write_results(results, args.json)
+        return results
+
     runs = {}
     for side in SIDES:
         run = os.path.join(out, side)
         if args.pretrain_steps:
-            steps, budget, seconds_per_step = args.pretrain_steps, None, None
+            steps, budget, seconds_per_step = args.pretrain_steps[side], None, None
         else:
-            # Its held-out score is not used: two documents of the corpus keep its evaluation short.
-            _, job, _ = pretrain(side, os.path.join(out, f"{side}_calibration"),
-                                 dict(common, dev_corpus=None, dev_documents=2), args.calibration_steps,
-                                 args.calibration_steps)
-            timed = sorted(job.trainer.step_seconds[CALIBRATION_SKIP:])
-            seconds_per_step = timed[len(timed) // 2]
-            # The budget also pays for the first step's trace: the schedule ends where the rest of it runs out.
-            trace_seconds = job.trainer.step_seconds[0]
-            steps = max(1, int((args.pretrain_seconds - trace_seconds) / seconds_per_step))
+            steps, seconds_per_step = calibrate(side, out, common, args.calibration_steps, args.pretrain_seconds)
             budget = args.pretrain_seconds
         summary, job, cpu_seconds = pretrain(side, run, common, steps, steps, time_budget=budget)
         model = summary["pretrainer"]

@@ -79,3 +79,20 @@ def test_xla_is_refused_for_an_rnn_in_one_line(corpus, tmp_path):
         train_translator(str(tmp_path / "r"), data=corpus, preset="gru_bahdanau_tiny", steps=1, jit_compile=True,
                          log=lambda *_: None)
     assert not os.path.exists(str(tmp_path / "r" / "config.json"))
+
+
+def test_mixed_bfloat16_rnn_trains_and_translates(corpus, tmp_path):
+    """``--mixed-precision mixed_bfloat16`` with an RNN preset: the recurrences and matmuls in bfloat16, the
+    variables and the loss in float32, the global policy restored afterwards."""
+    import keras
+
+    summary = train_translator(str(tmp_path / "run"), data=corpus, preset="gru_bahdanau_tiny", steps=3, batch_size=8,
+                               vocab_size=200, dev_size=2, bleu_max_sentences=0, mixed_precision="mixed_bfloat16",
+                               verbose=0, log=lambda *_: None)
+    model = summary["translator"].model
+    assert model.compute_dtype == "bfloat16" and {v.dtype for v in model.weights} == {"float32"}
+    assert keras.mixed_precision.global_policy().name == "float32"
+    history = json.load(open(tmp_path / "run" / "history.json"))
+    assert summary["step"] == 3 and history["loss"] and all(math.isfinite(loss) for loss in history["loss"])
+    (translation,) = summary["translator"].translate(["Estoy aquí."])
+    assert isinstance(translation, str)
