@@ -77,8 +77,8 @@ def test_kernel_uses_this_interpreter(tmp_path, kernel_name):
 
 
 def test_notebooks_exist():
-    assert {"01_transformer_translation", "02_bert", "03_gpt", "04_elmo", "05_export_and_serving"} <= \
-        set(_ids(NOTEBOOKS))
+    assert {"01_transformer_translation", "02_bert", "03_gpt", "04_elmo", "05_export_and_serving",
+            "07_semantic_search"} <= set(_ids(NOTEBOOKS))
 
 
 def run_notebook(path, tmp_path, kernel_name, monkeypatch):
