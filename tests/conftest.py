@@ -28,6 +28,8 @@ SAME_WORKER_AS = {
     "tests/jobs/test_bert_simcse_job.py": "tests/jobs/test_bert_finetune.py",
     "tests/jobs/test_bert_sbert_job.py": "tests/jobs/test_bert_finetune.py",
     "tests/export/test_qa_export.py": "tests/jobs/test_bert_qa_job.py",
+    "tests/jobs/test_distillation.py": "tests/jobs/test_bert_finetune.py",
+    "tests/export/test_retriever_export.py": "tests/models/test_vector_index.py",
 }
 
 

@@ -60,7 +60,8 @@ class TranslatorOptions(TrainingOptions):
     dev_data: str = option(None, "held-out corpus (default: split off --data by source sentence)", file=True,
                            metavar="TSV")
     dev_size: int = option(1000, "held-out source sentences split off --data", kind=int, minimum=0, exclusive_minimum=True)
-    max_pairs: int = option(None, "read at most this many pairs of --data", kind=int, minimum=0, exclusive_minimum=True)
+    max_pairs: int = option(None, "read at most this many training pairs (of --data, or of the bundled data)", kind=int,
+                            minimum=0, exclusive_minimum=True)
     # model and training
     preset: str = option(DEFAULT_PRESET, "model preset: a Transformer (transformer_*) or an RNN encoder-decoder "
                          "(gru_bahdanau: GRU + Bahdanau attention; rnn_seq2seq: no attention)",

@@ -122,7 +122,8 @@ def _prepare_data(options):
     """Returns train (src, tgt) lists, dev (src, tgt) lists and dev (sources, reference lists)."""
     o = options
     if o.data is None:
-        train_src, train_tgt = read_parallel_tsv(sample_path(BUNDLED_TRAIN[o.bundled_data]), src_col=1, tgt_col=0)
+        train_src, train_tgt = read_parallel_tsv(sample_path(BUNDLED_TRAIN[o.bundled_data]), src_col=1, tgt_col=0,
+                                                 max_pairs=o.max_pairs)
         dev_src, dev_tgt = read_parallel_tsv(sample_path("spa-eng-dev.tsv"), src_col=1, tgt_col=0)
     else:
         src, tgt = read_parallel_tsv(o.data, src_col=o.src_col, tgt_col=o.tgt_col, max_pairs=o.max_pairs)

@@ -130,6 +130,12 @@ def _load(model):
     return _LOADED[key]
 
 
+def load_export(path):
+    """The SavedModel at ``path``, loaded once per test process: the checks here given the same path (or this
+    object) reuse it rather than load the export again."""
+    return _load(path)
+
+
 def call_signature(model, signature, input_name, texts, extra_inputs=None):
     """Calls ``signature`` with ``texts`` (list of str/bytes) as ``input_name`` -> ``{output: numpy array}``.
 

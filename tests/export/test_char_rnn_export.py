@@ -10,7 +10,7 @@ from kerasplm import cli
 from kerasplm.export import read_metadata
 from kerasplm.models.gpt_generator import load_text_generator
 from kerasplm.serving import api, load_version
-from tests.export.contract import check_bad_inputs, check_batch_safe, check_warmup, run_isolated
+from tests.export.contract import check_bad_inputs, check_batch_safe, check_warmup, load_export, run_isolated
 
 PROMPTS = ["ROMEO: wherefore", "", "é東"]          # the last: characters the vocabulary lacks (<unk>)
 SAMPLING = dict(max_new_tokens=5, temperature=0.9, top_k=12, top_p=0.9, seed=5)
@@ -55,7 +55,7 @@ def exported(tiny_run, tmp_path_factory):
     base = str(tmp_path_factory.mktemp("export") / "char")
     assert cli.main(["export", "generator", "--run", tiny_run, "--to", base, "--max-new-tokens", str(MAX_NEW),
                      "--max-prompt-tokens", "16"]) == 0
-    return base, base + "/1", tf.saved_model.load(base + "/1")
+    return base, base + "/1", load_export(base + "/1")
 
 
 def _texts(tensor):

@@ -13,7 +13,7 @@ from kerasplm.generation import engine, sampling
 from kerasplm.serving import api, load_version
 from kerasplm.jobs.language_model import load_text_generator
 from kerasplm.runs import load_run
-from tests.export.contract import check_bad_inputs, check_batch_safe, check_warmup, run_isolated
+from tests.export.contract import check_bad_inputs, check_batch_safe, check_warmup, load_export, run_isolated
 from tests.export.tiny_exports import write_tiny_gpt_run
 
 PROMPTS = ["the king speaks", "", "a garden"]  # each within the export's 16 prompt tokens
@@ -43,7 +43,7 @@ def exported(tiny_run, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def loaded(exported):
-    return tf.saved_model.load(exported[1])
+    return load_export(exported[1])
 
 
 def _texts(tensor):

@@ -14,7 +14,7 @@ import tensorflow as tf
 from kerasplm import cli
 from kerasplm.export import read_metadata
 from kerasplm.jobs.translation import load_translator
-from tests.export.contract import check_bad_inputs, check_batch_safe, check_warmup, run_isolated
+from tests.export.contract import check_bad_inputs, check_batch_safe, check_warmup, load_export, run_isolated
 from tests.export.test_translator_export import EXTRA_BAD, SENTENCES, _empty_like_rows_are_empty, _post
 from tests.export.tiny_exports import write_tiny_rnn_translator_run
 
@@ -44,7 +44,7 @@ def exported(run, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def loaded(exported):
-    return tf.saved_model.load(exported)
+    return load_export(exported)
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from kerasplm.models.transformer import Transformer
 from kerasplm.jobs.translation import Translator
 from kerasplm.runs import attach_run_info
 from kerasplm.text import TranslatorPreprocessor, WordPieceTokenizer, build_wordpiece_vocab, write_vocab
-from tests.export.contract import check_bad_inputs, check_batch_safe, check_warmup, run_isolated
+from tests.export.contract import check_bad_inputs, check_batch_safe, check_warmup, load_export, run_isolated
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -75,7 +75,7 @@ def exported(tiny_translator, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def loaded(exported):
-    return tf.saved_model.load(exported)
+    return load_export(exported)
 
 
 @pytest.fixture(scope="session")

@@ -21,8 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 PAIRS = [("I am here.", "Estoy aquí."), ("You are here.", "Estás aquí."), ("He is tired.", "Él está cansado."),
          ("I am happy.", "Estoy feliz."), ("Go away.", "Vete."), ("Thanks.", "Gracias."), ("Hello!", "¡Hola!"),
          ("I see.", "Ya veo."), ("Come in.", "Pasa."), ("Be brief.", "Sé breve.")]
+# No held-out BLEU (bleu_max_sentences=0): no test here reads the shared run's score, and it costs a decoder trace.
 TINY = dict(preset="transformer_tiny", batch_size=4, vocab_size=120, warmup_steps=10, dev_size=2,
-            bleu_max_sentences=2, verbose=0)
+            bleu_max_sentences=0, verbose=0)
 
 
 @pytest.fixture(scope="module")
@@ -357,6 +358,9 @@ def test_bundled_data_options_share_one_held_out_split():
     (sample_src, _), _, sample_dev = _prepare_data(TranslatorOptions(bundled_data="sample"))
     assert (len(all_src), len(sample_src)) == (115703, 20000) and dev == sample_dev and len(dev[0]) == 500
     assert not set(dev[0]) & set(all_src)
+    # max_pairs caps the bundled training pairs too (their first ones); the held-out split stays whole.
+    (capped_src, _), _, capped_dev = _prepare_data(TranslatorOptions(bundled_data="sample", max_pairs=1000))
+    assert capped_src == sample_src[:1000] and capped_dev == sample_dev
 
 
 def test_bundled_data_defaults_to_the_whole_corpus_with_a_capped_vocabulary_sample():
