@@ -18,6 +18,7 @@ and exit status 2; a training job stopped by SIGTERM exits with 143 after saving
 import argparse
 import contextlib
 import functools
+import logging
 import math
 import os
 import signal
@@ -270,7 +271,7 @@ def _serve(args):
     elif args.batching_parameters_file:  # TF Serving refuses it too
         raise CLIError("--batching_parameters_file is set without setting --enable_batching to true")
     try:
-        drained = serving.serve(
+        serving.serve(
             args.model_base_path, args.model_name, model_config_file=args.model_config_file,
             host=args.host, rest_api_port=rest_api_port, grpc_port=grpc_port,
             max_body_bytes=args.max_body_bytes, max_batch_size=args.max_batch_size,
@@ -282,13 +283,14 @@ def _serve(args):
             batching_parameters=batching_parameters)
     except serving.ServerStartError as e:
         raise CLIError(str(e)) from None
-    if not drained:
-        # Requests were cut off and their threads may still be inside TensorFlow: leave without
-        # running interpreter teardown under them (which can crash).
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
-    return 0
+    # The server has stopped (every request answered, or cut off by a second signal). Leave without the
+    # interpreter's teardown: gRPC's and TensorFlow's native threads may still be winding down, and finalizing
+    # Python under them can abort the process ("terminate called ... exception not rethrown", exit -6), which a
+    # loaded machine makes likely even after a clean drain. Everything the server wrote is flushed first.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _writes_to_standard_error(stream):
