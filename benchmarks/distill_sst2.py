@@ -75,29 +75,34 @@ def post(url, sentences):
         return json.loads(response.read())
 
 
-def serving_latency(exports, sentences, requests, workdir, warmup=5, batch=1):
-    """p50/p99 milliseconds of requests of ``batch`` sentences per model, the models taking turns."""
-    import numpy as np
-
+def serving_latency(exports, sentences, passes, workdir, warmup=5):
+    """One ``kerasplm serve`` for every export; for each ``(requests, batch)`` of ``passes``, p50/p99 milliseconds of
+    requests of ``batch`` sentences per model, the models taking turns. Returns one result per pass."""
     config = os.path.join(workdir, "models.config")
     with open(config, "w") as f:
         f.write("model_config_list {\n" + "".join(
             f'  config {{ name: "{name}" base_path: "{os.path.abspath(base)}" model_platform: "tensorflow" }}\n'
             for name, base in exports.items()) + "}\n")
     proc, url = start_server(config, os.path.join(workdir, "serve.log"))
-    times = {name: [] for name in exports}
     try:
-        for i in range(warmup + requests):
-            first = (i * batch) % len(sentences)
-            chosen = (sentences[first:] + sentences[:first])[:batch]
-            for name in exports:
-                started = time.perf_counter()
-                post(f"{url}/v1/models/{name}:predict", chosen)
-                if i >= warmup:
-                    times[name].append(time.perf_counter() - started)
+        return [_timed_pass(url, exports, sentences, requests, batch, warmup) for requests, batch in passes]
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+def _timed_pass(url, exports, sentences, requests, batch, warmup):
+    import numpy as np
+
+    times = {name: [] for name in exports}
+    for i in range(warmup + requests):
+        first = (i * batch) % len(sentences)
+        chosen = (sentences[first:] + sentences[:first])[:batch]
+        for name in exports:
+            started = time.perf_counter()
+            post(f"{url}/v1/models/{name}:predict", chosen)
+            if i >= warmup:
+                times[name].append(time.perf_counter() - started)
     return {name: {"p50_ms": round(1000 * float(np.percentile(t, 50)), 2),
                    "p99_ms": round(1000 * float(np.percentile(t, 99)), 2), "requests": len(t),
                    "sentences_per_request": batch,
@@ -188,8 +193,8 @@ def main(argv=None):
     load_before = load_average()
     latency = batched = None
     if not args.no_latency:
-        latency = serving_latency(exports, sentences, args.requests, workdir)
-        batched = serving_latency(exports, sentences, args.batch_requests, workdir, batch=args.batch)
+        latency, batched = serving_latency(exports, sentences, [(args.requests, 1), (args.batch_requests, args.batch)],
+                                           workdir)
 
     accuracy = {"teacher": teacher["dev"]["accuracy"],
                 **{name: summary["dev"]["accuracy"] for name, summary in summaries.items()}}
