@@ -79,11 +79,18 @@ def unit(vectors):
     return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
-def dense_ranks(encoder, paragraphs, questions, gold, batch_size):
+def pooled_vectors(embedder, paragraphs, questions, batch_size):
+    """The embedder's pooled states of the paragraphs and the questions, and the seconds it took: the model runs
+    once, and every dense row derives its vectors from these (``SentenceEmbedder.__call__``'s formula,
+    normalize(x) or normalize((x - mu) W), which tests/models/test_vector_index.py checks)."""
     started = time.time()
-    corpus = encoder.encode(paragraphs, batch_size=batch_size)
-    queries = encoder.encode(questions, batch_size=batch_size)
-    return ranks_of_gold(queries @ corpus.T, gold), round(time.time() - started, 1)
+    pooled = embedder.pooled(paragraphs, batch_size), embedder.pooled(questions, batch_size)
+    return (*pooled, round(time.time() - started, 1))
+
+
+def cosine_ranks(corpus, queries, gold):
+    """Rank of each query's gold paragraph by exact cosine over the whole corpus."""
+    return ranks_of_gold(unit(queries) @ unit(corpus).T, gold)
 
 
 def bm25_ranks(paragraphs, questions, gold):
@@ -142,18 +149,13 @@ def main(argv=None):
 
     backbone, tokenizer, _ = bert_run_parts(minilm)
     plain = SentenceEmbedder(backbone, tokenizer, pooling="mean", sequence_length=args.sequence_length)
-    # The model runs once: the plain and whitened vectors are the embedder's formula applied to the pooled states
-    # (normalize(x) and normalize((x - mu) W), SentenceEmbedder.__call__, which tests/models/test_vector_index.py checks).
-    started = time.time()
-    pooled_paragraphs = plain.pooled(paragraphs, args.batch_size)
-    pooled_questions = plain.pooled(questions, args.batch_size)
-    seconds = round(time.time() - started, 1)
-    ranks = ranks_of_gold(unit(pooled_questions) @ unit(pooled_paragraphs).T, gold)
+    pooled_paragraphs, pooled_questions, seconds = pooled_vectors(plain, paragraphs, questions, args.batch_size)
+    ranks = cosine_ranks(pooled_paragraphs, pooled_questions, gold)
     rows["minilm (mean pooling)"] = {**retrieval_metrics(ranks), "embed_seconds": seconds}
     print(rows, flush=True)
     for k in args.whitening_dims:
         mu, w = fit_whitening(np.concatenate([pooled_paragraphs, pooled_questions]), k)
-        ranks = ranks_of_gold(unit(whiten(pooled_questions, mu, w)) @ unit(whiten(pooled_paragraphs, mu, w)).T, gold)
+        ranks = cosine_ranks(whiten(pooled_paragraphs, mu, w), whiten(pooled_questions, mu, w), gold)
         rows[f"minilm + whitening k={k}"] = retrieval_metrics(ranks)
         print(k, rows[f"minilm + whitening k={k}"], flush=True)
 
@@ -171,7 +173,8 @@ def main(argv=None):
         backbone, tokenizer, options = bert_run_parts(simcse)
         tuned = SentenceEmbedder(backbone, tokenizer, pooling=options.get("pooling", "mean"),
                                  sequence_length=args.sequence_length)
-        ranks, seconds = dense_ranks(tuned, paragraphs, questions, gold, args.batch_size)
+        tuned_paragraphs, tuned_questions, seconds = pooled_vectors(tuned, paragraphs, questions, args.batch_size)
+        ranks = cosine_ranks(tuned_paragraphs, tuned_questions, gold)
         rows[f"minilm + SimCSE ({options.get('pooling', 'mean')} pooling, {simcse})"] = {
             **retrieval_metrics(ranks), "embed_seconds": seconds}
 

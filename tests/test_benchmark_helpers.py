@@ -207,3 +207,13 @@ def test_squad_retrieval_ranks_and_metrics():
     metrics = retrieval_metrics(ranks)
     assert metrics["recall@1"] == pytest.approx(1 / 3) and metrics["recall@5"] == 1.0
     assert metrics["mrr"] == pytest.approx((1 + 1 / 3 + 1 / 2) / 3) and metrics["questions"] == 3
+
+
+def test_squad_retrieval_cosine_ranks():
+    """Cosine, not the raw inner product: a long corpus vector does not outrank a better-aligned short one."""
+    from benchmarks.squad_retrieval import cosine_ranks
+
+    corpus = np.array([[10.0, 10.0], [0.1, 0.0]])   # the first is long but at 45 degrees from the query
+    queries = np.array([[1.0, 0.0], [1.0, 1.0]])
+    assert cosine_ranks(corpus, queries, np.array([1, 0])).tolist() == [1, 1]
+    assert cosine_ranks(corpus, queries, np.array([0, 1])).tolist() == [2, 2]
