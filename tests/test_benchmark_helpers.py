@@ -76,6 +76,20 @@ def test_measured_matmul_peak_is_two_n_cubed_per_product_over_the_timed_products
     assert mfu(100.0, 20.0, 4000.0) == 0.5 and mfu(100.0, None, 4000.0) is None
 
 
+def test_best_matmul_peak_is_the_fastest_size():
+    from benchmarks.mfu import best_matmul_peak
+
+    seconds = {10: 1.0, 20: 4.0}                              # per timed product: 2000 and 4000 FLOP/s
+    now = [0.0]
+
+    def matmul(size, dtype):
+        def run():
+            now[0] += seconds[size]
+        return run
+    assert best_matmul_peak("float32", sizes=(10, 20), repeats=(2, 1), matmul=matmul,
+                            clock=lambda: now[0]) == 2 * 20 ** 3 / 4.0
+
+
 def test_bfloat16_peak_only_where_the_cpu_flags_say_so(tmp_path):
     from benchmarks.mfu import cpu_has_bfloat16
 
@@ -217,3 +231,43 @@ def test_squad_retrieval_cosine_ranks():
     queries = np.array([[1.0, 0.0], [1.0, 1.0]])
     assert cosine_ranks(corpus, queries, np.array([1, 0])).tolist() == [1, 1]
     assert cosine_ranks(corpus, queries, np.array([0, 1])).tolist() == [2, 2]
+
+
+def test_scaling_row_efficiency_is_two_workers_over_twice_one_worker_of_one_thread():
+    from benchmarks.bench_scaling import SIDES, scaling_row
+
+    row = scaling_row("bert", dict(zip(SIDES, [1.0, 0.625, 0.5])))   # batch 32: 32, 51.2 and 64 examples/s
+    assert row["examples_per_second"] == dict(zip(SIDES, [32.0, 51.2, 64.0]))
+    assert row["efficiency"] == 0.8 and row["two_workers_vs_two_threads"] == 0.8
+
+
+def test_scaling_projection_follows_its_stated_formulas():
+    from benchmarks.bench_scaling import (BERT_BASE, BERT_LARGE, PAPER_SCHEDULE, PUBLISHED_LARGE_PER_GPU,
+                                          flops_per_sequence, project_bert_base, ring_efficiency)
+
+    assert ring_efficiency(0.8, 2) == pytest.approx(0.8)            # measured at 2 workers: itself
+    assert ring_efficiency(0.8, 64) == pytest.approx(1 / (1 + 0.25 * 2 * 63 / 64))
+    # BERT-base at 128 tokens: 12 blocks of 4d² + 2d·dff, the MLM head on 20 of 128 positions, attention 12·L·T·d.
+    n = 12 * (4 * 768 ** 2 + 2 * 768 * 3072) + 20 / 128 * (768 ** 2 + 768 * 30522)
+    assert flops_per_sequence(BERT_BASE, 128) == pytest.approx(128 * (6 * n + 12 * 12 * 128 * 768))
+    one_gpu = project_bert_base(gpus=(1,))[0]
+    ratio = flops_per_sequence(BERT_LARGE, 128) / flops_per_sequence(BERT_BASE, 128)
+    assert 3.3 < ratio < 3.6
+    expected = sum(sequences / (PUBLISHED_LARGE_PER_GPU[t] * flops_per_sequence(BERT_LARGE, t)
+                                / flops_per_sequence(BERT_BASE, t)) for sequences, t in PAPER_SCHEDULE) / 3600
+    assert one_gpu["hours"] == pytest.approx(expected, abs=0.01)
+    eight = project_bert_base(gpus=(8,), measured_efficiency=0.8)
+    assert [row["efficiency_from"] for row in eight] == ["published", "measured"]
+    assert eight[1]["hours"] == pytest.approx(one_gpu["hours"] / (8 * ring_efficiency(0.8, 8)), abs=0.02)
+
+
+def test_electra_vs_bert_options_take_one_value_or_one_per_side():
+    import argparse
+
+    from benchmarks.electra_vs_bert import side_rates, side_steps
+
+    assert side_steps("7") == {"electra": 7, "bert": 7}
+    assert side_rates("electra=1e-4,bert=5e-4") == {"electra": 1e-4, "bert": 5e-4}
+    for bad in ("electra=3", "electra=1,bert=0", "electra=x,bert=2", "gpt=1,bert=2"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            side_steps(bad)
