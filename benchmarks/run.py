@@ -161,7 +161,7 @@ def run_in_process(comparison, quick):
     peaks = {}
     if comparison.training and any(not r.get("skipped") for r in rows):
         matmul = _load(comparison.peak_matmul) if comparison.peak_matmul else None
-        peaks = {dtype: mfu_lib.measured_matmul_peak(dtype, matmul=matmul) for dtype in mfu_lib.peak_dtypes()}
+        peaks = {dtype: mfu_lib.best_matmul_peak(dtype, matmul=matmul) for dtype in mfu_lib.peak_dtypes()}
     machine = None
     if "tensorflow" in sys.modules:
         from benchmarks.common import machine_info
