@@ -5,10 +5,12 @@ import os
 import subprocess
 import sys
 import urllib.request
+from types import SimpleNamespace
 
 import numpy as np
 
 from kerasplm import registry
+from kerasplm.jobs.job import training_summary
 from kerasplm.runs import load_run
 from tests.serving.client import CLIServer
 
@@ -34,6 +36,8 @@ def test_the_toy_family_is_one_place(tmp_path, monkeypatch):
     assert f"wrote {run_dir}: step 300" in trained.stdout and trained.stderr == ""
     config = json.loads(open(os.path.join(run_dir, "config.json")).read())
     assert config["family"] == "toy" and config["options"]["seed"] == 3
+    metrics = json.loads(open(os.path.join(run_dir, "metrics.json")).read())
+    assert metrics["step"] == 300 and 0 < metrics["median_step_seconds"] < metrics["train_seconds"]
 
     monkeypatch.setenv("KERASPLM_FAMILIES", MANIFEST)
     model = load_run(run_dir)                       # the loader the manifest declares
@@ -66,3 +70,12 @@ def test_a_manifest_added_in_process_registers_its_commands(monkeypatch):
     registry.add_manifest(MANIFEST)
     assert {c.path for c in registry.commands()} >= {"train toy", "export toy"}
     assert MANIFEST in registry.manifest_modules()
+
+
+def test_the_summary_reports_the_median_step_after_the_traced_one():
+    trainer = SimpleNamespace(step=4, stop_reason="steps", step_seconds=[9.0, 0.3, 0.1, 0.2])
+    summary = training_summary(trainer, {"loss": [2.0, 1.5]}, train_seconds=9.64)
+    assert summary["median_step_seconds"] == 0.2   # of 0.3, 0.1, 0.2: the 9 s first step (the trace) is left out
+    assert summary["train_seconds"] == 9.6 and summary["final_loss"] == 1.5 and summary["eval_loss"] is None
+    assert training_summary(SimpleNamespace(step=1, stop_reason="steps", step_seconds=[4.0]), {},
+                            train_seconds=4.0)["median_step_seconds"] is None

@@ -119,8 +119,12 @@ def fit_recorded(run, trainer, previous_history, train_ds, options, eval_dataset
 
 
 def training_summary(trainer, history, train_seconds):
-    """The part of a job's summary (and ``metrics.json``) every job reports."""
+    """The part of a job's summary (and ``metrics.json``) every job reports. ``median_step_seconds`` is the median
+    wall time of the steps of the session's last ``fit`` after its first (which traces the step), None with fewer
+    than two: the steady rate, which ``train_seconds`` blurs with tracing, checkpoints and held-out evaluations."""
+    steady = sorted(trainer.step_seconds[1:])
     return {"step": trainer.step, "stop_reason": trainer.stop_reason, "train_seconds": round(train_seconds, 1),
+            "median_step_seconds": round(steady[len(steady) // 2], 5) if steady else None,
             "final_loss": history["loss"][-1] if history.get("loss") else None,
             "eval_loss": history["eval_loss"][-1] if history.get("eval_loss") else None}
 
