@@ -271,3 +271,12 @@ def test_electra_vs_bert_options_take_one_value_or_one_per_side():
     for bad in ("electra=3", "electra=1,bert=0", "electra=x,bert=2", "gpt=1,bert=2"):
         with pytest.raises(argparse.ArgumentTypeError):
             side_steps(bad)
+
+
+def test_profile_counts_op_events_only_once():
+    from benchmarks.profile_step import is_op_event
+
+    assert is_op_event("gpt/block_0/attention/MatMul:_MklMatMul")
+    assert not is_op_event("ExecutorState::Process")                     # the runtime's own event
+    assert not is_op_event("StatefulPartitionedCall: __inference_train_step_4548")   # holds the op events
+    assert not is_op_event("EagerExecute")

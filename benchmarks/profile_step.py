@@ -1,0 +1,175 @@
+"""Where a training step's time goes: TensorFlow's profiler over a few steps of kerasplm and of its anchor.
+
+For the rows of ``benchmarks.run`` below their target, this traces ``--steps`` steps of each side of one
+comparison with ``tf.profiler.experimental`` (after ``--warmup`` untimed ones), reads the trace (the XSpace
+protobuf TensorFlow writes) and sums the host's TensorFlow op events by op type: milliseconds per step and the
+share of all op time. Ops on the inter-op threads run side by side, so the op time per step can exceed the
+step's wall time; the shares say which kinds of work dominate. ``MatMul``-like types (``MatMul``,
+``BatchMatMulV2``, ``_FusedMatMul``, ``Einsum``) are the part the matmul peak bounds; the rest is what a faster
+step removes first.
+
+    python -m benchmarks.profile_step gpt           # kerasplm's GPT step (no XLA) against keras-hub's
+    python -m benchmarks.profile_step translator    # the Trainer's translator step against the seed's train_step
+"""
+import argparse
+import collections
+import glob
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from benchmarks.common import load_average, machine_info, write_results  # noqa: E402
+
+MATMUL_TYPES = {"MatMul", "BatchMatMulV2", "BatchMatMulV3", "_FusedMatMul", "Einsum", "_MklMatMul",
+                "_MklFusedMatMul", "_MklBatchMatMulV2"}
+
+
+def gpt_sides(args):
+    import numpy as np
+
+    from benchmarks import bench_gpt_train as bench
+
+    options = bench.build_parser().parse_args(["--layers", str(args.layers), "--hidden", str(args.hidden),
+                                              "--heads", str(args.heads), "--seq", str(args.seq),
+                                              "--batch", str(args.batch)])
+    tokens = np.random.default_rng(0).integers(1, bench.V, size=(options.batch, options.seq + 1)).astype(np.int32)
+    return {"kerasplm": bench.kerasplm_step(options, tokens, False)[0],
+            "keras_hub": bench.keras_hub_step(options, tokens, False)[0]}
+
+
+def translator_sides(args):
+    import numpy as np
+
+    from benchmarks import bench_train as bench
+    from kerasplm.models.presets import get_preset
+
+    batches = bench.make_batches(8, np.random.default_rng(0))
+    cfg = get_preset("transformer_seed", input_vocab_size=bench.VOCAB, target_vocab_size=bench.VOCAB)
+    ours = bench.kerasplm_step(cfg, batches, "float32", False)[0]
+    seed = bench.seed_step(cfg, batches)[0]
+    counter = collections.Counter()
+
+    def turn(step, name):
+        def run():
+            step(counter[name])
+            counter[name] += 1
+        return run
+    return {"kerasplm": turn(ours, "kerasplm"), "seed": turn(seed, "seed")}
+
+
+COMPARISONS = {"gpt": gpt_sides, "translator": translator_sides}
+
+
+def is_op_event(name):
+    """True for a TensorFlow op's event (``"scope/op_name:OpType"``); False for the runtime's own events
+    (``"ExecutorState::Process"``, ...) and for function calls (``"...:__inference_train_step_123"``), which
+    contain the op events and would count them twice."""
+    if ":" not in name or "::" in name:
+        return False
+    op_type = name.rsplit(":", 1)[1].strip()
+    return bool(op_type) and not op_type.startswith("__inference") and "PartitionedCall" not in op_type
+
+
+def op_times(logdir):
+    """{op type: total picoseconds} over the host's TensorFlow op events of the trace in ``logdir``, and the
+    number of op events. An event is a TensorFlow op when its name is ``"name:Type"``."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    paths = glob.glob(os.path.join(logdir, "plugins", "profile", "*", "*.xplane.pb"))
+    if not paths:
+        raise RuntimeError(f"the profiler wrote no trace under {logdir}")
+    space = xplane_pb2.XSpace()
+    with open(paths[0], "rb") as f:
+        space.ParseFromString(f.read())
+    totals, events = collections.Counter(), 0
+    for plane in space.planes:
+        if not plane.name.startswith("/host:CPU"):
+            continue
+        for line in plane.lines:
+            for event in line.events:
+                name = plane.event_metadata[event.metadata_id].name
+                if not is_op_event(name):
+                    continue
+                totals[name.rsplit(":", 1)[1]] += event.duration_ps
+                events += 1
+    return totals, events
+
+
+def profile(step, steps, warmup):
+    """Per-step milliseconds of each op type and the median wall time of ``steps`` traced steps of ``step``."""
+    import tensorflow as tf
+
+    for _ in range(warmup):
+        step()
+    logdir = tempfile.mkdtemp(prefix="profile_step_")
+    walls = []
+    tf.profiler.experimental.start(logdir)
+    try:
+        for _ in range(steps):
+            start = time.perf_counter()
+            step()
+            walls.append(time.perf_counter() - start)
+    finally:
+        tf.profiler.experimental.stop()
+    totals, events = op_times(logdir)
+    per_step = {op: ps / 1e9 / steps for op, ps in totals.items()}   # ps -> ms
+    walls.sort()
+    return {"wall_ms_per_step": round(1000 * walls[len(walls) // 2], 2), "op_events": events,
+            "op_ms_per_step": {op: round(ms, 3) for op, ms in sorted(per_step.items(), key=lambda kv: -kv[1])}}
+
+
+def summary_table(results, top):
+    sides = [s for s in results["sides"]]
+    everything = collections.Counter()
+    for side in sides:
+        everything.update(results["sides"][side]["op_ms_per_step"])
+    lines = ["| op type | " + " | ".join(f"{s} ms/step (share)" for s in sides) + " |",
+             "|---|" + "---:|" * len(sides)]
+    for op, _ in everything.most_common(top):
+        cells = []
+        for side in sides:
+            ms = results["sides"][side]["op_ms_per_step"]
+            total = sum(ms.values())
+            cells.append(f"{ms.get(op, 0.0):.1f} ({100 * ms.get(op, 0.0) / total:.0f}%)")
+        lines.append(f"| {op} | " + " | ".join(cells) + " |")
+    for label, pick in (("all matmul types", lambda op: op in MATMUL_TYPES), ("all ops", lambda op: True)):
+        cells = []
+        for side in sides:
+            ms = results["sides"][side]["op_ms_per_step"]
+            part = sum(v for op, v in ms.items() if pick(op))
+            cells.append(f"{part:.1f} ({100 * part / sum(ms.values()):.0f}%)")
+        lines.append(f"| **{label}** | " + " | ".join(cells) + " |")
+    lines.append("| step wall time | " + " | ".join(f"{results['sides'][s]['wall_ms_per_step']:.1f} ms"
+                                                  for s in sides) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("comparison", choices=sorted(COMPARISONS))
+    parser.add_argument("--steps", type=int, default=4, help="traced steps per side")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--top", type=int, default=12, help="op types in the table")
+    parser.add_argument("--layers", type=int, default=6, help="gpt: the runner's GPT-2 layout (L6 H512)")
+    parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--seq", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--json")
+    args = parser.parse_args(argv)
+    sides = COMPARISONS[args.comparison](args)
+    results = {"machine": machine_info(), "load_average_start": load_average(), "comparison": args.comparison,
+               "steps": args.steps, "sides": {}}
+    for name, step in sides.items():
+        results["sides"][name] = profile(step, args.steps, args.warmup)
+    results["load_average_end"] = load_average()
+    print(summary_table(results, args.top))
+    write_results(results, args.json)
+    return results
+
+
+if __name__ == "__main__":
+    main()
