@@ -307,6 +307,10 @@ class Job:
             keras.mixed_precision.set_global_policy(previous_policy)
 
     def _run(self):
+        # A MultiWorkerMirroredStrategy can only be made before the process's first TensorFlow op, and plan() may run
+        # some (ULMFiT counts its corpus' words with the in-graph word splitter): make the strategy first.
+        get_strategy(getattr(self.given_options, "distribute", None) or dict(self.overrides).get("distribute")
+                     or "default")
         overrides = self.plan(self.given_options, dict(self.overrides))
         self.run_dir, self.options, self.stored_config, previous_history = open_run(
             self.out, self.family, self.options_class, self.given_options, overrides, what=self.what,
