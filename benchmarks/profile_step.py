@@ -5,8 +5,8 @@ comparison with ``tf.profiler.experimental`` (after ``--warmup`` untimed ones), 
 protobuf TensorFlow writes) and sums the host's TensorFlow op events by op type: milliseconds per step and the
 share of all op time. Ops on the inter-op threads run side by side, so the op time per step can exceed the
 step's wall time; the shares say which kinds of work dominate. ``MatMul``-like types (``MatMul``,
-``BatchMatMulV2``, ``_FusedMatMul``, ``Einsum``) are the part the matmul peak bounds; the rest is what a faster
-step removes first.
+``BatchMatMulV2``, ``_FusedMatMul``, ``Einsum`` and oneDNN's ``_Mkl*`` kernels of them) are the part the matmul
+peak bounds; the rest is what a faster step removes first.
 
     python -m benchmarks.profile_step gpt           # kerasplm's GPT step (no XLA) against keras-hub's
     python -m benchmarks.profile_step translator    # the Trainer's translator step against the seed's train_step
@@ -24,7 +24,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from benchmarks.common import load_average, machine_info, write_results  # noqa: E402
 
 MATMUL_TYPES = {"MatMul", "BatchMatMulV2", "BatchMatMulV3", "_FusedMatMul", "Einsum", "_MklMatMul",
-                "_MklFusedMatMul", "_MklBatchMatMulV2"}
+                "_MklFusedMatMul", "_MklBatchMatMulV2", "_MklNativeMatMul", "_MklNativeFusedMatMul",
+                "_MklNativeBatchMatMulV2"}
 
 
 def gpt_sides(args):
