@@ -41,6 +41,13 @@ class _LanguageModelOptions(FineTuningOptions):
                               minimum=0, exclusive_minimum=True)
     eval_batch_size: int = option(10, "parallel streams of the held-out text", kind=int, minimum=1, scope=SESSION)
 
+    def check(self):
+        super().check()
+        if self.distribute != "default":
+            raise ValueError(f"--distribute {self.distribute}: the ULMFiT language model carries each stream's LSTM "
+                             f"state from one BPTT window to the next in one process's variables, so it trains with "
+                             f"--distribute default only")
+
 
 @dataclasses.dataclass(frozen=True)
 class ULMFiTLanguageModelOptions(_LanguageModelOptions):

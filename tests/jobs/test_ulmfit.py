@@ -148,3 +148,13 @@ def test_export_answers_as_the_other_classifiers(classifier, tmp_path):
         server.stop()
     assert status == 200, body
     np.testing.assert_allclose([row["probabilities"] for row in body["predictions"]], expected[:2], atol=1e-5)
+
+
+def test_the_language_model_refuses_a_distributed_strategy(tmp_path):
+    from kerasplm.families.ulmfit import ULMFiTLanguageModelOptions
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the cat sat on the mat\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="carries each stream's LSTM state .* --distribute default only"):
+        ULMFiTLanguageModelOptions(corpus=str(corpus), distribute="multi-worker")
+    assert ULMFiTLanguageModelOptions(corpus=str(corpus)).distribute == "default"
