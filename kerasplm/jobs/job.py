@@ -308,7 +308,7 @@ class Job:
 
     def _run(self):
         # A MultiWorkerMirroredStrategy can only be made before the process's first TensorFlow op, and plan() may run
-        # some (ULMFiT counts its corpus' words with the in-graph word splitter): make the strategy first.
+        # some (a job that counts its corpus with the in-graph tokenizer): make the strategy first.
         get_strategy(getattr(self.given_options, "distribute", None) or dict(self.overrides).get("distribute")
                      or "default")
         overrides = self.plan(self.given_options, dict(self.overrides))
