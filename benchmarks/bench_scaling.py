@@ -41,7 +41,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from benchmarks.common import load_average, machine_info, write_results  # noqa: E402
-from tests.jobs.multiworker import free_ports, tf_config  # noqa: E402
+from tests.jobs.multiworker import cli_env, free_ports, tf_config  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.normpath(os.path.join(ROOT, "..", "shared", "data"))
@@ -102,13 +102,10 @@ MASKED_FRACTION = 20 / 128   # max_predictions_per_seq / seq_len of the paper's 
 
 
 def environment(threads, config=None):
-    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
-    env.update(PYTHONPATH=os.pathsep.join([ROOT, env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-               KERAS_BACKEND="tensorflow", TF_NUM_INTRAOP_THREADS=str(threads), TF_NUM_INTEROP_THREADS="2",
-               TF_CPP_MIN_LOG_LEVEL="3")
-    if config:
-        env["TF_CONFIG"] = config
-    return env
+    """The CLI's environment (tests/jobs/multiworker.py's: this checkout first on the path, no inherited TF_CONFIG)
+    with ``threads`` intra-op threads and, for a worker, its ``TF_CONFIG``."""
+    extra = {"TF_CONFIG": config} if config else {}
+    return cli_env(TF_NUM_INTRAOP_THREADS=str(threads), TF_CPP_MIN_LOG_LEVEL="3", **extra)
 
 
 def launch(directory, family, steps, side, timeout, bert_run=None):
