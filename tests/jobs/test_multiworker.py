@@ -1,4 +1,8 @@
-"""Each family's ``kerasplm train`` as two MultiWorkerMirroredStrategy workers on 127.0.0.1 against one process.
+"""``kerasplm train`` / ``finetune`` as two MultiWorkerMirroredStrategy workers on 127.0.0.1 against one process, for
+the jobs whose distributed path has something of its own: the translator (the main job), BERT pretraining (its
+sharded batches), ELMo (the sampled softmax's negatives) and the BERT classifier (the tokenizer loaded outside the
+strategy's scope, pretrained weights copied in under it). GPT's job reaches the strategy through the same Job base
+and Trainer dataset path as the translator's; benchmarks/bench_scaling.py runs it as two workers.
 
 One fixture per family runs the real CLI three times at once (tests/jobs/multiworker.py): ``--distribute default``,
 and ``--distribute multi-worker`` as worker 0 (the chief) and worker 1 of a two-worker ``TF_CONFIG``, each in its
@@ -79,28 +83,6 @@ def test_bert_two_workers_match_one_process(bert):
 
 def test_bert_non_chief_writes_no_run_file(bert):
     check_non_chief_wrote_nothing(bert)
-
-
-# ------------------------------------------------------------------------------------------------ GPT
-GPT_WORDS = ["the", "king", "queen", "speaks", "walks", "to", "a", "castle", "garden", "and", "sleeps", "slowly"]
-
-
-@pytest.fixture(scope="module")
-def gpt(tmp_path_factory):
-    root = tmp_path_factory.mktemp("multiworker_gpt")
-    corpus = write_word_corpus(root, GPT_WORDS, 400)
-    return train_single_and_two_workers(root, "gpt", [
-        "--corpus", corpus, "--preset", "gpt_tiny", "--dropout", "0", "--vocab-size", "300", "--seq-len", "16",
-        "--batch-size", "4", "--warmup-steps", "1", "--learning-rate", "1e-3", "--eval-max-windows", "8",
-        "--sample-tokens", "0", *QUICK])
-
-
-def test_gpt_two_workers_match_one_process(gpt):
-    check_matches_single(gpt, rtol=RTOL)
-
-
-def test_gpt_non_chief_writes_no_run_file(gpt):
-    check_non_chief_wrote_nothing(gpt)
 
 
 # ------------------------------------------------------------------------------------------------ ELMo
