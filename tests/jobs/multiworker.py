@@ -8,7 +8,7 @@ nothing; the chief, worker 0, writes the whole run). The single-process run (``-
 the same global batches; the Trainer's loss sums are exact global means, so the chief's history must equal the
 single run's up to float32 rounding (summed in another order: the workers' halves, then the all-reduce).
 
-Used by ``tests/jobs/test_multiworker_*.py``; a fixture runs :func:`train_single_and_two_workers` once per
+Used by ``tests/jobs/test_multiworker.py``; a fixture runs :func:`train_single_and_two_workers` once per
 family and the tests check its :class:`Outcome` with :func:`check_matches_single`.
 """
 import dataclasses
