@@ -43,6 +43,7 @@ VARIANTS = {
     "no_target_lm": {"init": "general"},
 }
 SMOKE = dict(steps=2)
+UNBOUNDED_EPOCHS = 10_000.0   # a language model trained for a time budget: epochs never end it first
 
 
 def _quiet(summary):
@@ -73,12 +74,14 @@ def general_lm(args, out, budget):
     path = os.path.join(out, "general_lm")
     summary = train_ulmfit_lm(path, corpus=os.path.join(WT2, "wiki.valid.tokens"),
                               valid_corpus=os.path.join(WT2, "wiki.test.tokens"), preset=args.preset,
+                              embedding_dim=args.embedding_dim, hidden_dim=args.hidden_dim,
                               max_chars=args.max_chars, seed=args.seed, verbose=0, **budget)
     return path, _quiet(summary)
 
 
 def run_perplexity(args, out):
-    budget = SMOKE if args.smoke else dict(time_budget=args.time_budget)
+    # The budget, not the job's default single epoch, ends the run.
+    budget = SMOKE if args.smoke else dict(time_budget=args.time_budget, epochs=UNBOUNDED_EPOCHS)
     _, summary = general_lm(args, out, budget)
     return {"wikitext2_test": summary}
 
@@ -86,7 +89,7 @@ def run_perplexity(args, out):
 def run_ablations(args, out):
     from kerasplm.jobs.ulmfit import finetune_ulmfit_classifier, finetune_ulmfit_lm
 
-    budget = SMOKE if args.smoke else dict(time_budget=args.lm_budget)
+    budget = SMOKE if args.smoke else dict(time_budget=args.lm_budget, epochs=UNBOUNDED_EPOCHS)
     results = {}
     lm = args.lm
     if lm is None:
@@ -127,7 +130,8 @@ def run_compare(args, out):
                 max_examples=args.max_examples, seed=args.seed, verbose=0)
     corpus = os.path.join(WT2, "wiki.valid.tokens")
     results = {}
-    lm, results["ulmfit_general_lm"] = general_lm(args, out, share(1 / 3))
+    general = share(1 / 3) if args.smoke else dict(share(1 / 3), epochs=UNBOUNDED_EPOCHS)
+    lm, results["ulmfit_general_lm"] = general_lm(args, out, general)
     target = os.path.join(out, "target_lm")
     results["ulmfit_target_lm"] = _quiet(finetune_ulmfit_lm(target, init=lm, corpus=sst2_text(out, args.max_examples),
                                                             seed=args.seed, verbose=0, **share(1 / 6)))
@@ -153,6 +157,9 @@ def main(argv=None):
     parser.add_argument("figure", choices=["perplexity", "ablations", "compare"])
     parser.add_argument("--smoke", action="store_true", help="two steps of every job (checks the script only)")
     parser.add_argument("--preset", default="awd_lstm", help="the AWD-LSTM preset")
+    parser.add_argument("--embedding-dim", type=int, help="override the preset's embedding width (a smaller model "
+                                                          "for the ablations in small)")
+    parser.add_argument("--hidden-dim", type=int, help="override the preset's hidden LSTM width")
     parser.add_argument("--time-budget", type=float, default=1800.0, help="perplexity: seconds of LM training")
     parser.add_argument("--lm", help="ablations: a general ulmfit-lm run (default: train one for --lm-budget)")
     parser.add_argument("--lm-budget", type=float, default=1800.0)
