@@ -72,6 +72,8 @@ def general_lm(args, out, budget):
     from kerasplm.jobs.ulmfit import train_ulmfit_lm
 
     path = os.path.join(out, "general_lm")
+    if "time_budget" in budget:   # the budget, not the job's default single epoch, ends the run
+        budget = dict(budget, epochs=UNBOUNDED_EPOCHS)
     summary = train_ulmfit_lm(path, corpus=os.path.join(WT2, "wiki.valid.tokens"),
                               valid_corpus=os.path.join(WT2, "wiki.test.tokens"), preset=args.preset,
                               embedding_dim=args.embedding_dim, hidden_dim=args.hidden_dim,
@@ -80,8 +82,7 @@ def general_lm(args, out, budget):
 
 
 def run_perplexity(args, out):
-    # The budget, not the job's default single epoch, ends the run.
-    budget = SMOKE if args.smoke else dict(time_budget=args.time_budget, epochs=UNBOUNDED_EPOCHS)
+    budget = SMOKE if args.smoke else dict(time_budget=args.time_budget)
     _, summary = general_lm(args, out, budget)
     return {"wikitext2_test": summary}
 
@@ -89,7 +90,7 @@ def run_perplexity(args, out):
 def run_ablations(args, out):
     from kerasplm.jobs.ulmfit import finetune_ulmfit_classifier, finetune_ulmfit_lm
 
-    budget = SMOKE if args.smoke else dict(time_budget=args.lm_budget, epochs=UNBOUNDED_EPOCHS)
+    budget = SMOKE if args.smoke else dict(time_budget=args.lm_budget)
     results = {}
     lm = args.lm
     if lm is None:
@@ -130,8 +131,7 @@ def run_compare(args, out):
                 max_examples=args.max_examples, seed=args.seed, verbose=0)
     corpus = os.path.join(WT2, "wiki.valid.tokens")
     results = {}
-    general = share(1 / 3) if args.smoke else dict(share(1 / 3), epochs=UNBOUNDED_EPOCHS)
-    lm, results["ulmfit_general_lm"] = general_lm(args, out, general)
+    lm, results["ulmfit_general_lm"] = general_lm(args, out, share(1 / 3))
     target = os.path.join(out, "target_lm")
     results["ulmfit_target_lm"] = _quiet(finetune_ulmfit_lm(target, init=lm, corpus=sst2_text(out, args.max_examples),
                                                             seed=args.seed, verbose=0, **share(1 / 6)))
