@@ -6,7 +6,8 @@ machine to itself; the results JSON records the machine, the load and every run'
 * ``perplexity``: ``train ulmfit-lm`` on WikiText-2's validation split (the train split is not in ../shared/data)
   for ``--time-budget`` seconds, the held-out perplexity per word on its test split (``--valid-corpus``).
 * ``ablations``: from one general language model (``--lm RUN``, or trained first on WikiText-2 for
-  ``--lm-budget``), the language model fine-tuned on SST-2's training sentences (text only), then ULMFiT's
+  ``--lm-budget`` seconds or ``--lm-steps`` steps), the language model fine-tuned for an epoch of SST-2's
+  training sentences (text only; ``--target-lm-examples``), then ULMFiT's
   classifier on SST-2, scored on its dev set, for each variant and ``--seeds`` seeds: ``full`` (target-LM
   fine-tuning, discriminative rates 2.6, STLR, gradual unfreezing), ``no_discriminative`` (factor 1: one rate),
   ``no_stlr`` (warmup + linear decay), ``no_gradual_unfreezing``, ``no_target_lm`` (the classifier on the general
@@ -90,13 +91,15 @@ def run_perplexity(args, out):
 def run_ablations(args, out):
     from kerasplm.jobs.ulmfit import finetune_ulmfit_classifier, finetune_ulmfit_lm
 
-    budget = SMOKE if args.smoke else dict(time_budget=args.lm_budget)
+    budget = SMOKE if args.smoke else (dict(steps=args.lm_steps) if args.lm_steps else
+                                       dict(time_budget=args.lm_budget))
     results = {}
     lm = args.lm
     if lm is None:
         lm, results["general_lm"] = general_lm(args, out, budget)
     target = os.path.join(out, "target_lm")
-    results["target_lm"] = _quiet(finetune_ulmfit_lm(target, init=lm, corpus=sst2_text(out, args.max_examples),
+    results["target_lm"] = _quiet(finetune_ulmfit_lm(target, init=lm,
+                                                     corpus=sst2_text(out, args.target_lm_examples),
                                                      seed=args.seed, verbose=0,
                                                      **(SMOKE if args.smoke else dict(epochs=1))))
     length = SMOKE if args.smoke else (dict(steps=args.steps) if args.steps else dict(epochs=args.epochs))
@@ -133,8 +136,8 @@ def run_compare(args, out):
     results = {}
     lm, results["ulmfit_general_lm"] = general_lm(args, out, share(1 / 3))
     target = os.path.join(out, "target_lm")
-    results["ulmfit_target_lm"] = _quiet(finetune_ulmfit_lm(target, init=lm, corpus=sst2_text(out, args.max_examples),
-                                                            seed=args.seed, verbose=0, **share(1 / 6)))
+    results["ulmfit_target_lm"] = _quiet(finetune_ulmfit_lm(target, init=lm,
+                                                            corpus=sst2_text(out, args.target_lm_examples), seed=args.seed, verbose=0, **share(1 / 6)))
     results["ulmfit"] = _quiet(finetune_ulmfit_classifier(os.path.join(out, "ulmfit"), init=target,
                                                           gradual_unfreezing=True, **sst2, **share(1 / 2)))
     elmo = os.path.join(out, "elmo")
@@ -163,6 +166,11 @@ def main(argv=None):
     parser.add_argument("--time-budget", type=float, default=1800.0, help="perplexity: seconds of LM training")
     parser.add_argument("--lm", help="ablations: a general ulmfit-lm run (default: train one for --lm-budget)")
     parser.add_argument("--lm-budget", type=float, default=1800.0)
+    parser.add_argument("--lm-steps", type=int, help="ablations: train the general language model this many steps "
+                                                     "instead of --lm-budget seconds (a figure machine load cannot "
+                                                     "change)")
+    parser.add_argument("--target-lm-examples", type=int, help="fine-tune the language model on at most this many "
+                                                               "SST-2 training sentences (default: all of them)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--epochs", type=float, default=3.0, help="ablations: classifier epochs")
     parser.add_argument("--steps", type=int, help="ablations: classifier steps instead of epochs")
@@ -182,6 +190,7 @@ def main(argv=None):
     if args.smoke:
         args.preset, args.seeds, args.elmo_preset, args.bert_preset = "awd_lstm_tiny", 1, "elmo_tiny", "bert_tiny"
         args.max_examples, args.max_chars = args.max_examples or 64, args.max_chars or 20000
+        args.target_lm_examples = args.target_lm_examples or 64
     out = args.out or tempfile.mkdtemp(prefix="bench_ulmfit_")
     results = {"machine": machine_info(), "load_average_start": load_average(), "figure": args.figure,
                "arguments": vars(args)}

@@ -329,6 +329,9 @@ class Job:
         with strategy.scope() if self.builds_model_in_build_data else contextlib.nullcontext():
             self.build_data()
         o = self.options   # build_data may have settled options a new run records (a schedule's length ...)
+        if o.eval_every and self.eval_dataset is None:   # refused before a new run's config.json is written
+            raise ValueError(f"--eval-every: this {self.what} run has no held-out data to score while it trains "
+                             f"(its held-out figures come once, at the end of the run); drop the option")
         trainer = Trainer(model=self.trainer_model, optimizer=self.build_optimizer, compute_loss=self.compute_loss,
                           strategy=strategy, jit_compile=o.jit_compile, clip_norm=self.clip_norm,
                           checkpoint_dir=self.run_dir.checkpoint_dir, checkpoint_every=self.checkpoint_every,

@@ -107,6 +107,10 @@ def test_classifier_gradual_unfreezing_trains_the_head_alone_in_the_first_epoch(
     with pytest.raises(ValueError, match="is a forward language model; a backward model needs a backward"):
         ULMFiTClassifierJob(str(toy["root"] / "backward"), init=toy["lm"], train=toy["train"], steps=1,
                             backward=True, **QUIET).run()
+    with pytest.raises(ValueError, match="--eval-every: this ULMFiT classifier run has no held-out data to score"):
+        ULMFiTClassifierJob(str(toy["root"] / "eval_every"), init=toy["lm"], train=toy["train"], dev=toy["train"],
+                            steps=1, eval_every=1, **QUIET).run()
+    assert not os.path.exists(toy["root"] / "eval_every" / "config.json")   # no half-made run left behind
 
 
 def test_ensemble_averages_forward_and_backward_probabilities(classifier):
