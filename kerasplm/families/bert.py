@@ -105,8 +105,8 @@ class BertClassifierOptions(FineTuningOptions):
     max_length: int = option(128, "tokens per example, [CLS]/[SEP] included", kind=int, minimum=3)
     length_bucket: int = option(None, LENGTH_BUCKET_HELP.format(length="--max-length"), kind=int, minimum=0)
     batch_size: int = option(32, "examples per batch", kind=int, minimum=1)
-    epochs: float = option(3.0, "epochs over the training file: the run's length without --steps and "
-                                "--time-budget, and the longest schedule --time-budget alone is fitted to",
+    epochs: float = option(3.0, "epochs over the training file: the run's length without --steps, and "
+                                "the most a --time-budget run trains",
                            kind=float, minimum=0, exclusive_minimum=True)
     learning_rate: float = option(3e-5, "peak learning rate (BERT: 2e-5 … 5e-5)", kind=float, minimum=0,
                                   exclusive_minimum=True)
@@ -213,8 +213,8 @@ class SentenceBertOptions(FineTuningOptions):
     max_length: int = option(128, "word pieces per sentence, [CLS]/[SEP] included", kind=int, minimum=3)
     length_bucket: int = option(None, LENGTH_BUCKET_HELP.format(length="--max-length"), kind=int, minimum=0)
     batch_size: int = option(16, "examples per batch (the paper's 16)", kind=int, minimum=1)
-    epochs: float = option(1.0, "epochs over the training file (the paper's 1): the run's length without --steps "
-                                "and --time-budget, and the longest schedule --time-budget alone is fitted to",
+    epochs: float = option(1.0, "epochs over the training file (the paper's 1): the run's length without --steps, "
+                                "and the most a --time-budget run trains",
                            kind=float, minimum=0, exclusive_minimum=True)
     learning_rate: float = option(2e-5, "peak learning rate (AdamW; the paper's 2e-5)", kind=float, minimum=0,
                                   exclusive_minimum=True)
@@ -246,8 +246,8 @@ class BertQAOptions(FineTuningOptions):
     max_answer_length: int = option(30, "longest answer in pieces", kind=int, minimum=1)
     n_best: int = option(20, "start and end candidates per window in span decoding", kind=int, minimum=1)
     batch_size: int = option(32, "windows per batch", kind=int, minimum=1)
-    epochs: float = option(3.0, "epochs over the training questions: the run's length without --steps and "
-                                "--time-budget, and the longest schedule --time-budget alone is fitted to",
+    epochs: float = option(3.0, "epochs over the training questions: the run's length without --steps, and "
+                                "the most a --time-budget run trains",
                            kind=float, minimum=0, exclusive_minimum=True)
     learning_rate: float = option(5e-5, "peak learning rate (AdamW)", kind=float, minimum=0, exclusive_minimum=True)
     warmup_fraction: float = option(0.1, "fraction of the steps with linear warmup", kind=float, minimum=0, maximum=1)
@@ -304,7 +304,8 @@ class DistillOptions(FineTuningOptions):
     tag_scheme: str = option("iob2", "tagger: iob2 or iob1 tags", choices=["iob1", "iob2"])
     length_bucket: int = option(None, LENGTH_BUCKET_HELP.format(length="the teacher's length"), kind=int, minimum=0)
     batch_size: int = option(32, "examples per batch", kind=int, minimum=1)
-    epochs: float = option(3.0, "epochs over the training file: the run's length without --steps and --time-budget",
+    epochs: float = option(3.0, "epochs over the training file: the run's length without --steps, and the most a "
+                                "--time-budget run trains",
                            kind=float, minimum=0, exclusive_minimum=True)
     learning_rate: float = option(5e-5, "peak learning rate (AdamW)", kind=float, minimum=0, exclusive_minimum=True)
     warmup_fraction: float = option(0.1, "fraction of the steps with linear warmup", kind=float, minimum=0, maximum=1)

@@ -31,7 +31,8 @@ class _LanguageModelOptions(FineTuningOptions):
                            "N(base, 5); the learning rate scaled by length/bptt)", kind=int, minimum=5)
     batch_size: int = option(32, "parallel streams of the corpus (the state is carried along each)", kind=int,
                              minimum=1)
-    epochs: float = option(1.0, "epochs over the corpus: the run's length without --steps and --time-budget",
+    epochs: float = option(1.0, "epochs over the corpus: the run's length without --steps, and the most a "
+                                "--time-budget run trains",
                            kind=float, minimum=0, exclusive_minimum=True)
     warmup_fraction: float = option(0.1, "--schedule linear: fraction of the steps with linear warmup", kind=float,
                                     minimum=0, maximum=1)
@@ -103,7 +104,8 @@ class ULMFiTClassifierOptions(FineTuningOptions):
                            "pooling over every chunk", kind=int, minimum=2)
     batch_size: int = option(32, "examples per batch", kind=int, minimum=1)
     epochs: float = option(3.0, "epochs over the training file (with --gradual-unfreezing, one layer group thaws "
-                                "per epoch)", kind=float, minimum=0, exclusive_minimum=True)
+                                "per epoch): the run's length without --steps, and the most a --time-budget run "
+                                "trains", kind=float, minimum=0, exclusive_minimum=True)
     schedule: str = option("stlr", "learning-rate schedule: linear or stlr (ULMFiT's slanted triangular)",
                            choices=["linear", "stlr"])
     discriminative_lr: float = option(2.6, "each layer group learns at the rate of the group above divided by this "
