@@ -342,6 +342,14 @@ class FillMaskExportOptions(ExportOptions):
 
 
 @dataclasses.dataclass(frozen=True)
+class ClassifierExportOptions(ExportOptions):
+    """``kerasplm export classifier``."""
+    ensemble_with: str = option(None, "another classifier run with the same labels (ULMFiT: the backward classifier "
+                                "of a forward one): the export answers the average of both runs' probabilities",
+                                metavar="RUN_DIR")
+
+
+@dataclasses.dataclass(frozen=True)
 class EmbedderExportOptions(ExportOptions):
     """``kerasplm export embedder``."""
     pooling: str = option(None, "cls, mean or max pooling (default: the run's recorded sentence-transformers "
@@ -425,10 +433,12 @@ COMMANDS = [
             description="Export a BERT run (converted, pretrained or fine-tuned): `text` strings -> `embedding` "
                         "vectors, pooled and normalized as the run records; --whitening CORPUS fits BERT-whitening "
                         "on the corpus and applies it in graph."),
-    Command("export", "classifier", "export a fine-tuned BERT, GPT or ULMFiT classifier run", ExportOptions,
+    Command("export", "classifier", "export a fine-tuned BERT, GPT or ULMFiT classifier run", ClassifierExportOptions,
             "kerasplm.export.classifier:export_classifier_run",
             description="Export a `kerasplm finetune bert-classifier`, `gpt-classifier` or `ulmfit-classifier` run: "
-                        "`text` (and `text_pair` for a pair model) strings -> `probabilities` and `label` names."),
+                        "`text` (and `text_pair` for a pair model) strings -> `probabilities` and `label` names; "
+                        "--ensemble-with RUN_DIR averages the probabilities of a second classifier run (ULMFiT's "
+                        "forward and backward models)."),
     Command("export", "tagger", "export a BERT tagger run", ExportOptions, "kerasplm.export.tagger:export_tagger_run",
             description="Export a `finetune bert-tagger` run: text -> entity spans."),
     Command("export", "qa", "export a BERT question answering run", ExportOptions, "kerasplm.export.qa:export_qa_run",

@@ -1,8 +1,8 @@
 """ULMFiT's three stages on a toy corpus with the tiny AWD-LSTM: the general LM (held-out perplexity, its vocabulary),
 target-domain LM fine-tuning (init weights and vocabulary, discriminative rates and STLR reaching the optimizer),
 the classifier (gradual unfreezing leaves the encoder untouched in the first epoch, the backward direction must
-match the LM's), the forward/backward ensemble, and the classifier export's contract (kerasplm-free, bad inputs,
-served)."""
+match the LM's), the forward/backward ensemble, and the ensemble's classifier export under the contract of every
+classifier export (kerasplm-free, bad inputs, served)."""
 import json
 import os
 import random
@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from kerasplm import serving
 from kerasplm.export import read_metadata
-from kerasplm.export.classifier import export_classifier
+from kerasplm.export.classifier import ClassifierModule, export_classifier
 from kerasplm.jobs.ulmfit import (ULMFiTClassifierJob, ULMFiTFineTuneLMJob, encode_lines, ensemble_probabilities,
                                   load_ulmfit_classifier, train_ulmfit_lm)
 from kerasplm.runs import load_run
@@ -125,17 +125,39 @@ def test_ensemble_averages_forward_and_backward_probabilities(classifier):
     backward.labels = ["x", "y"]
     with pytest.raises(ValueError, match="labels differ"):
         ensemble_probabilities([forward, backward], texts)
+    with pytest.raises(ValueError, match=r"must share labels and inputs: \['neg', 'pos'\] vs \['x', 'y'\]"):
+        ClassifierModule(forward, ensemble_with=[backward])
 
 
-def test_export_answers_as_the_other_classifiers(classifier, tmp_path):
-    run = classifier[0].out
-    path = export_classifier(run, str(tmp_path / "export"))
+@pytest.fixture(scope="module")
+def backward_classifier(toy):
+    """A backward language model and its classifier (a step or two each): the other half of ULMFiT's ensemble."""
+    lm = str(toy["root"] / "backward_lm")
+    train_ulmfit_lm(lm, corpus=toy["corpus"], preset="awd_lstm_tiny", num_layers=2, embedding_dim=8, hidden_dim=12,
+                    steps=1, batch_size=4, bptt=10, eval_batch_size=2, backward=True, **QUIET)
+    out = str(toy["root"] / "backward_clf")
+    ULMFiTClassifierJob(out, init=lm, train=toy["train"], steps=2, batch_size=8, bptt=16, max_length=16,
+                        **QUIET).run()
+    return {"lm": lm, "classifier": out}
+
+
+def test_export_answers_as_the_other_classifiers(classifier, backward_classifier, tmp_path):
+    """The forward and backward classifiers exported as one ensemble (``--ensemble-with``): the mean of both
+    runs' probabilities, each reading the text its own way, under the contract of every classifier export."""
+    run, backward = classifier[0].out, backward_classifier["classifier"]
+    path = export_classifier(run, str(tmp_path / "export"), ensemble_with=backward)
     texts = ["good great movie", "awful plot poor", "", "a " * 40]
-    expected = tf.nn.softmax(load_ulmfit_classifier(run).predict_texts(texts)).numpy()
+    members = [load_ulmfit_classifier(run), load_ulmfit_classifier(backward)]
+    assert members[1].preprocessor.reverse and not members[0].preprocessor.reverse
+    expected = ensemble_probabilities(members, texts)
+    assert not np.allclose(expected, tf.nn.softmax(members[0].predict_texts(texts)).numpy(), atol=1e-4)
     (outputs,) = run_isolated(path, [("serving_default", {"text": texts})])
     np.testing.assert_allclose(np.array(outputs["probabilities"]), expected, atol=1e-5)
     assert outputs["label"] == [["neg", "pos"][i] for i in expected.argmax(-1)]
-    assert read_metadata(path)["family"] == "ulmfit_classifier"
+    metadata = read_metadata(path)
+    assert metadata["family"] == "ulmfit_classifier" and len(metadata["ensemble"]) == 2
+    with pytest.raises(ValueError, match="is a 'ulmfit_lm' run, not a classifier"):
+        export_classifier(run, str(tmp_path / "not_a_classifier"), ensemble_with=backward_classifier["lm"])
 
     def check(inputs, out):
         assert out["probabilities"].shape == (len(inputs), 2)
