@@ -12,7 +12,9 @@ machine to itself; the results JSON records the machine, the load and every run'
   fine-tuning, discriminative rates 2.6, STLR, gradual unfreezing), ``no_discriminative`` (factor 1: one rate),
   ``no_stlr`` (warmup + linear decay), ``no_gradual_unfreezing``, ``no_target_lm`` (the classifier on the general
   language model). Each classifier trains ``--epochs`` epochs (or ``--steps``).
-* ``compare``: SST-2 dev accuracy at an equal CPU budget ``--budget`` per method, split between its stages:
+* ``compare``: SST-2 dev accuracy at an equal CPU budget ``--budget`` per method, split between its stages (each
+  ended by its time budget, never by its job's default epochs; ``--max-examples`` SST-2 training examples for every
+  classifier):
   ULMFiT (general LM ⅓, target LM ⅙, classifier ½), the ELMo classifier (biLM ½ on WikiText-2, classifier ½), a
   BERT pretrained here (½, ``--bert-preset``) and fine-tuned (½).
 
@@ -127,8 +129,11 @@ def run_compare(args, out):
     from kerasplm.jobs.elmo_classifier import finetune_elmo_classifier
     from kerasplm.jobs.ulmfit import finetune_ulmfit_classifier, finetune_ulmfit_lm
 
-    def share(fraction):
-        return SMOKE if args.smoke else dict(time_budget=args.budget * fraction)
+    def share(fraction, epochs=False):
+        """A stage's part of the budget; ``epochs``: a job whose --epochs would otherwise end it first."""
+        if args.smoke:
+            return SMOKE
+        return dict(time_budget=args.budget * fraction, **(dict(epochs=UNBOUNDED_EPOCHS) if epochs else {}))
 
     sst2 = dict(train=os.path.join(SST2, "train.tsv"), dev=os.path.join(SST2, "dev.tsv"),
                 max_examples=args.max_examples, seed=args.seed, verbose=0)
@@ -137,9 +142,11 @@ def run_compare(args, out):
     lm, results["ulmfit_general_lm"] = general_lm(args, out, share(1 / 3))
     target = os.path.join(out, "target_lm")
     results["ulmfit_target_lm"] = _quiet(finetune_ulmfit_lm(target, init=lm,
-                                                            corpus=sst2_text(out, args.target_lm_examples), seed=args.seed, verbose=0, **share(1 / 6)))
+                                                            corpus=sst2_text(out, args.target_lm_examples),
+                                                            seed=args.seed, verbose=0, **share(1 / 6, epochs=True)))
     results["ulmfit"] = _quiet(finetune_ulmfit_classifier(os.path.join(out, "ulmfit"), init=target,
-                                                          gradual_unfreezing=True, **sst2, **share(1 / 2)))
+                                                          gradual_unfreezing=True, **sst2,
+                                                          **share(1 / 2, epochs=True)))
     elmo = os.path.join(out, "elmo")
     results["elmo_bilm"] = _quiet(train_elmo(elmo, corpus=corpus, preset=args.elmo_preset, seed=args.seed,
                                              verbose=0, **share(1 / 2)))
@@ -150,7 +157,7 @@ def run_compare(args, out):
     results["bert_pretraining"] = _quiet(train_bert(bert, corpus=corpus, preset=args.bert_preset, seed=args.seed,
                                                     verbose=0, **pretrain, **share(1 / 2)))
     results["bert"] = _quiet(finetune_bert_classifier(os.path.join(out, "bert_classifier"), init=bert,
-                                                      pooling="mean", **sst2, **share(1 / 2)))
+                                                      pooling="mean", **sst2, **share(1 / 2, epochs=True)))
     results["dev_accuracy"] = {name: results[name]["dev"]["accuracy"] for name in ("ulmfit", "elmo", "bert")}
     return results
 
