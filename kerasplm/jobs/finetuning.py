@@ -123,13 +123,17 @@ def label_ids(path, labels, names, regression):
 
 
 def make_classification_dataset(preprocessor, texts, pairs, labels, batch_size, shuffle=False, seed=0, repeat=False,
-                                length_bucket=0):
+                                length_bucket=0, sortish=0):
     """``((inputs dict, labels), ...)`` batches: strings packed by ``preprocessor`` in the tf.data graph.
 
     Training batches (``shuffle``/``repeat``) all have ``batch_size`` rows (one traced step); a seeded shuffle
     replays the same order in every process, as the Trainer's exact resume needs. ``length_bucket`` > 0 cuts each
     batch's padding to its longest example rounded up to a multiple of it (:func:`trim_to_bucket`), 0 keeps the
-    preprocessor's fixed width.
+    preprocessor's fixed width. ``sortish`` > 0 (a repeated dataset; fastai's SortishSampler, the ULMFiT classifier's
+    batching): each run of ``sortish`` batches' worth of shuffled examples is sorted by length (characters of the text
+    and its pair) and cut into batches, whose order within the run is then shuffled (seeded), so that a batch holds
+    texts of similar length and a model that pads each batch to its longest row (an RNN's steps) runs few padded
+    positions.
     """
     columns = (tf.constant(texts, tf.string), tf.constant(pairs if pairs is not None else texts, tf.string),
                tf.constant(labels))
@@ -138,7 +142,12 @@ def make_classification_dataset(preprocessor, texts, pairs, labels, batch_size, 
         ds = ds.shuffle(len(texts), seed=seed, reshuffle_each_iteration=True)
     if repeat:
         ds = ds.repeat()
-    ds = ds.batch(batch_size, drop_remainder=repeat)
+    if sortish:
+        if not repeat:
+            raise ValueError("sortish batches are for a repeated (training) dataset")
+        ds = _sortish_batches(ds, batch_size, sortish, seed, pairs is not None)
+    else:
+        ds = ds.batch(batch_size, drop_remainder=repeat)
 
     @tf.autograph.experimental.do_not_convert
     def encode(text, pair, label):
@@ -146,6 +155,25 @@ def make_classification_dataset(preprocessor, texts, pairs, labels, batch_size, 
 
     return cut_padding(ds.map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True), length_bucket
                        ).prefetch(2)
+
+
+def _sortish_batches(examples, batch_size, window_batches, seed, pairs):
+    """Batches of ``examples`` (an endless stream of ``(text, pair, label)``): each window of ``window_batches`` batches'
+    worth sorted by length, cut into batches, and those batches put in an order drawn from ``(seed, window index)``."""
+    window = batch_size * window_batches
+
+    @tf.autograph.experimental.do_not_convert
+    def sort_by_length(index, element):
+        text, pair, label = element
+        length = tf.strings.length(text) + (tf.strings.length(pair) if pairs else 0)
+        by_length = tf.argsort(length, stable=True)
+        draws = tf.random.stateless_uniform([window_batches], tf.stack([tf.constant(seed, tf.int64), index]))
+        shuffled = tf.argsort(draws)
+        order = tf.reshape(tf.gather(tf.reshape(by_length, [window_batches, batch_size]), shuffled), [window])
+        return tf.gather(text, order), tf.gather(pair, order), tf.gather(label, order)
+
+    windows = examples.batch(window, drop_remainder=True).enumerate().map(sort_by_length)
+    return windows.rebatch(batch_size, drop_remainder=True)
 
 
 def cut_padding(dataset, length_bucket, mask_key="padding_mask"):
@@ -486,9 +514,11 @@ class ClassificationJob(FineTuningJob):
         self.log(f"data: {len(self.texts)} training examples ({kind}), {classes}" + (f"; {details}" if details else ""))
         texts, pairs = self.texts, self.pairs
 
+        sortish = getattr(o, "sortish", 0) or 0
+
         def train_dataset():
             return make_classification_dataset(preprocessor, texts, pairs, train_labels, o.batch_size, shuffle=True,
-                                               seed=o.seed, repeat=True, length_bucket=bucket)
+                                               seed=o.seed, repeat=True, length_bucket=bucket, sortish=sortish)
 
         self.train_dataset = train_dataset
         if o.dev is not None:

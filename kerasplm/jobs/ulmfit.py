@@ -277,6 +277,7 @@ class ULMFiTClassifierJob(_ULMFiTRail, ClassificationJob):
 
     family, task, options_class, what = CLASSIFIER_FAMILY, "sequence_classification", ULMFiTClassifierOptions, \
         "ULMFiT classifier"
+    legacy_options = {"sortish": 0}   # a run recorded before sortish batches keeps its plain shuffled ones
 
     def build_data(self):
         super().build_data()   # the training file, the schedule
@@ -297,7 +298,8 @@ class ULMFiTClassifierJob(_ULMFiTRail, ClassificationJob):
             preprocessor = WordSequencePreprocessor(tokenizer, o.max_length, reverse=backward, pad=False)
             self.log(f"started from {o.init} ({'backward' if backward else 'forward'})")
         self.backbone_config = self.model_config
-        self.classification_data(preprocessor, details=f"BPT3C chunks of {o.bptt} words")
+        sortish = f"; sortish batches (windows of {o.sortish} batches sorted by length)" if o.sortish else ""
+        self.classification_data(preprocessor, details=f"BPT3C chunks of {o.bptt} words{sortish}")
 
     def build_model(self):
         o = self.options

@@ -189,8 +189,10 @@ class AWDLSTMBackbone(Backbone):
     @tf.autograph.experimental.do_not_convert
     def _chunked(self, x, mask, state, kernels, hidden_masks, chunk):
         """BPT3C: the sequence in chunks of ``chunk`` positions (the last one padded), the state carried through them
-        with its gradient stopped; -> the same (outputs, state) as one pass."""
+        with its gradient stopped; -> the same (outputs, state) as one pass. A batch no longer than ``chunk`` is one
+        chunk of its own width: the recurrence runs over the batch's positions only, never ``chunk`` of them."""
         batch, time = tf.shape(x)[0], tf.shape(x)[1]
+        chunk = tf.maximum(tf.minimum(chunk, time), 1)
         chunks = (time + chunk - 1) // chunk
         pad = chunks * chunk - time
         x = tf.pad(x, [[0, 0], [0, pad], [0, 0]])

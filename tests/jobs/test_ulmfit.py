@@ -14,6 +14,7 @@ import tensorflow as tf
 from kerasplm import serving
 from kerasplm.export import read_metadata
 from kerasplm.export.classifier import ClassifierModule, export_classifier
+from kerasplm.jobs.finetuning import make_classification_dataset
 from kerasplm.jobs.ulmfit import (ULMFiTClassifierJob, ULMFiTFineTuneLMJob, encode_lines, ensemble_probabilities,
                                   load_ulmfit_classifier, train_ulmfit_lm)
 from kerasplm.runs import load_run
@@ -174,6 +175,30 @@ def test_export_answers_as_the_other_classifiers(classifier, backward_classifier
         server.stop()
     assert status == 200, body
     np.testing.assert_allclose([row["probabilities"] for row in body["predictions"]], expected[:2], atol=1e-5)
+
+
+def test_sortish_batches_hold_neighbours_in_length_and_every_example_once():
+    """make_classification_dataset(sortish=8): each window of 8 batches' worth of the seeded shuffle is sorted by
+    length and cut into batches (4 neighbours in length each), shuffled within the window; a window holds the
+    examples it would without sortish, and the same seed gives the same batches."""
+    texts, labels = ["x" * (i + 1) for i in range(64)], list(range(64))   # example i is i + 1 characters long
+
+    def batches(sortish):
+        ds = make_classification_dataset(lambda text, pair: {"text": text}, texts, None, labels, 4, shuffle=True,
+                                         seed=3, repeat=True, sortish=sortish)
+        return [sorted(y.numpy().tolist()) for _, y in ds.take(16)]   # two windows: one epoch
+
+    plain, sortish = batches(0), batches(8)
+    windows = [sorted(sum(plain[:8], [])), sorted(sum(plain[8:], []))]
+    assert [sorted(sum(sortish[:8], [])), sorted(sum(sortish[8:], []))] == windows
+    for window, run in zip(windows, (sortish[:8], sortish[8:])):
+        assert sorted(run) == [window[k:k + 4] for k in range(0, 32, 4)]   # neighbours in length
+        assert run != sorted(run)                                           # in a shuffled order
+    spread = [np.mean([b[-1] - b[0] for b in run]) for run in (plain, sortish)]
+    assert spread[1] < spread[0] / 3, spread
+    assert batches(8) == sortish
+    with pytest.raises(ValueError, match="sortish batches are for a repeated"):
+        make_classification_dataset(lambda text, pair: {"text": text}, texts, None, labels, 4, sortish=8)
 
 
 def test_the_language_model_refuses_a_distributed_strategy(tmp_path):
