@@ -103,9 +103,11 @@ class ULMFiTClassifierOptions(FineTuningOptions):
     bptt: int = option(70, "BPT3C: a longer text is read in chunks of this many words, the state carried and the "
                            "pooling over every chunk", kind=int, minimum=2)
     batch_size: int = option(32, "examples per batch", kind=int, minimum=1)
-    sortish: int = option(50, "sortish batches (fastai's SortishSampler): every run of this many batches' worth of "
-                              "shuffled examples is sorted by length and cut into batches, shuffled in turn, so that "
-                              "the LSTM runs few padded steps (0: plain shuffled batches)", kind=int, minimum=0)
+    sortish: int = option(0, "sortish batches (fastai's SortishSampler): every run of this many batches' worth of "
+                             "shuffled examples is sorted by length and cut into batches, shuffled in turn, so that "
+                             "the LSTM runs few padded steps (a third faster on SST-2; 0: plain shuffled batches, "
+                             "the default: the head's batch normalization then sees batches like the dev set's)",
+                          kind=int, minimum=0)
     epochs: float = option(3.0, "epochs over the training file (with --gradual-unfreezing, one layer group thaws "
                                 "per epoch): the run's length without --steps, and the most a --time-budget run "
                                 "trains", kind=float, minimum=0, exclusive_minimum=True)

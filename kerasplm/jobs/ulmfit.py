@@ -277,7 +277,6 @@ class ULMFiTClassifierJob(_ULMFiTRail, ClassificationJob):
 
     family, task, options_class, what = CLASSIFIER_FAMILY, "sequence_classification", ULMFiTClassifierOptions, \
         "ULMFiT classifier"
-    legacy_options = {"sortish": 0}   # a run recorded before sortish batches keeps its plain shuffled ones
 
     def build_data(self):
         super().build_data()   # the training file, the schedule
