@@ -209,3 +209,25 @@ def test_the_language_model_refuses_a_distributed_strategy(tmp_path):
     with pytest.raises(ValueError, match="carries each stream's LSTM state .* --distribute default only"):
         ULMFiTLanguageModelOptions(corpus=str(corpus), distribute="multi-worker")
     assert ULMFiTLanguageModelOptions(corpus=str(corpus)).distribute == "default"
+
+
+def test_embedding_geometry_reads_the_runs_table_and_adam_moments(toy):
+    """benchmarks/embedding_geometry.py (the rare-word collapse figures) on a real run: the tied table and its Adam
+    moments found by name in the checkpoint, the figures equal to a direct computation from them."""
+    from benchmarks.embedding_geometry import geometry, mean_pairwise_cosine, read_table
+
+    table, m, v = read_table(toy["lm"])
+    np.testing.assert_array_equal(table, load_run(toy["lm"]).backbone.embeddings.numpy())
+    assert m.shape == v.shape == table.shape and np.all(v >= 0) and np.any(m != 0)
+    result = geometry(toy["lm"], rare=4, frequent=3)
+    size = table.shape[0]
+    rare = table[size - 4:]
+    unit = rare / np.linalg.norm(rare, axis=1, keepdims=True)
+    pairs = [unit[i] @ unit[j] for i in range(4) for j in range(4) if i != j]
+    assert result["rare"]["mean_cosine"] == pytest.approx(np.mean(pairs), abs=1e-6)
+    assert mean_pairwise_cosine(np.eye(3)) == pytest.approx(0.0) and mean_pairwise_cosine(np.ones((3, 2))) == \
+        pytest.approx(1.0)
+    steps = m[4:7] / (np.sqrt(v[4:7]) + 1e-6)
+    assert result["frequent"]["adam_step"] == pytest.approx(np.abs(steps).mean(), rel=1e-5)
+    with pytest.raises(SystemExit, match="fewer than --rare"):
+        geometry(toy["lm"], rare=size, frequent=1)
