@@ -1,7 +1,7 @@
 """The word-embedding table of ULMFiT language-model runs: do the rare words' vectors collapse, and why?
 
 For each run directory given (``kerasplm train ulmfit-lm`` / ``finetune ulmfit-lm``; its ``vocab.txt`` lists the
-words most frequent first after the 4 special tokens), it reads the tied embedding table E and the optimizer's Adam
+words most frequent first after the special tokens), it reads the tied embedding table E and the optimizer's Adam
 moments m and v of that table from the latest checkpoint, and prints for the ``--rare`` last rows (the rarest
 words) and the ``--frequent`` first word rows:
 
@@ -22,9 +22,12 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from kerasplm.jobs.ulmfit import ADAM
+from kerasplm.text.word_vocab import SPECIAL_TOKENS
+
 EMBEDDINGS = "model/backbone/embeddings/.ATTRIBUTES/VARIABLE_VALUE"
-NUM_SPECIAL = 4
-ADAM_EPSILON = 1e-6   # the ULMFiT jobs' Adam epsilon
+NUM_SPECIAL = len(SPECIAL_TOKENS)
+ADAM_EPSILON = ADAM["epsilon"]   # the ULMFiT jobs' Adam epsilon
 
 
 def mean_pairwise_cosine(rows):

@@ -55,7 +55,7 @@ __all__ = ["ULMFiTLanguageModelJob", "ULMFiTClassifierJob", "train_ulmfit_lm", "
 
 LM_FAMILY, CLASSIFIER_FAMILY = "ulmfit_lm", "ulmfit_classifier"
 ASSETS = {"vocab": "vocab.txt"}
-ADAM = {"beta_1": 0.7, "beta_2": 0.99}   # ULMFiT §4
+ADAM = {"beta_1": 0.7, "beta_2": 0.99, "epsilon": 1e-6}   # ULMFiT §4 (the betas)
 
 
 def encode_lines(tokenizer, text, backward=False, lines_per_call=4096):
@@ -87,7 +87,7 @@ def _optimizer(o, schedule, model_fn, top_group, frozen_until=None):
         return groups["fn"](variable)
 
     decay = layerwise_decay(o)
-    kwargs = dict(learning_rate=schedule, weight_decay=o.weight_decay, epsilon=1e-6, **ADAM)
+    kwargs = dict(learning_rate=schedule, weight_decay=o.weight_decay, **ADAM)
     if decay is None and frozen_until is None:
         optimizer = FusedAdamW(**kwargs)
     else:
