@@ -71,8 +71,14 @@ class ULMFiTLanguageModelOptions(_LanguageModelOptions):
 @dataclasses.dataclass(frozen=True)
 class ULMFiTFineTuneLMOptions(_LanguageModelOptions):
     """``kerasplm finetune ulmfit-lm``: the language model fine-tuned on target-domain text (the init run's
-    vocabulary: a word it lacks is <unk>)."""
+    vocabulary, grown by the target text's frequent words it lacks unless ``--extend-vocab 0``)."""
     init: str = option(None, "ulmfit-lm run to start from (kerasplm train ulmfit-lm)", metavar="RUN_DIR")
+    extend_vocab: int = option(2, "add the target text's words seen at least this many times that the init "
+                                  "vocabulary lacks (their vectors and output biases start at the init model's "
+                                  "mean); 0: keep the init vocabulary, a word it lacks is <unk>", kind=int,
+                               minimum=0, metavar="MIN_COUNT")
+    max_vocab: int = option(60000, "--extend-vocab adds words up to this many in all (4 special tokens included)",
+                            kind=int, minimum=5)
     backward: bool = option(None, "a backward model: the init run must be a backward language model (default: the "
                                   "init run's direction)", flag="--backward", const=True, choices=[True, False])
     schedule: str = option("stlr", "learning-rate schedule: linear or stlr (ULMFiT's slanted triangular)",

@@ -8,8 +8,10 @@
    learning rate × ℓ / bptt (:class:`kerasplm.training.ScaledSchedule`). Held-out perplexity per word (the state
    carried through consecutive windows of ``bptt``) goes to ``metrics.json``.
 2. ``kerasplm finetune ulmfit-lm --init RUN`` (:func:`finetune_ulmfit_lm`): the same on target-domain text, from the
-   init run's weights and vocabulary, with discriminative learning rates (η^(l-1) = η^l / 2.6 over the model's layer
-   groups) and slanted triangular rates by default, its dropouts × ``drop_mult``.
+   init run's weights and vocabulary, the vocabulary grown by the target text's words seen ``extend_vocab`` times
+   that it lacks (their vectors and output biases start at the mean: :func:`grown_vocabulary_weights`), with
+   discriminative learning rates (η^(l-1) = η^l / 2.6 over the model's layer groups) and slanted triangular rates
+   by default, its dropouts × ``drop_mult``.
 3. ``kerasplm finetune ulmfit-classifier --init RUN`` (:func:`finetune_ulmfit_classifier`): ULMFiT's classifier
    (concat pooling over the real positions, BPT3C chunks of ``bptt``) on the language model's backbone,
    discriminative and slanted triangular rates, ``--gradual-unfreezing`` (the head alone in the first epoch, then one
@@ -30,6 +32,7 @@ the :class:`AWDLSTMLanguageModel` with its :class:`WordTokenizer`) and ``ulmfit_
 The carried state is the job's (variables beside the model), not the checkpoint's: a resumed run restarts it from
 zero at its first window, its only difference from an uninterrupted run.
 """
+import dataclasses
 import math
 import os
 
@@ -45,13 +48,14 @@ from kerasplm.models.bert_tasks import classification_metrics
 from kerasplm.models.presets import get_preset
 from kerasplm.runs import RunDir, load_run
 from kerasplm.runs.serialization import attach_preprocessor
-from kerasplm.text.word_vocab import (EOS, WordSequencePreprocessor, WordTokenizer, build_word_vocab, split_words,
-                                      write_word_vocab)
+from kerasplm.text.word_vocab import (EOS, SPECIAL_TOKENS, WordSequencePreprocessor, WordTokenizer, build_word_vocab,
+                                      split_words, write_word_vocab)
 from kerasplm.training import ScaledSchedule
 from kerasplm.training.optimizers import FusedAdamW, LayerwiseAdamW, gradual_unfreezing, layer_group_multiplier
 
 __all__ = ["ULMFiTLanguageModelJob", "ULMFiTClassifierJob", "train_ulmfit_lm", "finetune_ulmfit_lm",
-           "finetune_ulmfit_classifier", "ensemble_probabilities", "load_ulmfit_classifier", "encode_lines"]
+           "finetune_ulmfit_classifier", "ensemble_probabilities", "load_ulmfit_classifier", "encode_lines",
+           "grown_vocabulary_weights"]
 
 LM_FAMILY, CLASSIFIER_FAMILY = "ulmfit_lm", "ulmfit_classifier"
 ASSETS = {"vocab": "vocab.txt"}
@@ -98,6 +102,24 @@ def _optimizer(o, schedule, model_fn, top_group, frozen_until=None):
     return optimizer
 
 
+def grown_vocabulary_weights(model, new_words):
+    """``model.get_weights()`` (an :class:`AWDLSTMLanguageModel`) for a vocabulary ``new_words`` longer: each weight
+    indexed by word (the tied embedding's rows, the output biases, an untied decoder's columns) gets ``new_words``
+    more, each the mean of the existing ones (fastai's start for a word the general corpus lacked)."""
+    by_word = {model.backbone.embeddings.path: 0, model.decoder_bias.path: 0}
+    if not model.backbone.config.tie_weights:
+        by_word[model.decoder.kernel.path] = 1
+    weights = []
+    for variable in model.weights:
+        value = variable.numpy()
+        axis = by_word.get(variable.path)
+        if axis is not None and new_words:
+            mean = value.mean(axis=axis, keepdims=True)
+            value = np.concatenate([value, np.repeat(mean, new_words, axis=axis)], axis=axis)
+        weights.append(value)
+    return weights
+
+
 def _init_language_model(init, backward):
     """The ``--init`` language-model run (the model, its tokenizer attached) and its direction; a one-line error when
     the direction asked for is not the run's."""
@@ -114,22 +136,13 @@ def _init_language_model(init, backward):
 
 
 class _ULMFiTRail:
-    """What the language-model and classifier jobs share: the init run's vocabulary copied into the new run, and no
-    XLA unless asked for."""
+    """What the language-model and classifier jobs share: no XLA unless asked for."""
 
     def settle_jit(self):
         """``jit_compile="auto"`` (XLA on a GPU) becomes off: every window length (the LMs) and every batch width (the
         classifier) is a new shape, which XLA would compile anew, dozens of times. ``jit_compile=True`` still asks."""
         if self.options.jit_compile == "auto":
             self.options = self.options.replace(jit_compile=False)
-
-    def new_tokenizer_from_init(self, init_model):
-        self.init_assets, _ = self.copy_init_assets(ASSETS)
-        tokenizer = init_model.preprocessor
-        tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
-        if self.run_dir.writer:
-            tokenizer = WordTokenizer(self.run_dir.file(ASSETS["vocab"]), lowercase=tokenizer.lowercase)
-        return tokenizer
 
 
 class ULMFiTLanguageModelJob(_ULMFiTRail, FineTuningJob):
@@ -166,9 +179,11 @@ class ULMFiTLanguageModelJob(_ULMFiTRail, FineTuningJob):
         elif self.fine_tuning:
             self.init_model, backward = _init_language_model(o.init, o.backward)
             self.options = o = o.replace(backward=backward)
-            self.tokenizer = self.new_tokenizer_from_init(self.init_model)
-            self.model_config = self.init_model.backbone.config.scaled_dropout(o.drop_mult).validate()
-            self.write_config(self.init_model.run_info.config.get("preset"), assets=self.init_assets)
+            self.tokenizer, self.new_words = self.target_vocabulary(self.init_model)
+            config = self.init_model.backbone.config
+            config = dataclasses.replace(config, vocab_size=config.vocab_size + len(self.new_words))
+            self.model_config = config.scaled_dropout(o.drop_mult).validate()
+            self.write_config(self.init_model.run_info.config.get("preset"), assets=ASSETS)
         else:
             self.init_model = None
             vocab = build_word_vocab(self.train_text.splitlines(), max_size=o.max_vocab, min_count=o.min_count)
@@ -195,11 +210,33 @@ class ULMFiTLanguageModelJob(_ULMFiTRail, FineTuningJob):
         self.state = [(tf.Variable(tf.zeros([o.batch_size, u]), trainable=False),
                        tf.Variable(tf.zeros([o.batch_size, u]), trainable=False)) for u in units]
 
+    def target_vocabulary(self, init_model):
+        """The init run's vocabulary, then (``--extend-vocab N``) the target text's words seen N times or more that
+        it lacks, most frequent first, ``--max-vocab`` tokens at most in all: fastai's vocabulary transfer, without
+        which a target-domain word missing from the general corpus (a review's "boring", "worst") is ``<unk>`` to
+        the target LM and the classifier. Writes it to the new run; returns ``(its tokenizer, the added words)``."""
+        o = self.options
+        init_tokenizer = getattr(init_model.preprocessor, "tokenizer", init_model.preprocessor)
+        vocab, new_words = list(init_tokenizer.vocab), []
+        if o.extend_vocab:
+            known = set(vocab)
+            target = build_word_vocab(self.train_text.splitlines(), min_count=o.extend_vocab,
+                                      lowercase=init_tokenizer.lowercase)
+            new_words = [w for w in target[len(SPECIAL_TOKENS):] if w not in known][:max(0, o.max_vocab - len(vocab))]
+            self.log(f"vocabulary: the init run's {len(vocab):,} words and {len(new_words):,} of the target text's "
+                     f"(seen {o.extend_vocab} times or more)")
+        vocab += new_words
+        if not self.run_dir.writer:
+            return WordTokenizer(vocab, lowercase=init_tokenizer.lowercase), new_words
+        os.makedirs(self.run_dir.path, exist_ok=True)
+        write_word_vocab(vocab, self.run_dir.file(ASSETS["vocab"]))
+        return WordTokenizer(self.run_dir.file(ASSETS["vocab"]), lowercase=init_tokenizer.lowercase), new_words
+
     def build_model(self):
         backbone = AWDLSTMBackbone.from_config_object(self.model_config, name=self.config["preset"] or "awd_lstm")
         model = attach_preprocessor(AWDLSTMLanguageModel(backbone), self.tokenizer)
         if self.init_model is not None:
-            model.set_weights(self.init_model.get_weights())
+            model.set_weights(grown_vocabulary_weights(self.init_model, len(self.new_words)))
         return model
 
     def build_optimizer(self):
@@ -277,6 +314,15 @@ class ULMFiTClassifierJob(_ULMFiTRail, ClassificationJob):
 
     family, task, options_class, what = CLASSIFIER_FAMILY, "sequence_classification", ULMFiTClassifierOptions, \
         "ULMFiT classifier"
+
+    def new_tokenizer_from_init(self, init_model):
+        """The language model's vocabulary copied into the new run, and its tokenizer over the copy."""
+        self.init_assets, _ = self.copy_init_assets(ASSETS)
+        tokenizer = init_model.preprocessor
+        tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
+        if self.run_dir.writer:
+            tokenizer = WordTokenizer(self.run_dir.file(ASSETS["vocab"]), lowercase=tokenizer.lowercase)
+        return tokenizer
 
     def build_data(self):
         super().build_data()   # the training file, the schedule

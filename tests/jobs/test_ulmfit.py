@@ -1,5 +1,6 @@
 """ULMFiT's three stages on a toy corpus with the tiny AWD-LSTM: the general LM (held-out perplexity, its vocabulary),
-target-domain LM fine-tuning (init weights and vocabulary, discriminative rates and STLR reaching the optimizer),
+target-domain LM fine-tuning (init weights and vocabulary, the vocabulary grown by the target text's new words,
+discriminative rates and STLR reaching the optimizer),
 the classifier (gradual unfreezing leaves the encoder untouched in the first epoch, the backward direction must
 match the LM's), the forward/backward ensemble, and the ensemble's classifier export under the contract of every
 classifier export (kerasplm-free, bad inputs, served)."""
@@ -16,7 +17,7 @@ from kerasplm.export import read_metadata
 from kerasplm.export.classifier import ClassifierModule, export_classifier
 from kerasplm.jobs.finetuning import make_classification_dataset
 from kerasplm.jobs.ulmfit import (ULMFiTClassifierJob, ULMFiTFineTuneLMJob, encode_lines, ensemble_probabilities,
-                                  load_ulmfit_classifier, train_ulmfit_lm)
+                                  grown_vocabulary_weights, load_ulmfit_classifier, train_ulmfit_lm)
 from kerasplm.runs import load_run
 from kerasplm.text.word_vocab import WordSequencePreprocessor
 from kerasplm.training import SlantedTriangular
@@ -93,6 +94,30 @@ def test_target_lm_fine_tuning_uses_discriminative_rates_and_stlr(toy, finetuned
     assert open(os.path.join(job.out, "vocab.txt")).read() == open(os.path.join(toy["lm"], "vocab.txt")).read()
     assert job.model_config.weight_dropout == pytest.approx(0.5 * 0.3)
     assert np.isfinite(summary["held_out_perplexity"])
+
+
+def test_target_lm_fine_tuning_adds_the_target_texts_new_words(toy):
+    target = toy["root"] / "target.txt"
+    target.write_text("the movie was superb .\nsuperb dreadful plot .\na dreadful film\n" * 3 + "superb once-only words\n")
+    job = ULMFiTFineTuneLMJob(str(toy["root"] / "ft_new_words"), init=toy["lm"], corpus=str(target),
+                              valid_corpus=str(target), steps=1, batch_size=2, bptt=5, eval_batch_size=1,
+                              learning_rate=1e-12, **QUIET)
+    job.run()
+    init, tuned = load_run(toy["lm"]), load_run(job.out)
+    old_vocab = open(os.path.join(toy["lm"], "vocab.txt")).read().split("\n")[:-1]
+    vocab = open(os.path.join(job.out, "vocab.txt")).read().split("\n")[:-1]
+    # Appended after the init vocabulary, most frequent first; "once-only" and "words" were seen once.
+    assert vocab == old_vocab + ["superb", "dreadful"]
+    assert encode_lines(tuned.preprocessor, "superb dreadful").tolist() == [len(old_vocab), len(old_vocab) + 1, 3]
+    # Their vectors and output biases start at the init model's mean; the old rows are the init run's (a 1e-12 rate
+    # leaves them where they were).
+    table, bias = init.backbone.embeddings.numpy(), init.decoder_bias.numpy()
+    np.testing.assert_allclose(tuned.backbone.embeddings.numpy()[:len(old_vocab)], table, atol=1e-6)
+    np.testing.assert_allclose(tuned.backbone.embeddings.numpy()[len(old_vocab):], [table.mean(0)] * 2, atol=1e-6)
+    np.testing.assert_allclose(tuned.decoder_bias.numpy()[len(old_vocab):], [bias.mean()] * 2, atol=1e-6)
+    # --extend-vocab 0 keeps the init vocabulary: the same weights, the new words <unk>.
+    weights = grown_vocabulary_weights(init, 0)
+    assert all(np.array_equal(a, b) for a, b in zip(weights, init.get_weights()))
 
 
 def test_classifier_gradual_unfreezing_trains_the_head_alone_in_the_first_epoch(toy, finetuned, classifier):
