@@ -11,7 +11,11 @@ machine to itself; the results JSON records the machine, the load and every run'
   classifier on SST-2, scored on its dev set, for each variant and ``--seeds`` seeds: ``full`` (target-LM
   fine-tuning, discriminative rates 2.6, STLR, gradual unfreezing), ``no_discriminative`` (factor 1: one rate),
   ``no_stlr`` (warmup + linear decay), ``no_gradual_unfreezing``, ``no_target_lm`` (the classifier on the general
-  language model). Each classifier trains ``--epochs`` epochs (or ``--steps``).
+  language model), ``no_pretraining`` (the classifier from random weights: a language model with the target LM's
+  sizes on the target text's vocabulary, trained one step at a rate of 1e-12). Each classifier trains ``--epochs``
+  epochs (or ``--steps``). A stage whose run is already complete in ``--out`` (its ``metrics.json`` written) is read,
+  not trained again, so an interrupted run picks up where it stopped; ``--target-lm`` starts from a target LM
+  trained elsewhere and ``--variants`` runs some of the variants.
 * ``compare``: SST-2 dev accuracy at an equal CPU budget ``--budget`` per method, split between its stages (each
   ended by its time budget, never by its job's default epochs; ``--max-examples`` SST-2 training examples for every
   classifier):
@@ -44,6 +48,7 @@ VARIANTS = {
     "no_stlr": {"schedule": "linear"},
     "no_gradual_unfreezing": {"gradual_unfreezing": False},
     "no_target_lm": {"init": "general"},
+    "no_pretraining": {"init": "random"},
 }
 SMOKE = dict(steps=2)
 UNBOUNDED_EPOCHS = 10_000.0   # a language model trained for a time budget: epochs never end it first
@@ -90,6 +95,29 @@ def run_perplexity(args, out):
     return {"wikitext2_test": summary}
 
 
+def completed(run, train):
+    """The summary of ``run`` (``metrics.json``) when an earlier invocation finished it, else ``train()``'s."""
+    path = os.path.join(run, "metrics.json")
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            return {**json.load(f), "read_from": path}
+    return _quiet(train())
+
+
+def random_lm(out, target, text):
+    """A language model of the ``target`` run's sizes, not trained (one step at a rate of 1e-12), whose vocabulary
+    is the target text's: what the classifier without pretraining starts from."""
+    from kerasplm.jobs.ulmfit import train_ulmfit_lm
+
+    with open(os.path.join(target, "config.json"), encoding="utf-8") as f:
+        sizes = json.load(f)["model"]["config"]["backbone"]["config"]
+    path = os.path.join(out, "random_lm")
+    completed(path, lambda: train_ulmfit_lm(path, corpus=text, embedding_dim=sizes["embedding_dim"],
+                                            hidden_dim=sizes["hidden_dim"], num_layers=sizes["num_layers"], steps=1,
+                                            learning_rate=1e-12, verbose=0))
+    return path
+
+
 def run_ablations(args, out):
     from kerasplm.jobs.ulmfit import finetune_ulmfit_classifier, finetune_ulmfit_lm
 
@@ -98,23 +126,23 @@ def run_ablations(args, out):
     results = {}
     lm = args.lm
     if lm is None:
-        lm, results["general_lm"] = general_lm(args, out, budget)
-    target = os.path.join(out, "target_lm")
-    results["target_lm"] = _quiet(finetune_ulmfit_lm(target, init=lm,
-                                                     corpus=sst2_text(out, args.target_lm_examples),
-                                                     seed=args.seed, verbose=0,
-                                                     **(SMOKE if args.smoke else dict(epochs=1))))
+        lm = os.path.join(out, "general_lm")
+        results["general_lm"] = completed(lm, lambda: general_lm(args, out, budget)[1])
+    text = sst2_text(out, args.target_lm_examples)
+    target = args.target_lm or os.path.join(out, "target_lm")
+    results["target_lm"] = completed(target, lambda: finetune_ulmfit_lm(
+        target, init=lm, corpus=text, seed=args.seed, verbose=0, **(SMOKE if args.smoke else dict(epochs=1))))
+    inits = {"general": lm, "random": random_lm(out, target, text) if "no_pretraining" in args.variants else None}
     length = SMOKE if args.smoke else (dict(steps=args.steps) if args.steps else dict(epochs=args.epochs))
-    for name, change in VARIANTS.items():
+    for name in args.variants:
         accuracies = []
         for seed in range(args.seeds):
-            options = {"gradual_unfreezing": True, "init": target, **change}
-            if options["init"] == "general":
-                options["init"] = lm
-            summary = finetune_ulmfit_classifier(
-                os.path.join(out, f"{name}_{seed}"), train=os.path.join(SST2, "train.tsv"),
-                dev=os.path.join(SST2, "dev.tsv"), max_examples=args.max_examples, seed=seed, verbose=0,
-                **options, **length)
+            options = {"gradual_unfreezing": True, "init": target, **VARIANTS[name]}
+            options["init"] = inits.get(options["init"], options["init"])
+            run = os.path.join(out, f"{name}_{seed}")
+            summary = completed(run, lambda: finetune_ulmfit_classifier(
+                run, train=os.path.join(SST2, "train.tsv"), dev=os.path.join(SST2, "dev.tsv"),
+                max_examples=args.max_examples, seed=seed, verbose=0, **options, **length))
             accuracies.append(summary["dev"]["accuracy"])
             results.setdefault(name, {"runs": []})["runs"].append(_quiet(summary))
         results[name]["dev_accuracy_mean"] = statistics.mean(accuracies)
@@ -176,6 +204,10 @@ def main(argv=None):
     parser.add_argument("--lm-steps", type=int, help="ablations: train the general language model this many steps "
                                                      "instead of --lm-budget seconds (a figure machine load cannot "
                                                      "change)")
+    parser.add_argument("--target-lm", help="ablations: a target ulmfit-lm run (finetune ulmfit-lm) to start from "
+                                            "instead of fine-tuning --lm on SST-2's text")
+    parser.add_argument("--variants", type=lambda v: v.split(","), default=list(VARIANTS),
+                        help=f"ablations: comma-separated, of {','.join(VARIANTS)} (default: all)")
     parser.add_argument("--target-lm-examples", type=int, help="fine-tune the language model on at most this many "
                                                                "SST-2 training sentences (default: all of them)")
     parser.add_argument("--seeds", type=int, default=3)
@@ -191,6 +223,9 @@ def main(argv=None):
     parser.add_argument("--out", help="directory for the runs (default: a temporary one)")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
+    unknown = sorted(set(args.variants) - set(VARIANTS))
+    if unknown:
+        parser.error(f"--variants: unknown {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
     for path in (WT2, SST2):
         if not os.path.isdir(path):
             parser.error(f"no {path} (the corpora live in ../shared/data)")
@@ -199,6 +234,7 @@ def main(argv=None):
         args.max_examples, args.max_chars = args.max_examples or 64, args.max_chars or 20000
         args.target_lm_examples = args.target_lm_examples or 64
     out = args.out or tempfile.mkdtemp(prefix="bench_ulmfit_")
+    os.makedirs(out, exist_ok=True)
     results = {"machine": machine_info(), "load_average_start": load_average(), "figure": args.figure,
                "arguments": vars(args)}
     results.update({"perplexity": run_perplexity, "ablations": run_ablations, "compare": run_compare}[args.figure](
