@@ -12,8 +12,14 @@ words) and the ``--frequent`` first word rows:
 
     python -m benchmarks.embedding_geometry /tmp/ulm/abl/general_lm /tmp/ulm/abl/target_lm --json geometry.json
 
-A checkpoint without Adam moments for the table (a converted run) reports the vectors only. Reads checkpoints, trains
-nothing, so the figures do not depend on machine load.
+A checkpoint without Adam moments for the table (a converted run) reports the vectors only.
+
+``--probe-train TSV --probe-dev TSV`` adds a linear probe of what the frozen language model tells about the labels:
+ridge regression on ±1 labels (features standardized; the ridge strength picked on the last fifth of the training
+examples, then refitted on all of them), scored on the dev file, for two feature sets: the classifier's
+concat-pooled features ``[h_T; max; mean]`` of the last LSTM (inference, no dropout) and the mean of the text's word
+vectors. Reads checkpoints and fits closed-form probes, trains nothing, so the figures do not depend on machine
+load.
 """
 import argparse
 import json
@@ -22,8 +28,11 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from kerasplm.jobs.finetuning import read_classification_tsv
 from kerasplm.jobs.ulmfit import ADAM
-from kerasplm.text.word_vocab import SPECIAL_TOKENS
+from kerasplm.models.awd_lstm import concat_pooling
+from kerasplm.runs import load_run
+from kerasplm.text.word_vocab import SPECIAL_TOKENS, WordSequencePreprocessor
 
 EMBEDDINGS = "model/backbone/embeddings/.ATTRIBUTES/VARIABLE_VALUE"
 NUM_SPECIAL = len(SPECIAL_TOKENS)
@@ -79,14 +88,80 @@ def geometry(run_dir, rare=2000, frequent=500):
             "frequent": group_figures(table, m, v, np.arange(NUM_SPECIAL, NUM_SPECIAL + frequent))}
 
 
+RIDGE_STRENGTHS = (0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0)
+
+
+def probe_features(model, texts, batch_size=64):
+    """``(concat-pooled features (n, 3·H), mean word vectors (n, E))`` of ``texts`` under the frozen language model
+    ``model``, each text read as the classifier reads it (``<bos>`` first; reversed for a backward model)."""
+    tokenizer = getattr(model.preprocessor, "tokenizer", model.preprocessor)
+    backward = bool(model.run_info.config["options"].get("backward", False))
+    preprocessor = WordSequencePreprocessor(tokenizer, reverse=backward, pad=False)
+    table = model.backbone.embeddings.numpy()
+    pooled, mean_vectors = [], []
+    for i in range(0, len(texts), batch_size):
+        inputs = preprocessor(tf.constant(texts[i:i + batch_size], tf.string))
+        out = model.backbone(inputs, training=False)
+        pooled.append(concat_pooling(out["sequence_output"], out["final_state"][-1][0], out["padding_mask"]).numpy())
+        mask = inputs["padding_mask"].numpy()[:, :, np.newaxis]
+        mean_vectors.append((table[inputs["token_ids"].numpy()] * mask).sum(axis=1) / mask.sum(axis=1))
+    return np.concatenate(pooled), np.concatenate(mean_vectors)
+
+
+def ridge_accuracy(train_x, train_y, dev_x, dev_y):
+    """Dev accuracy of ridge regression on ±1 targets (binary labels 0/1), its strength picked on the last fifth of
+    the training rows and then refitted on all of them."""
+    mean, scale = train_x.mean(axis=0), train_x.std(axis=0) + 1e-6
+
+    def design(x):
+        return np.hstack([(x - mean) / scale, np.ones((len(x), 1))])
+
+    def fit(x, y, strength):
+        a = design(x)
+        return np.linalg.solve(a.T @ a + strength * np.eye(a.shape[1]), a.T @ (2.0 * y - 1.0))
+
+    def accuracy(w, x, y):
+        return float(np.mean((design(x) @ w > 0) == (y == 1)))
+
+    cut = len(train_x) * 4 // 5
+    best = max(RIDGE_STRENGTHS, key=lambda s: accuracy(fit(train_x[:cut], train_y[:cut], s), train_x[cut:],
+                                                      train_y[cut:]))
+    return accuracy(fit(train_x, train_y, best), dev_x, dev_y), best
+
+
+def linear_probe(run_dir, train_tsv, dev_tsv, max_examples=None):
+    """The ridge probes' dev accuracy (see the module docstring) of the language-model run ``run_dir``."""
+    model = load_run(run_dir)
+    (train_texts, _, train_labels), (dev_texts, _, dev_labels) = (
+        read_classification_tsv(path, max_examples=n) for path, n in ((train_tsv, max_examples), (dev_tsv, None)))
+    names = sorted(set(train_labels))
+    if len(names) != 2:
+        raise SystemExit(f"embedding_geometry: the probe needs two labels, {train_tsv} has {len(names)}")
+    train_y, dev_y = (np.array([names.index(y) for y in labels]) for labels in (train_labels, dev_labels))
+    result = {"train_examples": len(train_texts), "dev_examples": len(dev_texts)}
+    for name, train_x, dev_x in zip(("pooled", "mean_word_vector"), probe_features(model, train_texts),
+                                    probe_features(model, dev_texts)):
+        accuracy, strength = ridge_accuracy(train_x, train_y, dev_x, dev_y)
+        result[name] = {"dev_accuracy": accuracy, "ridge_strength": strength}
+    return result
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", help="ulmfit-lm run directories")
     parser.add_argument("--rare", type=int, default=2000, help="the last N words of the vocabulary")
     parser.add_argument("--frequent", type=int, default=500, help="the first N words after the special tokens")
+    parser.add_argument("--probe-train", metavar="TSV", help="add the linear probe, trained on this labelled file")
+    parser.add_argument("--probe-dev", metavar="TSV", help="the probe's dev file")
+    parser.add_argument("--probe-examples", type=int, default=3000, help="read at most this many --probe-train rows")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
+    if bool(args.probe_train) != bool(args.probe_dev):
+        parser.error("--probe-train and --probe-dev go together")
     results = [geometry(run, args.rare, args.frequent) for run in args.runs]
+    if args.probe_train:
+        for result in results:
+            result["probe"] = linear_probe(result["run"], args.probe_train, args.probe_dev, args.probe_examples)
     for result in results:
         print(f"{result['run']} ({result['vocabulary']:,} rows)")
         for group in ("rare", "frequent"):
@@ -97,6 +172,11 @@ def main(argv=None):
                 line += (f"  sqrt(v) {f['gradient_scale']:.1e}  |m/sqrt(v)| {f['adam_step']:.2f}  "
                          f"step cosine {f['adam_step_mean_cosine']:.2f}")
             print(line)
+        if "probe" in result:
+            p = result["probe"]
+            print(f"  probe ({p['train_examples']:,} training, {p['dev_examples']:,} dev examples): dev accuracy "
+                  f"pooled {p['pooled']['dev_accuracy']:.3f}, mean word vector "
+                  f"{p['mean_word_vector']['dev_accuracy']:.3f}")
     if args.json:
         with open(args.json, "w") as out:
             json.dump(results, out, indent=1)

@@ -256,3 +256,29 @@ def test_embedding_geometry_reads_the_runs_table_and_adam_moments(toy):
     assert result["frequent"]["adam_step"] == pytest.approx(np.abs(steps).mean(), rel=1e-5)
     with pytest.raises(SystemExit, match="fewer than --rare"):
         geometry(toy["lm"], rare=size, frequent=1)
+
+
+def test_embedding_geometry_probe_reads_texts_as_the_classifier_and_fits_ridge(toy):
+    """The linear probe of benchmarks/embedding_geometry.py: its features are the classifier's concat pooling and the
+    mean word vector of <bos> + the words; the ridge fit separates separable labels and picks its strength on the
+    training file's last fifth."""
+    from benchmarks.embedding_geometry import linear_probe, probe_features, ridge_accuracy
+    from kerasplm.models.awd_lstm import concat_pooling
+
+    model = load_run(toy["lm"])
+    pooled, mean_vectors = probe_features(model, ["good movie", "the plot was very bad"], batch_size=1)
+    ids = encode_lines(model.preprocessor, "good movie")[:-1]          # the words, without the <eos>
+    ids = np.concatenate([[2], ids])[np.newaxis]                         # <bos> first, as the classifier reads it
+    out = model.backbone(ids, training=False)
+    expected = concat_pooling(out["sequence_output"], out["final_state"][-1][0], out["padding_mask"]).numpy()
+    np.testing.assert_allclose(pooled[:1], expected, atol=1e-5)
+    np.testing.assert_allclose(mean_vectors[0], model.backbone.embeddings.numpy()[ids[0]].mean(axis=0), atol=1e-6)
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 200)
+    x = np.stack([y + 0.1 * rng.normal(size=200), rng.normal(size=200)], axis=1)
+    accuracy, strength = ridge_accuracy(x[:150], y[:150], x[150:], y[150:])
+    assert accuracy == 1.0 and strength in (0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0)
+    assert ridge_accuracy(rng.normal(size=(150, 2)), y[:150], rng.normal(size=(50, 2)), y[150:])[0] < 0.8
+    result = linear_probe(toy["lm"], toy["train"], toy["train"], max_examples=40)
+    assert (result["train_examples"], result["dev_examples"]) == (40, 48)
+    assert 0.0 <= result["pooled"]["dev_accuracy"] <= 1.0 and 0.0 <= result["mean_word_vector"]["dev_accuracy"] <= 1
