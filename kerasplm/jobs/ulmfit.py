@@ -187,12 +187,7 @@ class ULMFiTLanguageModelJob(_ULMFiTRail, FineTuningJob):
         else:
             self.init_model = None
             vocab = build_word_vocab(self.train_text.splitlines(), max_size=o.max_vocab, min_count=o.min_count)
-            if self.run_dir.writer:
-                os.makedirs(self.run_dir.path, exist_ok=True)
-                write_word_vocab(vocab, self.run_dir.file(ASSETS["vocab"]))
-                self.tokenizer = WordTokenizer(self.run_dir.file(ASSETS["vocab"]))
-            else:
-                self.tokenizer = WordTokenizer(vocab)
+            self.tokenizer = self.run_vocabulary(vocab)
             sizes = {name: getattr(o, name) for name in ("embedding_dim", "hidden_dim", "num_layers")
                      if getattr(o, name) is not None}
             self.model_config = get_preset(o.preset, vocab_size=len(vocab), **sizes).scaled_dropout(o.drop_mult)
@@ -225,12 +220,15 @@ class ULMFiTLanguageModelJob(_ULMFiTRail, FineTuningJob):
             new_words = [w for w in target[len(SPECIAL_TOKENS):] if w not in known][:max(0, o.max_vocab - len(vocab))]
             self.log(f"vocabulary: the init run's {len(vocab):,} words and {len(new_words):,} of the target text's "
                      f"(seen {o.extend_vocab} times or more)")
-        vocab += new_words
+        return self.run_vocabulary(vocab + new_words, init_tokenizer.lowercase), new_words
+
+    def run_vocabulary(self, vocab, lowercase=True):
+        """A tokenizer over ``vocab``, written to the new run's ``vocab.txt`` (by the worker that writes)."""
         if not self.run_dir.writer:
-            return WordTokenizer(vocab, lowercase=init_tokenizer.lowercase), new_words
+            return WordTokenizer(vocab, lowercase=lowercase)
         os.makedirs(self.run_dir.path, exist_ok=True)
         write_word_vocab(vocab, self.run_dir.file(ASSETS["vocab"]))
-        return WordTokenizer(self.run_dir.file(ASSETS["vocab"]), lowercase=init_tokenizer.lowercase), new_words
+        return WordTokenizer(self.run_dir.file(ASSETS["vocab"]), lowercase=lowercase)
 
     def build_model(self):
         backbone = AWDLSTMBackbone.from_config_object(self.model_config, name=self.config["preset"] or "awd_lstm")
