@@ -94,9 +94,8 @@ RIDGE_STRENGTHS = (0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0)
 def probe_features(model, texts, batch_size=64):
     """``(concat-pooled features (n, 3·H), mean word vectors (n, E))`` of ``texts`` under the frozen language model
     ``model``, each text read as the classifier reads it (``<bos>`` first; reversed for a backward model)."""
-    tokenizer = getattr(model.preprocessor, "tokenizer", model.preprocessor)
     backward = bool(model.run_info.config["options"].get("backward", False))
-    preprocessor = WordSequencePreprocessor(tokenizer, reverse=backward, pad=False)
+    preprocessor = WordSequencePreprocessor(model.preprocessor, reverse=backward, pad=False)   # its WordTokenizer
     table = model.backbone.embeddings.numpy()
     pooled, mean_vectors = [], []
     for i in range(0, len(texts), batch_size):

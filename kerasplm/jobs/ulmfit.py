@@ -211,7 +211,7 @@ class ULMFiTLanguageModelJob(_ULMFiTRail, FineTuningJob):
         which a target-domain word missing from the general corpus (a review's "boring", "worst") is ``<unk>`` to
         the target LM and the classifier. Writes it to the new run; returns ``(its tokenizer, the added words)``."""
         o = self.options
-        init_tokenizer = getattr(init_model.preprocessor, "tokenizer", init_model.preprocessor)
+        init_tokenizer = init_model.preprocessor      # a language model's preprocessor is its WordTokenizer
         vocab, new_words = list(init_tokenizer.vocab), []
         if o.extend_vocab:
             known = set(vocab)
@@ -316,8 +316,7 @@ class ULMFiTClassifierJob(_ULMFiTRail, ClassificationJob):
     def new_tokenizer_from_init(self, init_model):
         """The language model's vocabulary copied into the new run, and its tokenizer over the copy."""
         self.init_assets, _ = self.copy_init_assets(ASSETS)
-        tokenizer = init_model.preprocessor
-        tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
+        tokenizer = init_model.preprocessor           # a language model's preprocessor is its WordTokenizer
         if self.run_dir.writer:
             tokenizer = WordTokenizer(self.run_dir.file(ASSETS["vocab"]), lowercase=tokenizer.lowercase)
         return tokenizer

@@ -268,7 +268,7 @@ def test_embedding_geometry_probe_reads_texts_as_the_classifier_and_fits_ridge(t
     model = load_run(toy["lm"])
     pooled, mean_vectors = probe_features(model, ["good movie", "the plot was very bad"], batch_size=1)
     ids = encode_lines(model.preprocessor, "good movie")[:-1]          # the words, without the <eos>
-    ids = np.concatenate([[2], ids])[np.newaxis]                         # <bos> first, as the classifier reads it
+    ids = np.concatenate([[model.preprocessor.bos_id], ids])[np.newaxis]  # <bos> first, as the classifier reads it
     out = model.backbone(ids, training=False)
     expected = concat_pooling(out["sequence_output"], out["final_state"][-1][0], out["padding_mask"]).numpy()
     np.testing.assert_allclose(pooled[:1], expected, atol=1e-5)
