@@ -88,8 +88,8 @@ class ULMFiTFineTuneLMOptions(_LanguageModelOptions):
                                       exclusive_minimum=True, metavar="FACTOR")
     learning_rate: float = option(4e-3, "peak learning rate of the top group (Adam, β = 0.7, 0.99)", kind=float,
                                   minimum=0, exclusive_minimum=True)
-    drop_mult: float = option(0.3, "multiply the init model's dropout rates by this (ULMFiT's LM fine-tuning: "
-                                   "0.3)", kind=float, minimum=0)
+    drop_mult: float = option(0.3, "the dropout rates are the preset's times this, whatever the init run's "
+                                   "were (ULMFiT's LM fine-tuning: 0.3)", kind=float, minimum=0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,8 +131,8 @@ class ULMFiTClassifierOptions(FineTuningOptions):
                                     minimum=0, maximum=1)
     schedule_steps: int = option(None, SCHEDULE_STEPS_HELP, kind=int, minimum=0, exclusive_minimum=True)
     weight_decay: float = option(0.01, "AdamW weight decay (not on biases and BatchNorm)", kind=float, minimum=0)
-    drop_mult: float = option(0.5, "multiply the language model's dropout rates and the head's by this (fastai's "
-                                   "classifier: 0.5)", kind=float, minimum=0)
+    drop_mult: float = option(0.5, "the dropout rates are the preset's and the head's times this, whatever the "
+                                   "language model's were (fastai's classifier: 0.5)", kind=float, minimum=0)
     head_units: int = option(50, "width of the head's hidden layer", kind=int, minimum=1)
     max_examples: int = option(None, "read at most this many training examples", kind=int, minimum=1)
     eval_batch_size: int = option(64, "examples per batch when scoring --dev", kind=int, minimum=1, scope=SESSION)

@@ -11,7 +11,8 @@
    init run's weights and vocabulary, the vocabulary grown by the target text's words seen ``extend_vocab`` times
    that it lacks (their vectors and output biases start at the mean: :func:`grown_vocabulary_weights`), with
    discriminative learning rates (η^(l-1) = η^l / 2.6 over the model's layer groups) and slanted triangular rates
-   by default, its dropouts × ``drop_mult``.
+   by default, its preset's dropouts × ``drop_mult`` (each stage scales the preset's rates:
+   :func:`fine_tuning_config`).
 3. ``kerasplm finetune ulmfit-classifier --init RUN`` (:func:`finetune_ulmfit_classifier`): ULMFiT's classifier
    (concat pooling over the real positions, BPT3C chunks of ``bptt``) on the language model's backbone,
    discriminative and slanted triangular rates, ``--gradual-unfreezing`` (the head alone in the first epoch, then one
@@ -43,7 +44,7 @@ from kerasplm.data.lm_streams import make_eval_windows, make_stream_dataset
 from kerasplm.families.ulmfit import ULMFiTClassifierOptions, ULMFiTFineTuneLMOptions, ULMFiTLanguageModelOptions
 from kerasplm.jobs.finetuning import ClassificationJob, FineTuningJob, layerwise_decay
 from kerasplm.jobs.language_model import read_corpus
-from kerasplm.models.awd_lstm import AWDLSTMBackbone, AWDLSTMLanguageModel, ULMFiTClassifier
+from kerasplm.models.awd_lstm import PRESETS, AWDLSTMBackbone, AWDLSTMConfig, AWDLSTMLanguageModel, ULMFiTClassifier
 from kerasplm.models.bert_tasks import classification_metrics
 from kerasplm.models.presets import get_preset
 from kerasplm.runs import RunDir, load_run
@@ -55,7 +56,7 @@ from kerasplm.training.optimizers import FusedAdamW, LayerwiseAdamW, gradual_unf
 
 __all__ = ["ULMFiTLanguageModelJob", "ULMFiTClassifierJob", "train_ulmfit_lm", "finetune_ulmfit_lm",
            "finetune_ulmfit_classifier", "ensemble_probabilities", "load_ulmfit_classifier", "encode_lines",
-           "grown_vocabulary_weights"]
+           "grown_vocabulary_weights", "fine_tuning_config"]
 
 LM_FAMILY, CLASSIFIER_FAMILY = "ulmfit_lm", "ulmfit_classifier"
 ASSETS = {"vocab": "vocab.txt"}
@@ -120,6 +121,18 @@ def grown_vocabulary_weights(model, new_words):
     return weights
 
 
+def fine_tuning_config(init_model, drop_mult, vocab_size=None):
+    """The backbone config of a stage fine-tuned from ``init_model`` (a loaded ulmfit-lm run): its sizes (the
+    vocabulary ``vocab_size`` words when given), and its preset's dropout rates × ``drop_mult``, not the init run's
+    own rates × ``drop_mult``: the general LM's 1.0, the target LM's 0.3 and the classifier's 0.5 each scale the
+    architecture's rates, as fastai's stages do, instead of compounding to 0.15 at the classifier."""
+    config = init_model.backbone.config
+    if vocab_size is not None:
+        config = dataclasses.replace(config, vocab_size=vocab_size)
+    preset = PRESETS.get(init_model.run_info.config.get("preset"), AWDLSTMConfig(vocab_size=config.vocab_size))
+    return config.scaled_dropout(drop_mult, base=preset).validate()
+
+
 def _init_language_model(init, backward):
     """The ``--init`` language-model run (the model, its tokenizer attached) and its direction; a one-line error when
     the direction asked for is not the run's."""
@@ -180,9 +193,8 @@ class ULMFiTLanguageModelJob(_ULMFiTRail, FineTuningJob):
             self.init_model, backward = _init_language_model(o.init, o.backward)
             self.options = o = o.replace(backward=backward)
             self.tokenizer, self.new_words = self.target_vocabulary(self.init_model)
-            config = self.init_model.backbone.config
-            config = dataclasses.replace(config, vocab_size=config.vocab_size + len(self.new_words))
-            self.model_config = config.scaled_dropout(o.drop_mult).validate()
+            vocab_size = self.init_model.backbone.config.vocab_size + len(self.new_words)
+            self.model_config = fine_tuning_config(self.init_model, o.drop_mult, vocab_size)
             self.write_config(self.init_model.run_info.config.get("preset"), assets=ASSETS)
         else:
             self.init_model = None
@@ -334,7 +346,7 @@ class ULMFiTClassifierJob(_ULMFiTRail, ClassificationJob):
             self.init_model, backward = _init_language_model(o.init, o.backward)
             self.options = o = o.replace(backward=backward)
             tokenizer = self.new_tokenizer_from_init(self.init_model)
-            self.model_config = self.init_model.backbone.config.scaled_dropout(o.drop_mult).validate()
+            self.model_config = fine_tuning_config(self.init_model, o.drop_mult)
             self.labels = self.new_labels()
             self.write_config(self.init_model.run_info.config.get("preset"), assets=self.init_assets)
             preprocessor = WordSequencePreprocessor(tokenizer, o.max_length, reverse=backward, pad=False)

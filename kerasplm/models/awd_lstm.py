@@ -62,12 +62,14 @@ class AWDLSTMConfig:
     output_dropout: float = 0.4
     tie_weights: bool = True
 
+    DROPOUTS = ("embedding_dropout", "input_dropout", "weight_dropout", "hidden_dropout", "output_dropout")
+
     def validate(self):
         for name in ("vocab_size", "embedding_dim", "hidden_dim", "num_layers"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"AWDLSTMConfig.{name} must be a positive integer, got {value!r}")
-        for name in ("embedding_dropout", "input_dropout", "weight_dropout", "hidden_dropout", "output_dropout"):
+        for name in self.DROPOUTS:
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"AWDLSTMConfig.{name} must be in [0, 1), got {getattr(self, name)}")
         return self
@@ -77,10 +79,12 @@ class AWDLSTMConfig:
         last = self.embedding_dim if self.tie_weights else self.hidden_dim
         return [self.hidden_dim] * (self.num_layers - 1) + [last]
 
-    def scaled_dropout(self, factor):
-        """The config with every dropout rate multiplied by ``factor`` (fastai's ``drop_mult``)."""
-        names = ("embedding_dropout", "input_dropout", "weight_dropout", "hidden_dropout", "output_dropout")
-        return dataclasses.replace(self, **{n: min(getattr(self, n) * factor, 0.99) for n in names})
+    def scaled_dropout(self, factor, base=None):
+        """The config with every dropout rate set to ``base``'s (default: its own) times ``factor`` (fastai's
+        ``drop_mult``). A fine-tuning stage passes its preset as ``base``: fastai multiplies the architecture's rates
+        at every stage, so the stages' factors do not compound (0.3 then 0.5 would otherwise leave 0.15)."""
+        base = self if base is None else base
+        return dataclasses.replace(self, **{n: min(getattr(base, n) * factor, 0.99) for n in self.DROPOUTS})
 
 
 PRESETS = {

@@ -90,7 +90,7 @@ def test_target_lm_fine_tuning_uses_discriminative_rates_and_stlr(toy, finetuned
     for path, factor in multipliers.items():
         part = next(k for k in expected if k in path)
         assert factor == pytest.approx(expected[part]), path
-    # The init run's vocabulary, and its weights (dropouts × 0.3) as the starting point.
+    # The init run's vocabulary, and its weights as the starting point; the preset's dropouts × 0.3.
     assert open(os.path.join(job.out, "vocab.txt")).read() == open(os.path.join(toy["lm"], "vocab.txt")).read()
     assert job.model_config.weight_dropout == pytest.approx(0.5 * 0.3)
     assert np.isfinite(summary["held_out_perplexity"])
@@ -128,6 +128,11 @@ def test_classifier_gradual_unfreezing_trains_the_head_alone_in_the_first_epoch(
         np.testing.assert_array_equal(trained.numpy(), start.numpy())          # frozen: 3 steps of a 6-step epoch
     thaw = dict(zip([v.path for v in model.trainable_variables], job.trainer.optimizer._thaw_steps))
     assert len(model.backbone.lstms) == 2     # the LM's size overrides (--num-layers 2) carried through
+    # Its dropouts are the preset's × 0.5, as the target LM's were the preset's × 0.3: the stages' factors scale the
+    # architecture's rates and do not compound (0.3 · 0.5).
+    config = model.backbone.config
+    assert (config.weight_dropout, config.input_dropout) == pytest.approx((0.5 * 0.5, 0.65 * 0.5))
+    assert load_run(job.out).backbone.config.weight_dropout == pytest.approx(0.5 * 0.5)
     assert thaw["awd_lstm/embeddings"] == 3 * 6 and thaw["awd_lstm/lstm2/kernel"] == 6
     assert thaw["classifier/kernel"] == 0
     with pytest.raises(ValueError, match="is a forward language model; a backward model needs a backward"):
