@@ -134,17 +134,17 @@ def run_ablations(args, out):
         target, init=lm, corpus=text, seed=args.seed, verbose=0, **(SMOKE if args.smoke else dict(epochs=1))))
     inits = {"general": lm, "random": random_lm(out, target, text) if "no_pretraining" in args.variants else None}
     length = SMOKE if args.smoke else (dict(steps=args.steps) if args.steps else dict(epochs=args.epochs))
-    for name in args.variants:
-        accuracies = []
-        for seed in range(args.seeds):
+    for seed in range(args.seeds):   # seed by seed: an interrupted run has every variant's first seeds
+        for name in args.variants:
             options = {"gradual_unfreezing": True, "init": target, **VARIANTS[name]}
             options["init"] = inits.get(options["init"], options["init"])
             run = os.path.join(out, f"{name}_{seed}")
             summary = completed(run, lambda: finetune_ulmfit_classifier(
                 run, train=os.path.join(SST2, "train.tsv"), dev=os.path.join(SST2, "dev.tsv"),
                 max_examples=args.max_examples, seed=seed, verbose=0, **options, **length))
-            accuracies.append(summary["dev"]["accuracy"])
             results.setdefault(name, {"runs": []})["runs"].append(_quiet(summary))
+    for name in args.variants:
+        accuracies = [run["dev"]["accuracy"] for run in results[name]["runs"]]
         results[name]["dev_accuracy_mean"] = statistics.mean(accuracies)
         results[name]["dev_accuracy_stdev"] = statistics.stdev(accuracies) if len(accuracies) > 1 else None
     return results
