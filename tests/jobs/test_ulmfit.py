@@ -128,13 +128,13 @@ def test_classifier_gradual_unfreezing_trains_the_head_alone_in_the_first_epoch(
         np.testing.assert_array_equal(trained.numpy(), start.numpy())          # frozen: 3 steps of a 6-step epoch
     thaw = dict(zip([v.path for v in model.trainable_variables], job.trainer.optimizer._thaw_steps))
     assert len(model.backbone.lstms) == 2     # the LM's size overrides (--num-layers 2) carried through
+    assert thaw["awd_lstm/embeddings"] == 3 * 6 and thaw["awd_lstm/lstm2/kernel"] == 6
+    assert thaw["classifier/kernel"] == 0
     # Its dropouts are the preset's × 0.5, as the target LM's were the preset's × 0.3: the stages' factors scale the
     # architecture's rates and do not compound (0.3 · 0.5).
     config = model.backbone.config
     assert (config.weight_dropout, config.input_dropout) == pytest.approx((0.5 * 0.5, 0.65 * 0.5))
     assert load_run(job.out).backbone.config.weight_dropout == pytest.approx(0.5 * 0.5)
-    assert thaw["awd_lstm/embeddings"] == 3 * 6 and thaw["awd_lstm/lstm2/kernel"] == 6
-    assert thaw["classifier/kernel"] == 0
     with pytest.raises(ValueError, match="is a forward language model; a backward model needs a backward"):
         ULMFiTClassifierJob(str(toy["root"] / "backward"), init=toy["lm"], train=toy["train"], steps=1,
                             backward=True, **QUIET).run()
