@@ -20,7 +20,9 @@ machine to itself; the results JSON records the machine, the load and every run'
   ended by its time budget, never by its job's default epochs; ``--max-examples`` SST-2 training examples for every
   classifier):
   ULMFiT (general LM ⅓, target LM ⅙, classifier ½), the ELMo classifier (biLM ½ on WikiText-2, classifier ½), a
-  BERT pretrained here (½, ``--bert-preset``) and fine-tuned (½).
+  BERT pretrained here (½, ``--bert-preset``) and fine-tuned (½). ``--discriminative-lr`` sets the ULMFiT
+  classifier's factor. Stages complete in ``--out`` are read back, as for the ablations, so the methods can be trained
+  in separate invocations (each on an idle machine).
 
     python -m benchmarks.bench_ulmfit perplexity --time-budget 1800 --json ppl.json
     python -m benchmarks.bench_ulmfit ablations --lm runs/wt2_lm --seeds 3 --json ablations.json
@@ -167,25 +169,29 @@ def run_compare(args, out):
                 max_examples=args.max_examples, seed=args.seed, verbose=0)
     corpus = os.path.join(WT2, "wiki.valid.tokens")
     results = {}
-    lm, results["ulmfit_general_lm"] = general_lm(args, out, share(1 / 3))
+    lm = os.path.join(out, "general_lm")
+    results["ulmfit_general_lm"] = completed(lm, lambda: general_lm(args, out, share(1 / 3))[1])
     target = os.path.join(out, "target_lm")
-    results["ulmfit_target_lm"] = _quiet(finetune_ulmfit_lm(target, init=lm,
-                                                            corpus=sst2_text(out, args.target_lm_examples),
-                                                            seed=args.seed, verbose=0, **share(1 / 6, epochs=True)))
-    results["ulmfit"] = _quiet(finetune_ulmfit_classifier(os.path.join(out, "ulmfit"), init=target,
-                                                          gradual_unfreezing=True, **sst2,
-                                                          **share(1 / 2, epochs=True)))
+    results["ulmfit_target_lm"] = completed(target, lambda: finetune_ulmfit_lm(
+        target, init=lm, corpus=sst2_text(out, args.target_lm_examples), seed=args.seed, verbose=0,
+        **share(1 / 6, epochs=True)))
+    rates = {} if args.discriminative_lr is None else dict(discriminative_lr=args.discriminative_lr)
+    ulmfit = os.path.join(out, "ulmfit")
+    results["ulmfit"] = completed(ulmfit, lambda: finetune_ulmfit_classifier(
+        ulmfit, init=target, gradual_unfreezing=True, **rates, **sst2, **share(1 / 2, epochs=True)))
     elmo = os.path.join(out, "elmo")
-    results["elmo_bilm"] = _quiet(train_elmo(elmo, corpus=corpus, preset=args.elmo_preset, seed=args.seed,
-                                             verbose=0, **share(1 / 2)))
-    results["elmo"] = _quiet(finetune_elmo_classifier(os.path.join(out, "elmo_classifier"), elmo=elmo, **sst2,
-                                                      **share(1 / 2)))
+    results["elmo_bilm"] = completed(elmo, lambda: train_elmo(elmo, corpus=corpus, preset=args.elmo_preset,
+                                                              seed=args.seed, verbose=0, **share(1 / 2)))
+    elmo_classifier = os.path.join(out, "elmo_classifier")
+    results["elmo"] = completed(elmo_classifier, lambda: finetune_elmo_classifier(
+        elmo_classifier, elmo=elmo, **sst2, **share(1 / 2)))
     bert = os.path.join(out, "bert")
     pretrain = dict(schedule_steps=args.bert_schedule_steps) if not args.smoke else {}
-    results["bert_pretraining"] = _quiet(train_bert(bert, corpus=corpus, preset=args.bert_preset, seed=args.seed,
-                                                    verbose=0, **pretrain, **share(1 / 2)))
-    results["bert"] = _quiet(finetune_bert_classifier(os.path.join(out, "bert_classifier"), init=bert,
-                                                      pooling="mean", **sst2, **share(1 / 2, epochs=True)))
+    results["bert_pretraining"] = completed(bert, lambda: train_bert(
+        bert, corpus=corpus, preset=args.bert_preset, seed=args.seed, verbose=0, **pretrain, **share(1 / 2)))
+    bert_classifier = os.path.join(out, "bert_classifier")
+    results["bert"] = completed(bert_classifier, lambda: finetune_bert_classifier(
+        bert_classifier, init=bert, pooling="mean", **sst2, **share(1 / 2, epochs=True)))
     results["dev_accuracy"] = {name: results[name]["dev"]["accuracy"] for name in ("ulmfit", "elmo", "bert")}
     return results
 
@@ -214,6 +220,8 @@ def main(argv=None):
     parser.add_argument("--epochs", type=float, default=3.0, help="ablations: classifier epochs")
     parser.add_argument("--steps", type=int, help="ablations: classifier steps instead of epochs")
     parser.add_argument("--budget", type=float, default=3600.0, help="compare: seconds per method")
+    parser.add_argument("--discriminative-lr", type=float, help="compare: the ULMFiT classifier's factor between "
+                        "layer groups (default: the job's, the paper's 2.6)")
     parser.add_argument("--elmo-preset", default="elmo_mini")
     parser.add_argument("--bert-preset", default="bert_mini")
     parser.add_argument("--bert-schedule-steps", type=int, default=3000)
