@@ -172,6 +172,23 @@ def test_time_budget_stops_and_saves(tmp_path):
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith(f"ckpt-{trainer.step}")
 
 
+def test_time_budget_counts_the_tracing(monkeypatch):
+    """Jobs compared at an equal budget must pay their tracing inside it: a trace that outlasts the budget leaves
+    time for the one step fit always takes, not for a budget's worth of steps after it."""
+    from kerasplm.training import trainer as trainer_module
+
+    traced = trainer_module._trace_for
+
+    def slow_trace(step_fn, data):
+        traced(step_fn, data)
+        time.sleep(1.0)
+
+    monkeypatch.setattr(trainer_module, "_trace_for", slow_trace)
+    trainer = make_trainer()
+    trainer.fit(toy.make_dataset(), steps=10**7, time_budget=0.5, log_every=0)
+    assert trainer.stop_reason == "time_budget" and trainer.step == 1
+
+
 def test_finite_dataset_ends_training():
     trainer = make_trainer()
     trainer.fit(toy.make_dataset(repeat=False), log_every=0)
