@@ -19,7 +19,8 @@ ridge regression on ±1 labels (features standardized; the ridge strength picked
 examples, then refitted on all of them), scored on the dev file, for two feature sets: the classifier's
 concat-pooled features ``[h_T; max; mean]`` of the last LSTM (inference, no dropout) and the mean of the text's word
 vectors. Reads checkpoints and fits closed-form probes, trains nothing, so the figures do not depend on machine
-load.
+load. The probe also reports each pooled part's spread over the dev texts (:func:`spread`): near 0, the language
+model's state is the same whatever the text says.
 """
 import argparse
 import json
@@ -107,6 +108,12 @@ def probe_features(model, texts, batch_size=64):
     return np.concatenate(pooled), np.concatenate(mean_vectors)
 
 
+def spread(features):
+    """How much ``features`` (n texts, d) vary from text to text, relative to their size: the mean over the d
+    features of their standard deviation across the texts, over the mean of |feature|."""
+    return float(features.std(axis=0).mean() / max(np.abs(features).mean(), 1e-12))
+
+
 def ridge_accuracy(train_x, train_y, dev_x, dev_y):
     """Dev accuracy of ridge regression on ±1 targets (binary labels 0/1), its strength picked on the last fifth of
     the training rows and then refitted on all of them."""
@@ -142,6 +149,8 @@ def linear_probe(run_dir, train_tsv, dev_tsv, max_examples=None):
                                     probe_features(model, dev_texts)):
         accuracy, strength = ridge_accuracy(train_x, train_y, dev_x, dev_y)
         result[name] = {"dev_accuracy": accuracy, "ridge_strength": strength}
+        if name == "pooled":   # [h_T; max; mean], each the last LSTM's width
+            result[name]["spread"] = dict(zip(("last", "max", "mean"), map(spread, np.split(dev_x, 3, axis=1))))
     return result
 
 
@@ -175,7 +184,8 @@ def main(argv=None):
             p = result["probe"]
             print(f"  probe ({p['train_examples']:,} training, {p['dev_examples']:,} dev examples): dev accuracy "
                   f"pooled {p['pooled']['dev_accuracy']:.3f}, mean word vector "
-                  f"{p['mean_word_vector']['dev_accuracy']:.3f}")
+                  f"{p['mean_word_vector']['dev_accuracy']:.3f}; the pooled parts' spread over the dev texts "
+                  + ", ".join(f"{part} {value:.3f}" for part, value in p["pooled"]["spread"].items()))
     if args.json:
         with open(args.json, "w") as out:
             json.dump(results, out, indent=1)

@@ -15,7 +15,7 @@ import tensorflow as tf
 from kerasplm import serving
 from kerasplm.export import read_metadata
 from kerasplm.export.classifier import ClassifierModule, export_classifier
-from kerasplm.jobs.finetuning import make_classification_dataset
+from kerasplm.jobs.finetuning import make_classification_dataset, read_classification_tsv
 from kerasplm.jobs.ulmfit import (ULMFiTClassifierJob, ULMFiTFineTuneLMJob, encode_lines, ensemble_probabilities,
                                   grown_vocabulary_weights, load_ulmfit_classifier, train_ulmfit_lm)
 from kerasplm.runs import load_run
@@ -267,7 +267,7 @@ def test_embedding_geometry_probe_reads_texts_as_the_classifier_and_fits_ridge(t
     """The linear probe of benchmarks/embedding_geometry.py: its features are the classifier's concat pooling and the
     mean word vector of <bos> + the words; the ridge fit separates separable labels and picks its strength on the
     training file's last fifth."""
-    from benchmarks.embedding_geometry import linear_probe, probe_features, ridge_accuracy
+    from benchmarks.embedding_geometry import linear_probe, probe_features, ridge_accuracy, spread
     from kerasplm.models.awd_lstm import concat_pooling
 
     model = load_run(toy["lm"])
@@ -287,3 +287,8 @@ def test_embedding_geometry_probe_reads_texts_as_the_classifier_and_fits_ridge(t
     result = linear_probe(toy["lm"], toy["train"], toy["train"], max_examples=40)
     assert (result["train_examples"], result["dev_examples"]) == (40, 48)
     assert 0.0 <= result["pooled"]["dev_accuracy"] <= 1.0 and 0.0 <= result["mean_word_vector"]["dev_accuracy"] <= 1
+    assert spread(np.array([[1.0, -2.0], [3.0, -2.0]])) == pytest.approx((1.0 + 0.0) / 2 / 2.0)   # std 1 and 0, |x| 2
+    assert set(result["pooled"]["spread"]) == {"last", "max", "mean"}
+    hidden = pooled.shape[1] // 3
+    assert result["pooled"]["spread"]["max"] == pytest.approx(
+        spread(probe_features(model, read_classification_tsv(toy["train"])[0])[0][:, hidden:2 * hidden]), rel=1e-4)
