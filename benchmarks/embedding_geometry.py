@@ -19,8 +19,8 @@ ridge regression on ±1 labels (features standardized; the ridge strength picked
 examples, then refitted on all of them), scored on the dev file, for two feature sets: the classifier's
 concat-pooled features ``[h_T; max; mean]`` of the last LSTM (inference, no dropout) and the mean of the text's word
 vectors. Reads checkpoints and fits closed-form probes, trains nothing, so the figures do not depend on machine
-load. The probe also reports each pooled part's spread over the dev texts (:func:`spread`): near 0, the language
-model's state is the same whatever the text says.
+load. The probe also reports each pooled part's size (mean |x|) and spread over the dev texts (:func:`spread`): near
+0, the language model's state is the same whatever the text says.
 """
 import argparse
 import json
@@ -150,7 +150,9 @@ def linear_probe(run_dir, train_tsv, dev_tsv, max_examples=None):
         accuracy, strength = ridge_accuracy(train_x, train_y, dev_x, dev_y)
         result[name] = {"dev_accuracy": accuracy, "ridge_strength": strength}
         if name == "pooled":   # [h_T; max; mean], each the last LSTM's width
-            result[name]["spread"] = dict(zip(("last", "max", "mean"), map(spread, np.split(dev_x, 3, axis=1))))
+            parts = dict(zip(("last", "max", "mean"), np.split(dev_x, 3, axis=1)))
+            result[name]["size"] = {part: float(np.abs(x).mean()) for part, x in parts.items()}
+            result[name]["spread"] = {part: spread(x) for part, x in parts.items()}
     return result
 
 
@@ -184,8 +186,9 @@ def main(argv=None):
             p = result["probe"]
             print(f"  probe ({p['train_examples']:,} training, {p['dev_examples']:,} dev examples): dev accuracy "
                   f"pooled {p['pooled']['dev_accuracy']:.3f}, mean word vector "
-                  f"{p['mean_word_vector']['dev_accuracy']:.3f}; the pooled parts' spread over the dev texts "
-                  + ", ".join(f"{part} {value:.3f}" for part, value in p["pooled"]["spread"].items()))
+                  f"{p['mean_word_vector']['dev_accuracy']:.3f}; the pooled parts' mean |x| and spread over the "
+                  "dev texts " + ", ".join(f"{part} {p['pooled']['size'][part]:.3f} / {value:.3f}"
+                                           for part, value in p["pooled"]["spread"].items()))
     if args.json:
         with open(args.json, "w") as out:
             json.dump(results, out, indent=1)

@@ -288,7 +288,8 @@ def test_embedding_geometry_probe_reads_texts_as_the_classifier_and_fits_ridge(t
     assert (result["train_examples"], result["dev_examples"]) == (40, 48)
     assert 0.0 <= result["pooled"]["dev_accuracy"] <= 1.0 and 0.0 <= result["mean_word_vector"]["dev_accuracy"] <= 1
     assert spread(np.array([[1.0, -2.0], [3.0, -2.0]])) == pytest.approx((1.0 + 0.0) / 2 / 2.0)   # std 1 and 0, |x| 2
-    assert set(result["pooled"]["spread"]) == {"last", "max", "mean"}
+    assert set(result["pooled"]["spread"]) == set(result["pooled"]["size"]) == {"last", "max", "mean"}
     hidden = pooled.shape[1] // 3
-    assert result["pooled"]["spread"]["max"] == pytest.approx(
-        spread(probe_features(model, read_classification_tsv(toy["train"])[0])[0][:, hidden:2 * hidden]), rel=1e-4)
+    dev_pooled = probe_features(model, read_classification_tsv(toy["train"])[0])[0]
+    assert result["pooled"]["spread"]["max"] == pytest.approx(spread(dev_pooled[:, hidden:2 * hidden]), rel=1e-4)
+    assert result["pooled"]["size"]["last"] == pytest.approx(np.abs(dev_pooled[:, :hidden]).mean(), rel=1e-4)
