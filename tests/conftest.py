@@ -1,9 +1,16 @@
 """Shared test setup: quiet TensorFlow logs, the TensorFlow backend, paths to shared data."""
 import os
 import pathlib
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+# Where the environment sets PYTHONDONTWRITEBYTECODE (these machines' images do) and the install skipped
+# byte-compiling (the README's --no-compile), every process that imports TensorFlow compiles its ~2,000 modules
+# again: 22 s against 9 s per process here, and the suite starts dozens (workers, CLIs, servers, notebook kernels).
+# The suite's processes write the bytecode cache once and read it after; this process and every child inherit that.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 import pytest  # noqa: E402
 
