@@ -6,10 +6,10 @@ WikiText-2's validation split, its test split held out) with the same vocabulary
 size and warmup fraction; the peak learning rate is one for both or one per side (``--learning-rate
 electra=1e-4,bert=5e-4``: ELECTRA's 50x RTD loss collapsed to the prior at 5e-4 with a short warmup):
 
-* ELECTRA: ``kerasplm train electra --preset electra_mini`` (discriminator = BERT-Mini: 4 layers of 256; generator
-  1/4 of its width), loss = MLM + 50·RTD;
-* BERT: ``kerasplm train bert --preset bert_mini --sentence-task none`` (the same encoder configuration, checked),
-  MLM only.
+* ELECTRA: ``kerasplm train electra --preset electra_bert_tiny|electra_mini`` (discriminator = BERT-Tiny, 2 layers
+  of 128, or BERT-Mini, 4 layers of 256: ``--size tiny|mini``; generator 1/4 of its width), loss = MLM + 50·RTD;
+* BERT: ``kerasplm train bert --preset bert_tiny|bert_mini --sentence-task none`` (the same encoder configuration,
+  checked), MLM only.
 
 Each gets ``--pretrain-seconds`` of training, one after the other so each has the machine to itself. Their
 learning rates decay linearly to 0 at the step the budget allows: a calibration run of ``--calibration-steps``
@@ -43,7 +43,10 @@ from benchmarks.common import load_average, machine_info, write_results  # noqa:
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.normpath(os.path.join(ROOT, "..", "shared", "data"))
-SIDES = {"electra": "electra_mini", "bert": "bert_mini"}
+# ``--size``: each side's preset; the two discriminators are the same BertBackbone configuration.
+SIZES = {"tiny": {"electra": "electra_bert_tiny", "bert": "bert_tiny"},
+         "mini": {"electra": "electra_mini", "bert": "bert_mini"}}
+SIDES = tuple(SIZES["mini"])
 # Steps of the calibration run left out of the timing (the first traces the step).
 CALIBRATION_SKIP = 5
 
@@ -86,12 +89,12 @@ side_steps = per_side(int, "N")
 side_rates = per_side(float, "RATE")
 
 
-def calibrate(side, out, common, rates, calibration_steps, budget):
+def calibrate(side, preset, out, common, rates, calibration_steps, budget):
     """Times ``side``'s step (median after the first few) and returns ``(steps the budget allows, seconds per
     step)``; the budget also pays for the first step's trace, so the schedule ends where the rest runs out."""
     # Its held-out score is not used: two documents of the corpus keep its evaluation short.
-    _, job, _ = pretrain(side, os.path.join(out, f"{side}_calibration"), dict(common, dev_corpus=None, dev_documents=2),
-                         rates, calibration_steps, calibration_steps)
+    _, job, _ = pretrain(side, preset, os.path.join(out, f"{side}_calibration"),
+                         dict(common, dev_corpus=None, dev_documents=2), rates, calibration_steps, calibration_steps)
     timed = sorted(job.trainer.step_seconds[CALIBRATION_SKIP:])
     seconds_per_step = timed[len(timed) // 2]
     return max(1, int((budget - job.trainer.step_seconds[0]) / seconds_per_step)), seconds_per_step
@@ -105,9 +108,9 @@ def pretrain_job(side):
     return BertPretrainingJob
 
 
-def pretrain(side, out, common, rates, steps, schedule_steps, time_budget=None):
-    """One pretraining session of ``side``: ``(summary, job, process CPU seconds)``."""
-    options = dict(common, preset=SIDES[side], steps=steps, schedule_steps=schedule_steps, learning_rate=rates[side],
+def pretrain(side, preset, out, common, rates, steps, schedule_steps, time_budget=None):
+    """One pretraining session of ``side`` with model ``preset``: ``(summary, job, process CPU seconds)``."""
+    options = dict(common, preset=preset, steps=steps, schedule_steps=schedule_steps, learning_rate=rates[side],
                    warmup_steps=max(1, schedule_steps // 10), time_budget=time_budget)
     if side == "bert":
         options["sentence_task"] = "none"
@@ -131,6 +134,8 @@ def main(argv=None):
                         help="time each side's step on this (idle) machine, print the step counts --pretrain-seconds "
                              "allows as a --pretrain-steps value, and stop")
     parser.add_argument("--calibration-steps", type=int, default=40)
+    parser.add_argument("--size", choices=sorted(SIZES), default="mini",
+                        help="the discriminator both sides share: BERT-Tiny (2 x 128) or BERT-Mini (4 x 256)")
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--max-seq-length", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=32)
@@ -177,13 +182,14 @@ def main(argv=None):
     if args.smoke:
         common["dev_corpus"] = None
         common["dev_documents"] = 2
-    results = {"machine": machine_info(), "load_average_start": load_average(), "sides": SIDES,
+    presets = SIZES[args.size]
+    results = {"machine": machine_info(), "load_average_start": load_average(), "sides": presets,
                "pretraining": {**{k: v for k, v in common.items() if k != "verbose"},
                                "learning_rate": args.learning_rate,
                                "seconds": None if args.pretrain_steps else args.pretrain_seconds}}
 
     if args.calibrate_only:
-        calibration = {side: calibrate(side, out, common, args.learning_rate, args.calibration_steps,
+        calibration = {side: calibrate(side, presets[side], out, common, args.learning_rate, args.calibration_steps,
                                        args.pretrain_seconds) for side in SIDES}
         results["calibration"] = {side: {"steps": n, "seconds_per_step": t} for side, (n, t) in calibration.items()}
         results["pretrain_steps"] = ",".join(f"{side}={n}" for side, (n, _) in calibration.items())
@@ -197,13 +203,14 @@ def main(argv=None):
         if args.pretrain_steps:
             steps, budget, seconds_per_step = args.pretrain_steps[side], None, None
         else:
-            steps, seconds_per_step = calibrate(side, out, common, args.learning_rate, args.calibration_steps,
-                                                args.pretrain_seconds)
+            steps, seconds_per_step = calibrate(side, presets[side], out, common, args.learning_rate,
+                                                args.calibration_steps, args.pretrain_seconds)
             budget = args.pretrain_seconds
-        summary, job, cpu_seconds = pretrain(side, run, common, args.learning_rate, steps, steps, time_budget=budget)
+        summary, job, cpu_seconds = pretrain(side, presets[side], run, common, args.learning_rate, steps, steps,
+                                             time_budget=budget)
         model = summary["pretrainer"]
         runs[side] = run
-        results[side] = {"run": run, "preset": SIDES[side], "seconds_per_step": seconds_per_step,
+        results[side] = {"run": run, "preset": presets[side], "seconds_per_step": seconds_per_step,
                          "planned_steps": steps, "steps": summary["step"], "stop_reason": summary["stop_reason"],
                          "train_seconds": summary["train_seconds"],
                          "process_cpu_seconds": round(cpu_seconds, 1),

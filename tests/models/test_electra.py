@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kerasplm.models.electra import (PRESETS, ElectraConfig, ElectraPretrainer, corrupt, discriminator_parameters,
+from kerasplm.models.electra import (PRESETS, RTD_PRIOR_LOGIT, ElectraConfig, ElectraPretrainer, corrupt, discriminator_parameters,
                                      generator_config, generator_parameters, num_parameters, rtd_sums,
                                      sample_replacements)
 from kerasplm.models.presets import get_preset, list_presets
@@ -48,6 +48,17 @@ def test_rtd_labels_on_a_crafted_batch():
     kept = {**BATCH, "token_ids": tf.constant([[2, 11, 6, 12, 3, 13, 3], [2, 9, 14, 3, 0, 0, 0]])}
     _, labels = corrupt(kept, tf.constant([[11, 12, 13], [14, 0, 0]]))
     assert labels.numpy().sum() == 0
+
+
+def test_a_fresh_detector_starts_at_the_replaced_share():
+    # The RTD logit starts at the log-odds of 15% replaced, so the first steps' gradients carry what tells
+    # replaced from original tokens rather than "lower every logit" (which collapsed the encoder under Adam).
+    assert RTD_PRIOR_LOGIT == pytest.approx(np.log(0.15 / 0.85))
+    model = tiny(dropout=0.0, attention_dropout=0.0)
+    np.testing.assert_allclose(model.discriminator.rtd_prediction.bias.numpy(), [RTD_PRIOR_LOGIT])
+    probabilities = tf.sigmoid(model(BATCH, training=False)["rtd_logits"]).numpy()[BATCH["padding_mask"].numpy() > 0]
+    # The head's kernels are N(0, 0.02) draws: every token's probability is near the prior, none near 0.5.
+    np.testing.assert_allclose(probabilities, 0.15, atol=0.02)
 
 
 def _log_sigmoid(x):
@@ -149,7 +160,12 @@ def test_parameter_counts():
     assert rows["electra_base"].parts == {"discriminator": 110_073_601, "discriminator without pooler": 109_483_009,
                                           "generator": 33_740_602}
     assert rows["electra_small"].num_parameters == 13_614_849 + 4_620_026 - (30522 + 512 + 2) * 128 - 2 * 128
-    assert PRESETS["electra_mini"].discriminator_config() == get_preset("bert_mini")   # the benchmark's pair
+    # The benchmark's pairs.
+    assert PRESETS["electra_mini"].discriminator_config() == get_preset("bert_mini")
+    assert PRESETS["electra_bert_tiny"].discriminator_config() == get_preset("bert_tiny")
+    # transformers' ElectraForPreTraining / ElectraForMaskedLM of these sizes (generator: hidden 32, 1 head, FFN 128).
+    assert rows["electra_bert_tiny"].parts == {"discriminator": 4_386_049 + 128 * 128 + 128,
+                                               "discriminator without pooler": 4_386_049, "generator": 4_037_402}
     small, base = (generator_config(PRESETS[n].discriminator_config(), PRESETS[n].generator_size)
                    for n in ("electra_small", "electra_base"))
     assert (small.hidden_size, small.num_heads, small.intermediate_size, small.embedding_size) == (64, 1, 256, 128)
