@@ -4,7 +4,7 @@ The claim of Clark et al. (2020) measured at CPU scale: replaced-token detection
 than masked language modelling. Both sides are pretrained by their own jobs on the same corpus (default:
 WikiText-2's validation split, its test split held out) with the same vocabulary, masking, sequence length, batch
 size and warmup fraction; the peak learning rate is one for both or one per side (``--learning-rate
-electra=1e-4,bert=5e-4``: ELECTRA's 50x RTD loss collapsed to the prior at 5e-4 with a short warmup):
+electra=1e-4,bert=5e-4``):
 
 * ELECTRA: ``kerasplm train electra --preset electra_bert_tiny|electra_mini`` (discriminator = BERT-Tiny, 2 layers
   of 128, or BERT-Mini, 4 layers of 256: ``--size tiny|mini``; generator 1/4 of its width), loss = MLM + 50·RTD;
