@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kerasplm.models.electra import (PRESETS, RTD_PRIOR_LOGIT, ElectraConfig, ElectraPretrainer, corrupt, discriminator_parameters,
-                                     generator_config, generator_parameters, num_parameters, rtd_sums,
-                                     sample_replacements)
+from kerasplm.models.electra import (PRESETS, RTD_PRIOR_LOGIT, ElectraConfig, ElectraPretrainer, corrupt,
+                                     discriminator_parameters, generator_config, generator_parameters, num_parameters,
+                                     rtd_sums, sample_replacements)
 from kerasplm.models.presets import get_preset, list_presets
 from tests.harness import check_model
 
