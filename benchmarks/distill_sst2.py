@@ -6,7 +6,8 @@ at equal steps, and the latency of the three exports through ``kerasplm serve``.
 2. Two students of ``--student-layers`` blocks, the same start (``--student-init``: the teacher's every
    ``L_t / L_s``-th block, embeddings, pooler and head; or random), the same data order, steps and schedule
    (``--student-steps``), both through ``kerasplm distill``:
-   * ``distilled``: ``--alpha 0.5 --temperature 2`` (hard labels and the teacher's soft targets);
+   * ``distilled``: ``--alpha 0.5 --temperature 2`` (hard labels and the teacher's soft targets; with
+     ``--hidden-loss`` / ``--attention-loss`` also TinyBERT's intermediate losses);
    * ``hard_labels_only``: ``--alpha 1`` (the soft term weighs 0: plain fine-tuning of the same student, which
      tests/jobs/test_distillation.py checks equals the classifier's own loss and gradients).
 3. Dev accuracy of the three (SST-2 dev, 872 sentences), and their exports (``kerasplm export classifier``) served
@@ -20,6 +21,7 @@ The runs are load-proof (fixed steps, seeded); the latencies are not. ``--no-lat
 second call with the same ``--workdir`` on an idle machine reuses the finished runs and times the serving only.
 
     python -m benchmarks.distill_sst2 [--student-layers 3] [--teacher-steps 2000] [--student-steps 2000]
+                                      [--hidden-loss] [--attention-loss]
                                       [--requests 300] [--workdir DIR] [--json out.json]
     python -m benchmarks.distill_sst2 --smoke      # a few steps and requests on 64 examples: checks the script runs
 """
@@ -110,14 +112,23 @@ def _timed_pass(url, exports, sentences, requests, batch, warmup):
             for name, t in times.items()}
 
 
-def finished(run, steps):
-    """The metrics of ``run`` when it already trained ``steps`` steps (a rerun measures latency only), else None."""
+def finished(run, steps, settings=None):
+    """The metrics of ``run`` when it already trained ``steps`` steps (a rerun measures latency only), else None.
+    A finished run whose recorded options differ from ``settings`` is refused (another --workdir keeps both)."""
     path = os.path.join(run, "metrics.json")
     if not os.path.isfile(path):
         return None
     with open(path) as f:
         metrics = json.load(f)
-    return metrics if metrics.get("step") == steps and "dev" in metrics else None
+    if metrics.get("step") != steps or "dev" not in metrics:
+        return None
+    with open(os.path.join(run, "config.json")) as f:
+        recorded = json.load(f)["options"]
+    differ = {k: (recorded.get(k), v) for k, v in (settings or {}).items() if recorded.get(k) != v}
+    if differ:
+        raise SystemExit(f"{run} was trained with other settings (recorded, asked): {differ}; "
+                         f"give another --workdir")
+    return metrics
 
 
 def main(argv=None):
@@ -132,6 +143,10 @@ def main(argv=None):
     parser.add_argument("--max-length", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=2.0)
     parser.add_argument("--alpha", type=float, default=0.5)
+    parser.add_argument("--hidden-loss", action="store_true", help="the distilled student adds TinyBERT's "
+                        "hidden-state loss (kerasplm distill --hidden-loss)")
+    parser.add_argument("--attention-loss", action="store_true", help="the distilled student adds TinyBERT's "
+                        "attention-map loss (kerasplm distill --attention-loss)")
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--batch-requests", type=int, default=100,
                         help="requests of --batch sentences each, timed after the single-sentence ones")
@@ -174,12 +189,13 @@ def main(argv=None):
         os.path.join(workdir, "teacher"), log=log, init=minilm, steps=args.teacher_steps, max_length=args.max_length,
         **common)
     seconds = {"teacher": round(time.time() - started, 1)}
-    students = {"distilled": dict(alpha=args.alpha, temperature=args.temperature),
+    students = {"distilled": dict(alpha=args.alpha, temperature=args.temperature, hidden_loss=args.hidden_loss,
+                                  attention_loss=args.attention_loss),
                 "hard_labels_only": dict(alpha=1.0)}
     summaries = {}
     for name, settings in students.items():
         started = time.time()
-        summaries[name] = finished(os.path.join(workdir, name), args.student_steps) or distill(
+        summaries[name] = finished(os.path.join(workdir, name), args.student_steps, settings) or distill(
             os.path.join(workdir, name), log=log, teacher=os.path.join(workdir, "teacher"),
             student_layers=args.student_layers, student_init=args.student_init, student_preset=args.student_preset,
             steps=args.student_steps, **settings, **common)
@@ -203,7 +219,8 @@ def main(argv=None):
                "student_layers": args.student_layers, "student_init": args.student_init,
                "teacher_steps": args.teacher_steps, "student_steps": args.student_steps,
                "batch_size": args.batch_size, "max_length": args.max_length, "temperature": args.temperature,
-               "alpha": args.alpha, "dev_accuracy": accuracy,
+               "alpha": args.alpha, "hidden_loss": args.hidden_loss, "attention_loss": args.attention_loss,
+               "dev_accuracy": accuracy,
                "points_below_teacher": {name: round(100 * (accuracy["teacher"] - accuracy[name]), 2)
                                         for name in students},
                "serving_latency": latency, "serving_latency_batched": batched,

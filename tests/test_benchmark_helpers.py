@@ -280,3 +280,20 @@ def test_profile_counts_op_events_only_once():
     assert not is_op_event("ExecutorState::Process")                     # the runtime's own event
     assert not is_op_event("StatefulPartitionedCall: __inference_train_step_4548")   # holds the op events
     assert not is_op_event("EagerExecute")
+
+
+def test_distill_benchmark_reuses_a_finished_run_only_with_the_settings_asked_for(tmp_path):
+    import json
+
+    from benchmarks.distill_sst2 import finished
+
+    run = tmp_path / "distilled"
+    run.mkdir()
+    assert finished(str(run), 10) is None                                      # nothing trained yet
+    (run / "config.json").write_text(json.dumps({"options": {"alpha": 0.5, "hidden_loss": False}}))
+    (run / "metrics.json").write_text(json.dumps({"step": 6, "dev": {"accuracy": 0.8}}))
+    assert finished(str(run), 10, {"alpha": 0.5}) is None                     # stopped short: train again
+    (run / "metrics.json").write_text(json.dumps({"step": 10, "dev": {"accuracy": 0.8}}))
+    assert finished(str(run), 10, {"alpha": 0.5, "hidden_loss": False})["dev"]["accuracy"] == 0.8
+    with pytest.raises(SystemExit, match="hidden_loss.*another --workdir"):
+        finished(str(run), 10, {"alpha": 0.5, "hidden_loss": True})
