@@ -46,7 +46,7 @@ import keras
 import tensorflow as tf
 
 from kerasplm.export.embedder import bert_run_parts
-from kerasplm.families.bert import DEFAULT_LENGTH_BUCKET
+from kerasplm.families.bert import DEFAULT_LENGTH_BUCKET, DEFAULT_SORTISH
 from kerasplm.jobs.job import Job, provisional_total_steps
 from kerasplm.models.bert_tasks import classification_metrics
 from kerasplm.options import resolve_options
@@ -61,7 +61,7 @@ from kerasplm.training.optimizers import (FusedAdamW, LayerwiseAdamW, discrimina
 __all__ = ["FineTuningJob", "ClassificationJob", "LayerwiseAdamW", "bert_init_parts", "bert_layer_group",
            "classification_scores", "layerwise_decay",
            "fine_tuning_schedule", "cut_padding", "label_ids", "layer_decay_multiplier", "make_classification_dataset",
-           "make_optimizer", "read_classification_tsv"]
+           "make_optimizer", "read_classification_tsv", "token_lengths"]
 
 # The schedule length of a resumed run recorded before ``schedule_steps`` existed, when it gives no steps either.
 LEGACY_SCHEDULE_STEPS = 1000
@@ -123,20 +123,26 @@ def label_ids(path, labels, names, regression):
 
 
 def make_classification_dataset(preprocessor, texts, pairs, labels, batch_size, shuffle=False, seed=0, repeat=False,
-                                length_bucket=0, sortish=0):
+                                length_bucket=0, sortish=0, lengths=None):
     """``((inputs dict, labels), ...)`` batches: strings packed by ``preprocessor`` in the tf.data graph.
 
     Training batches (``shuffle``/``repeat``) all have ``batch_size`` rows (one traced step); a seeded shuffle
     replays the same order in every process, as the Trainer's exact resume needs. ``length_bucket`` > 0 cuts each
     batch's padding to its longest example rounded up to a multiple of it (:func:`trim_to_bucket`), 0 keeps the
     preprocessor's fixed width. ``sortish`` > 0 (a repeated dataset; fastai's SortishSampler, the ULMFiT classifier's
-    batching): each run of ``sortish`` batches' worth of shuffled examples is sorted by length (characters of the text
-    and its pair) and cut into batches, whose order within the run is then shuffled (seeded), so that a batch holds
-    texts of similar length and a model that pads each batch to its longest row (an RNN's steps) runs few padded
-    positions.
+    batching; HuggingFace's ``group_by_length``): each run of ``sortish`` batches' worth of shuffled examples is sorted
+    by length and cut into batches, whose order within the run is then shuffled (seeded), so that a batch holds texts
+    of similar length and a model that pads each batch to its longest row (``length_bucket``, an RNN's steps) runs few
+    padded positions. The length is ``lengths[i]`` (one number per example, e.g. :func:`token_lengths`) or, without
+    it, the characters of the text and its pair.
     """
+    if lengths is None:
+        lengths = [len(t) + (len(p) if pairs is not None else 0)
+                   for t, p in zip(texts, pairs if pairs is not None else texts)]
+    elif len(lengths) != len(texts):
+        raise ValueError(f"lengths: {len(lengths)} numbers for {len(texts)} examples")
     columns = (tf.constant(texts, tf.string), tf.constant(pairs if pairs is not None else texts, tf.string),
-               tf.constant(labels))
+               tf.constant(labels), tf.constant(lengths, tf.int64))
     ds = tf.data.Dataset.from_tensor_slices(columns)
     if shuffle:
         ds = ds.shuffle(len(texts), seed=seed, reshuffle_each_iteration=True)
@@ -145,35 +151,45 @@ def make_classification_dataset(preprocessor, texts, pairs, labels, batch_size, 
     if sortish:
         if not repeat:
             raise ValueError("sortish batches are for a repeated (training) dataset")
-        ds = _sortish_batches(ds, batch_size, sortish, seed, pairs is not None)
+        ds = _sortish_batches(ds, batch_size, sortish, seed)
     else:
         ds = ds.batch(batch_size, drop_remainder=repeat)
 
     @tf.autograph.experimental.do_not_convert
-    def encode(text, pair, label):
+    def encode(text, pair, label, length):
         return preprocessor(text, pair if pairs is not None else None), label
 
     return cut_padding(ds.map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True), length_bucket
                        ).prefetch(2)
 
 
-def _sortish_batches(examples, batch_size, window_batches, seed, pairs):
-    """Batches of ``examples`` (an endless stream of ``(text, pair, label)``): each window of ``window_batches`` batches'
-    worth sorted by length, cut into batches, and those batches put in an order drawn from ``(seed, window index)``."""
+def _sortish_batches(examples, batch_size, window_batches, seed):
+    """Batches of ``examples`` (an endless stream of ``(text, pair, label, length)``): each window of
+    ``window_batches`` batches' worth sorted by length, cut into batches, and those batches put in an order drawn from
+    ``(seed, window index)``."""
     window = batch_size * window_batches
 
     @tf.autograph.experimental.do_not_convert
     def sort_by_length(index, element):
-        text, pair, label = element
-        length = tf.strings.length(text) + (tf.strings.length(pair) if pairs else 0)
-        by_length = tf.argsort(length, stable=True)
+        by_length = tf.argsort(element[-1], stable=True)
         draws = tf.random.stateless_uniform([window_batches], tf.stack([tf.constant(seed, tf.int64), index]))
         shuffled = tf.argsort(draws)
         order = tf.reshape(tf.gather(tf.reshape(by_length, [window_batches, batch_size]), shuffled), [window])
-        return tf.gather(text, order), tf.gather(pair, order), tf.gather(label, order)
+        return tuple(tf.gather(column, order) for column in element)
 
     windows = examples.batch(window, drop_remainder=True).enumerate().map(sort_by_length)
     return windows.rebatch(batch_size, drop_remainder=True)
+
+
+def token_lengths(preprocessor, texts, pairs=None, chunk=1024):
+    """Each example's length in ``preprocessor``'s tokens (its ``padding_mask`` summed: special tokens included, at
+    most its sequence length): the sort key of sortish batches of a subword model."""
+    lengths = []
+    for start in range(0, len(texts), chunk):
+        pair = None if pairs is None else tf.constant(pairs[start:start + chunk], tf.string)
+        inputs = preprocessor(tf.constant(texts[start:start + chunk], tf.string), pair)
+        lengths.append(tf.reduce_sum(tf.cast(inputs["padding_mask"], tf.int64), axis=-1).numpy())
+    return np.concatenate(lengths) if lengths else np.zeros([0], np.int64)
 
 
 def cut_padding(dataset, length_bucket, mask_key="padding_mask"):
@@ -462,11 +478,19 @@ class ClassificationJob(FineTuningJob):
     """
 
     result_key = "classifier"
+    # Sortish batches (an options' ``sortish``) sort by the preprocessor's tokens; False: by characters.
+    sortish_by_tokens = True
 
     def __init__(self, out, options=None, log=print, **overrides):
         super().__init__(out, options, log, **overrides)
         self.texts = self.pairs = self.raw_labels = None   # the training file's columns (read_examples)
         self.labels = self.preprocessor = self.dev_dataset = None
+
+    def build_data(self):
+        super().build_data()
+        if getattr(self.options, "sortish", 0) is None:
+            # New runs train on sortish batches; a run recorded before the option replays plain shuffled ones.
+            self.options = self.options.replace(sortish=0 if self.resumed else DEFAULT_SORTISH)
 
     @property
     def regression(self):
@@ -508,17 +532,22 @@ class ClassificationJob(FineTuningJob):
         kind = "pairs" if self.pairs is not None else "single texts"
         classes = "regression" if self.regression else f"{len(self.labels)} labels: " + ", ".join(self.labels)
         bucket = getattr(o, "length_bucket", 0) or 0
+        sortish = getattr(o, "sortish", 0) or 0
+        shape = []
+        if sortish:
+            key = "tokens" if self.sortish_by_tokens else "characters"
+            shape.append(f"sortish batches (windows of {sortish} batches sorted by {key})")
         if bucket:
-            width = f"batches padded to their longest example, rounded up to a multiple of {bucket} tokens"
-            details = f"{details}; {width}" if details else width
+            shape.append(f"batches padded to their longest example, rounded up to a multiple of {bucket} tokens")
+        details = "; ".join(([details] if details else []) + shape) or None
         self.log(f"data: {len(self.texts)} training examples ({kind}), {classes}" + (f"; {details}" if details else ""))
         texts, pairs = self.texts, self.pairs
-
-        sortish = getattr(o, "sortish", 0) or 0
+        lengths = token_lengths(preprocessor, texts, pairs) if sortish and self.sortish_by_tokens else None
 
         def train_dataset():
             return make_classification_dataset(preprocessor, texts, pairs, train_labels, o.batch_size, shuffle=True,
-                                               seed=o.seed, repeat=True, length_bucket=bucket, sortish=sortish)
+                                               seed=o.seed, repeat=True, length_bucket=bucket, sortish=sortish,
+                                               lengths=lengths)
 
         self.train_dataset = train_dataset
         if o.dev is not None:

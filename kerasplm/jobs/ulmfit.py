@@ -324,6 +324,7 @@ class ULMFiTClassifierJob(_ULMFiTRail, ClassificationJob):
 
     family, task, options_class, what = CLASSIFIER_FAMILY, "sequence_classification", ULMFiTClassifierOptions, \
         "ULMFiT classifier"
+    sortish_by_tokens = False   # fastai's SortishSampler sorts by the text's length; recorded runs replay it
 
     def new_tokenizer_from_init(self, init_model):
         """The language model's vocabulary copied into the new run, and its tokenizer over the copy."""
@@ -352,8 +353,7 @@ class ULMFiTClassifierJob(_ULMFiTRail, ClassificationJob):
             preprocessor = WordSequencePreprocessor(tokenizer, o.max_length, reverse=backward, pad=False)
             self.log(f"started from {o.init} ({'backward' if backward else 'forward'})")
         self.backbone_config = self.model_config
-        sortish = f"; sortish batches (windows of {o.sortish} batches sorted by length)" if o.sortish else ""
-        self.classification_data(preprocessor, details=f"BPT3C chunks of {o.bptt} words{sortish}")
+        self.classification_data(preprocessor, details=f"BPT3C chunks of {o.bptt} words")
 
     def build_model(self):
         o = self.options

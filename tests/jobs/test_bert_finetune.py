@@ -111,16 +111,20 @@ def test_learns_reports_and_resumes(learned_run, toy, tmp_path):
     assert resumed["step"] == 32 and json.load(open(os.path.join(copy, "history.json")))["step"][-1] == 32
     with pytest.raises(OptionsConflict, match="learning_rate"):
         finetune_bert_classifier(copy, steps=50, learning_rate=1e-4)
-    # A new run cuts its batches to multiples of 16 tokens; a run recorded before the option keeps --max-length.
+    # A new run trains on sortish batches cut to multiples of 16 tokens; a run recorded before the options keeps
+    # plain shuffled batches padded to --max-length.
     assert json.load(open(os.path.join(out, "config.json")))["options"]["length_bucket"] == 16
-    assert any("rounded up to a multiple of 16 tokens" in line for line in lines)
+    assert json.load(open(os.path.join(out, "config.json")))["options"]["sortish"] == 50
+    assert any("sortish batches (windows of 50 batches sorted by tokens); batches padded to their longest example, "
+               "rounded up to a multiple of 16 tokens" in line for line in lines)
     old, lines = str(tmp_path / "old"), []
     shutil.copytree(out, old)
     config = json.load(open(os.path.join(old, "config.json")))
-    del config["options"]["length_bucket"]
+    del config["options"]["length_bucket"], config["options"]["sortish"]
     json.dump(config, open(os.path.join(old, "config.json"), "w"))
     assert finetune_bert_classifier(old, steps=31, verbose=0, log=lines.append)["step"] == 31
-    assert any(line.startswith("data: ") for line in lines) and not any("rounded up" in line for line in lines)
+    data = [line for line in lines if line.startswith("data: ")]
+    assert data and not any("rounded up" in line or "sortish" in line for line in data)
 
 
 def test_resume_reaches_the_planned_total_and_a_budget_alone_fits_the_schedule(toy, tmp_path):
@@ -250,6 +254,45 @@ def test_batches_are_cut_to_their_longest_example_and_the_model_does_not_notice(
             assert not full_inputs["padding_mask"][:, widths[-1]:].numpy().any()
         np.testing.assert_allclose(model(inputs, training=False), model(full_inputs, training=False), atol=1e-5)
     assert widths == [16, 4]
+
+
+def test_sortish_batches_sort_by_tokens_and_pay_for_fewer_padded_positions(toy):
+    """token_lengths counts each example's word pieces ([CLS]/[SEP] included, at most the preprocessor's width);
+    make_classification_dataset(sortish=W, lengths=...) sorts each window of W batches by them: the window holds the
+    examples of the plain shuffle, each batch holds neighbours in token count, and the batches, cut to their longest
+    example, hold fewer positions than the plain ones."""
+    from kerasplm.jobs.finetuning import make_classification_dataset, token_lengths
+    from kerasplm.runs import load_run
+    from kerasplm.text.bert_tokenizer import BertPreprocessor
+
+    preprocessor = BertPreprocessor(load_run(toy["init"]).preprocessor.tokenizer, 16)
+    rng = random.Random(5)
+    texts = [" ".join(rng.choices(FILLER + POSITIVE, k=rng.randrange(1, 20))) for _ in range(64)]
+    lengths = token_lengths(preprocessor, texts, chunk=10)
+    expected = [min(len(t.split()) + 2, 16) for t in texts]   # every toy word is one piece
+    assert lengths.tolist() == expected
+    pairs = texts[::-1]
+    pair_inputs = preprocessor(tf.constant(texts), tf.constant(pairs))
+    assert token_lengths(preprocessor, texts, pairs).tolist() == pair_inputs["padding_mask"].numpy().sum(-1).tolist()
+
+    def batches(sortish):
+        ds = make_classification_dataset(preprocessor, texts, None, list(range(64)), 4, shuffle=True, seed=3,
+                                         repeat=True, length_bucket=1, sortish=sortish, lengths=lengths)
+        return [(inputs["token_ids"].shape[1], y.numpy().tolist()) for inputs, y in ds.take(16)]
+
+    plain, sortish = batches(0), batches(8)
+    for half in (slice(0, 8), slice(8, 16)):
+        assert sorted(sum((y for _, y in sortish[half]), [])) == sorted(sum((y for _, y in plain[half]), []))
+        # a window's batches are its examples in token order, four at a time
+        ranked = sorted(sum((y for _, y in plain[half]), []), key=lambda i: lengths[i])
+        assert sorted(max(lengths[i] for i in y) for _, y in sortish[half]) == \
+            [max(lengths[i] for i in ranked[k:k + 4]) for k in range(0, 32, 4)]
+    for width, y in sortish:
+        assert width == max(lengths[i] for i in y)
+    assert sum(w for w, _ in sortish) < 0.8 * sum(w for w, _ in plain), (sortish, plain)
+    with pytest.raises(ValueError, match="lengths: 3 numbers for 64 examples"):
+        make_classification_dataset(preprocessor, texts, None, list(range(64)), 4, repeat=True, sortish=8,
+                                    lengths=[1, 2, 3])
 
 
 def test_stlr_and_discriminative_rates_reach_the_optimizer(toy, tmp_path):
