@@ -134,15 +134,16 @@ def make_classification_dataset(preprocessor, texts, pairs, labels, batch_size, 
     by length and cut into batches, whose order within the run is then shuffled (seeded), so that a batch holds texts
     of similar length and a model that pads each batch to its longest row (``length_bucket``, an RNN's steps) runs few
     padded positions. The length is ``lengths[i]`` (one number per example, e.g. :func:`token_lengths`) or, without
-    it, the characters of the text and its pair.
+    it, the UTF-8 bytes of the text and its pair.
     """
-    if lengths is None:
-        lengths = [len(t) + (len(p) if pairs is not None else 0)
-                   for t, p in zip(texts, pairs if pairs is not None else texts)]
-    elif len(lengths) != len(texts):
-        raise ValueError(f"lengths: {len(lengths)} numbers for {len(texts)} examples")
     columns = (tf.constant(texts, tf.string), tf.constant(pairs if pairs is not None else texts, tf.string),
-               tf.constant(labels), tf.constant(lengths, tf.int64))
+               tf.constant(labels))
+    if sortish:
+        if lengths is None:
+            lengths = tf.strings.length(columns[0]) + (tf.strings.length(columns[1]) if pairs is not None else 0)
+        elif len(lengths) != len(texts):
+            raise ValueError(f"lengths: {len(lengths)} numbers for {len(texts)} examples")
+        columns += (tf.cast(lengths, tf.int64),)
     ds = tf.data.Dataset.from_tensor_slices(columns)
     if shuffle:
         ds = ds.shuffle(len(texts), seed=seed, reshuffle_each_iteration=True)
@@ -156,7 +157,7 @@ def make_classification_dataset(preprocessor, texts, pairs, labels, batch_size, 
         ds = ds.batch(batch_size, drop_remainder=repeat)
 
     @tf.autograph.experimental.do_not_convert
-    def encode(text, pair, label, length):
+    def encode(text, pair, label, *sort_key):
         return preprocessor(text, pair if pairs is not None else None), label
 
     return cut_padding(ds.map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True), length_bucket
@@ -478,7 +479,7 @@ class ClassificationJob(FineTuningJob):
     """
 
     result_key = "classifier"
-    # Sortish batches (an options' ``sortish``) sort by the preprocessor's tokens; False: by characters.
+    # Sortish batches (the options' ``sortish``) sort by the preprocessor's tokens; False: by the texts' UTF-8 bytes.
     sortish_by_tokens = True
 
     def __init__(self, out, options=None, log=print, **overrides):
@@ -535,7 +536,7 @@ class ClassificationJob(FineTuningJob):
         sortish = getattr(o, "sortish", 0) or 0
         shape = []
         if sortish:
-            key = "tokens" if self.sortish_by_tokens else "characters"
+            key = "tokens" if self.sortish_by_tokens else "UTF-8 bytes"
             shape.append(f"sortish batches (windows of {sortish} batches sorted by {key})")
         if bucket:
             shape.append(f"batches padded to their longest example, rounded up to a multiple of {bucket} tokens")

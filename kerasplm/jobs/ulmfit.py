@@ -324,7 +324,8 @@ class ULMFiTClassifierJob(_ULMFiTRail, ClassificationJob):
 
     family, task, options_class, what = CLASSIFIER_FAMILY, "sequence_classification", ULMFiTClassifierOptions, \
         "ULMFiT classifier"
-    sortish_by_tokens = False   # fastai's SortishSampler sorts by the text's length; recorded runs replay it
+    # fastai's SortishSampler sorts by the text's length (here its UTF-8 bytes); recorded runs replay that order.
+    sortish_by_tokens = False
 
     def new_tokenizer_from_init(self, init_model):
         """The language model's vocabulary copied into the new run, and its tokenizer over the copy."""
