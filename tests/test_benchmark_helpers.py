@@ -297,3 +297,7 @@ def test_distill_benchmark_reuses_a_finished_run_only_with_the_settings_asked_fo
     assert finished(str(run), 10, {"alpha": 0.5, "hidden_loss": False})["dev"]["accuracy"] == 0.8
     with pytest.raises(SystemExit, match="hidden_loss.*another --workdir"):
         finished(str(run), 10, {"alpha": 0.5, "hidden_loss": True})
+    # A run recorded before --sortish trained on plain shuffled batches: reused with --sortish 0 only.
+    assert finished(str(run), 10, {"alpha": 0.5, "sortish": 0})["dev"]["accuracy"] == 0.8
+    with pytest.raises(SystemExit, match=r"'sortish': \(0, 50\)"):
+        finished(str(run), 10, {"alpha": 0.5, "sortish": 50})
