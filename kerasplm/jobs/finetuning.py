@@ -373,14 +373,19 @@ class FineTuningJob(Job):
         if not self._examples_read:
             self.read_examples(self.options)
             self._examples_read = True
-        if getattr(self.options, "length_bucket", 0) is None:
-            # New runs cut their batches' padding; a run recorded before the option padded to --max-length and
-            # keeps doing so (the dropout masks of a step depend on the batch's width: exact resume).
-            self.options = self.options.replace(length_bucket=0 if self.resumed else DEFAULT_LENGTH_BUCKET)
+        # New runs cut their batches' padding; a run recorded before the option padded to --max-length and keeps
+        # doing so (the dropout masks of a step depend on the batch's width: exact resume).
+        self.settle_batching_option("length_bucket", DEFAULT_LENGTH_BUCKET)
         if hasattr(self.options, "schedule_steps"):
             self.options = self.plan_schedule(self.options)
             self.schedule = fine_tuning_schedule(self.options, self.options.schedule_steps)
             self.most_steps = self.planned_steps
+
+    def settle_batching_option(self, name, new_run_value):
+        """Give option ``name``, when the options have it unset (None), its value: ``new_run_value`` for a new run,
+        0 (off: the batching it was trained with) for a run recorded before the option existed."""
+        if getattr(self.options, name, 0) is None:
+            self.options = self.options.replace(**{name: 0 if self.resumed else new_run_value})
 
     def copy_init_assets(self, assets=None):
         """Copy the ``--init`` run's assets into the new run: ``assets`` = ``{key: file name in the new run}``
@@ -489,9 +494,8 @@ class ClassificationJob(FineTuningJob):
 
     def build_data(self):
         super().build_data()
-        if getattr(self.options, "sortish", 0) is None:
-            # New runs train on sortish batches; a run recorded before the option replays plain shuffled ones.
-            self.options = self.options.replace(sortish=0 if self.resumed else DEFAULT_SORTISH)
+        # New runs train on sortish batches; a run recorded before the option replays plain shuffled ones.
+        self.settle_batching_option("sortish", DEFAULT_SORTISH)
 
     @property
     def regression(self):
