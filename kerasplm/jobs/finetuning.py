@@ -183,13 +183,15 @@ def _sortish_batches(examples, batch_size, window_batches, seed):
 
 
 def token_lengths(preprocessor, texts, pairs=None, chunk=1024):
-    """Each example's length in ``preprocessor``'s tokens (its ``padding_mask`` summed: special tokens included, at
-    most its sequence length): the sort key of sortish batches of a subword model."""
+    """Each example's length in ``preprocessor``'s tokens (its ``padding_mask`` summed over every axis but the batch's:
+    special tokens included; a ``[B, K, L]`` input such as GPT-1's similarity, both orders of a pair, counts all K
+    sequences, the positions the model runs): the sort key of sortish batches of a subword model."""
     lengths = []
     for start in range(0, len(texts), chunk):
         pair = None if pairs is None else tf.constant(pairs[start:start + chunk], tf.string)
         inputs = preprocessor(tf.constant(texts[start:start + chunk], tf.string), pair)
-        lengths.append(tf.reduce_sum(tf.cast(inputs["padding_mask"], tf.int64), axis=-1).numpy())
+        mask = tf.cast(inputs["padding_mask"], tf.int64)
+        lengths.append(tf.reduce_sum(tf.reshape(mask, [tf.shape(mask)[0], -1]), axis=-1).numpy())
     return np.concatenate(lengths) if lengths else np.zeros([0], np.int64)
 
 

@@ -137,6 +137,28 @@ def test_an_interrupted_and_resumed_run_equals_an_uninterrupted_one(data, tmp_pa
     assert (loaded.labels, loaded.pair_input, loaded.run_info.step) == (["0", "1"], True, 4)
 
 
+def test_similarity_trains_on_sortish_batches_of_both_orders(data, tmp_path):
+    """GPT-1's similarity input is ``[B, 2, L]`` (both orders of a pair): token_lengths counts both sequences, the
+    positions the model runs, and a new similarity run trains on sortish batches sorted by that count."""
+    from kerasplm.jobs.finetuning import token_lengths
+    from kerasplm.text.gpt_inputs import GPTClassifierPreprocessor, special_token_ids
+
+    tokenizer = load_run(data["init"]).preprocessor
+    ids = special_token_ids(300)
+    similarity = GPTClassifierPreprocessor(tokenizer, ids, 16, "similarity")
+    entailment = GPTClassifierPreprocessor(tokenizer, ids, 16, "entailment")
+    a = ["good great", "awful bad plot sad", "", "nice"]
+    b = ["sad", "the movie was good great nice", "bad", ""]
+    both = token_lengths(entailment, a, b) + token_lengths(entailment, b, a)
+    assert token_lengths(similarity, a, b, chunk=3).tolist() == both.tolist()
+    assert both.tolist() == similarity(tf.constant(a), tf.constant(b))["padding_mask"].numpy().sum((1, 2)).tolist()
+    out = str(tmp_path / "similarity")
+    finetune_gpt_classifier(out, steps=2, train=data["pairs"], init=data["init"], task="similarity", text_col="a",
+                            pair_col="b", **{**JOB, "batch_size": 4})
+    assert json.load(open(os.path.join(out, "config.json")))["options"]["sortish"] == 50
+    assert json.load(open(os.path.join(out, "history.json")))["step"][-1] == 2
+
+
 def test_errors(data, tmp_path):
     with pytest.raises(ValueError, match="give the GPT run to start from"):
         finetune_gpt_classifier(str(tmp_path / "a"), steps=1, train=data["train"], **JOB)
