@@ -126,8 +126,10 @@ class BertClassifierOptions(FineTuningOptions):
                                 minimum=0, maximum=1, exclusive_minimum=True)
     dropout: float = option(0.1, "dropout before the classification layer", kind=float, minimum=0, maximum=1,
                             exclusive_maximum=True)
-    pooling: str = option("cls", "sentence vector the head reads: cls (the paper's [CLS] pooler), mean or max (the "
-                                 "mean or maximum of the real tokens' final states)",
+    pooling: str = option(None, "sentence vector the head reads: cls (the paper's [CLS] pooler), mean or max (the "
+                                "mean or maximum of the real tokens' final states); default: the pooling --init "
+                                "records of its sentence-transformers model (mean for all-MiniLM-L6-v2: its "
+                                "training never reached the [CLS] pooler), else cls",
                           choices="kerasplm.models.bert_tasks:POOLINGS")
     max_examples: int = option(None, "read at most this many training examples", kind=int, minimum=1)
     eval_batch_size: int = option(128, "examples per batch when scoring --dev", kind=int, minimum=1, scope=SESSION)

@@ -5,7 +5,9 @@ dense layer; AdamW (weight decay 0.01, not on biases and LayerNorm, ε = 1e-6), 
 here) with linear warmup over 10% of the steps and linear decay to 0, 2–4 epochs, gradients clipped to norm 1.
 The schedule spans ``--steps`` (else ``--epochs``); given ``--time-budget`` alone, the job times its first steps
 and fits the schedule to the steps the budget allows (``--epochs``' worth at most), so the learning rate reaches
-0 as the budget ends.
+0 as the budget ends. A model from sentence-transformers (all-MiniLM-L6-v2) was trained through its own pooling,
+not the ``[CLS]`` pooler: without ``--pooling`` the head reads the pooling its run records (mean), as the model was
+meant to be read.
 Optionally layer-wise learning-rate decay (ELECTRA, Clark et al. 2020, appendix A): a block ``k`` levels below
 the head learns at ``lr · decay^k``. ``--random-init`` keeps the ``--init`` run's architecture and vocabulary but
 draws fresh weights: the same job without pretraining, to measure what pretraining buys.
@@ -32,7 +34,7 @@ from kerasplm.jobs.finetuning import ClassificationJob
 # Their home is kerasplm.jobs.finetuning (the fine-tuning rail); importable from here as before.
 from kerasplm.jobs.finetuning import LayerwiseAdamW, layer_decay_multiplier, read_classification_tsv
 from kerasplm.models.bert import BertBackbone
-from kerasplm.models.bert_tasks import BertClassifier
+from kerasplm.models.bert_tasks import BertClassifier, recorded_pooling
 from kerasplm.runs import load_run
 from kerasplm.text.bert_tokenizer import BertPreprocessor
 
@@ -68,11 +70,18 @@ class BertClassifierJob(ClassificationJob):
         """A new run's starting backbone (``init_backbone``, ``backbone_config``), labels and config.json record;
         returns its preprocessor."""
         o = self.options
-        tokenizer, _ = self.start_from_bert(o.max_length)
+        tokenizer, init_config = self.start_from_bert(o.max_length)
         if o.random_init:   # the same architecture, fresh weights
             keras.utils.set_random_seed(o.seed)
             self.init_backbone = BertBackbone.from_config_object(self.backbone_config, name=self.init_backbone.name)
-        self.log(f"started from {o.init} ({'fresh weights' if o.random_init else 'pretrained'})")
+        pooling = f"pooling {o.pooling}"
+        if o.pooling is None:
+            # A sentence-transformers model was trained through its own pooling; its [CLS] pooler may be untrained.
+            recorded = recorded_pooling(init_config.get("options", {}))
+            self.options = o = o.replace(pooling=recorded or "cls")
+            pooling = (f"pooling {o.pooling}, the init run's sentence-transformers pooling" if recorded
+                       else "pooling cls, the paper's [CLS] pooler")
+        self.log(f"started from {o.init} ({'fresh weights' if o.random_init else 'pretrained'}); {pooling}")
         self.labels = self.new_labels()
         self.write_config("custom", assets=self.init_assets)
         return BertPreprocessor.for_tokenizer(tokenizer, o.max_length)

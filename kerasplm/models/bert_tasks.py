@@ -47,6 +47,14 @@ def pool_sequence(sequence_output, padding_mask, pooling="mean"):
     return total / tf.maximum(tf.reduce_sum(mask, axis=1), tf.cast(1e-9, sequence_output.dtype))
 
 
+def recorded_pooling(options):
+    """The pooling (one of :data:`POOLINGS`) a run's options record of its sentence-transformers model
+    (``sentence_embedding``, as the converter and the sentence-embedding jobs write it), or None when they record
+    none (or a mode that is not exactly one of ours)."""
+    modes = (options.get("sentence_embedding") or {}).get("pooling") or []
+    return SENTENCE_TRANSFORMERS_POOLING.get(modes[0]) if len(modes) == 1 else None
+
+
 def sentence_embedding_record(pooling, normalize):
     """What a sentence-embedding run records in its options as ``sentence_embedding`` (sentence-transformers'
     terms, as the converter writes them), so that ``kerasplm export embedder --run`` pools as it was trained."""

@@ -147,6 +147,27 @@ def test_resume_reaches_the_planned_total_and_a_budget_alone_fits_the_schedule(t
     assert json.load(open(os.path.join(out, "history.json")))["learning_rate"][-1] == 0.0
 
 
+def test_pooling_follows_a_sentence_transformers_init(toy, tmp_path):
+    """Without --pooling, a classifier started from a sentence-transformers model pools as that model was trained
+    (the pooling its run records, as `convert bert` writes it for all-MiniLM-L6-v2: mean); --pooling wins; a plain
+    BERT run gives the paper's [CLS] pooler (test_cli_pairs_and_errors)."""
+    init = str(tmp_path / "sentence_transformer")
+    shutil.copytree(toy["init"], init)
+    config = json.load(open(os.path.join(init, "config.json")))
+    config["options"]["sentence_embedding"] = {"pooling": ["mean_tokens"], "normalize": True, "max_seq_length": 256}
+    json.dump(config, open(os.path.join(init, "config.json"), "w"))
+    common = dict(train=toy["train"], init=init, steps=1, schedule_steps=2, batch_size=8, max_length=12, verbose=0)
+    for given, expected, said in [(None, "mean", "pooling mean, the init run's sentence-transformers pooling"),
+                                  ("cls", "cls", "pooling cls")]:
+        out, lines = str(tmp_path / f"pooling_{given}"), []
+        finetune_bert_classifier(out, log=lines.append, pooling=given, **common)
+        assert json.load(open(os.path.join(out, "config.json")))["options"]["pooling"] == expected
+        assert load_bert_classifier(out).pooling == expected
+        assert any(line.startswith("started from") and line.endswith(said) for line in lines), lines
+        resumed = finetune_bert_classifier(out, log=lambda *_: None, steps=2, verbose=0)
+        assert resumed["step"] == 2 and resumed["classifier"].pooling == expected
+
+
 def test_cli_pairs_and_errors(pair_run, learned_run, toy, tmp_path, capsys):
     model = load_bert_classifier(pair_run)
     assert model.pair_input and model.labels == ["0", "1"] and model.pooling == "mean"
