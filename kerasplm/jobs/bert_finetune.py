@@ -74,14 +74,14 @@ class BertClassifierJob(ClassificationJob):
         if o.random_init:   # the same architecture, fresh weights
             keras.utils.set_random_seed(o.seed)
             self.init_backbone = BertBackbone.from_config_object(self.backbone_config, name=self.init_backbone.name)
-        pooling = f"pooling {o.pooling}"
+        why = ""
         if o.pooling is None:
             # A sentence-transformers model was trained through its own pooling; its [CLS] pooler may be untrained.
             recorded = recorded_pooling(init_config.get("options", {}))
             self.options = o = o.replace(pooling=recorded or "cls")
-            pooling = (f"pooling {o.pooling}, the init run's sentence-transformers pooling" if recorded
-                       else "pooling cls, the paper's [CLS] pooler")
-        self.log(f"started from {o.init} ({'fresh weights' if o.random_init else 'pretrained'}); {pooling}")
+            why = ", the init run's sentence-transformers pooling" if recorded else ", the paper's [CLS] pooler"
+        weights = "fresh weights" if o.random_init else "pretrained"
+        self.log(f"started from {o.init} ({weights}); pooling {o.pooling}{why}")
         self.labels = self.new_labels()
         self.write_config("custom", assets=self.init_assets)
         return BertPreprocessor.for_tokenizer(tokenizer, o.max_length)

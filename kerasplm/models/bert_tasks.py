@@ -50,9 +50,15 @@ def pool_sequence(sequence_output, padding_mask, pooling="mean"):
 def recorded_pooling(options):
     """The pooling (one of :data:`POOLINGS`) a run's options record of its sentence-transformers model
     (``sentence_embedding``, as the converter and the sentence-embedding jobs write it), or None when they record
-    none (or a mode that is not exactly one of ours)."""
-    modes = (options.get("sentence_embedding") or {}).get("pooling") or []
-    return SENTENCE_TRANSFORMERS_POOLING.get(modes[0]) if len(modes) == 1 else None
+    none. A recorded mode we do not have (or several) is refused in one line: the caller must choose."""
+    modes = (options.get("sentence_embedding") or {}).get("pooling")
+    if not modes:
+        return None
+    if len(modes) != 1 or modes[0] not in SENTENCE_TRANSFORMERS_POOLING:
+        raise ValueError(f"the run's sentence-transformers pooling {modes} is not one of "
+                         f"{sorted(SENTENCE_TRANSFORMERS_POOLING)}: choose pooling "
+                         f"{' or '.join(map(repr, POOLINGS))}")
+    return SENTENCE_TRANSFORMERS_POOLING[modes[0]]
 
 
 def sentence_embedding_record(pooling, normalize):

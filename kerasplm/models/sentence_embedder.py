@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from kerasplm.models.bert import BertBackbone
-from kerasplm.models.bert_tasks import POOLINGS, SENTENCE_TRANSFORMERS_POOLING, pool_sequence
+from kerasplm.models.bert_tasks import POOLINGS, SENTENCE_TRANSFORMERS_POOLING, pool_sequence, recorded_pooling
 from kerasplm.runs import RunDirError, load_run
 from kerasplm.text.bert_tokenizer import BertPreprocessor, BertTokenizer
 from kerasplm.text.wordpiece import WordPieceTokenizer
@@ -53,12 +53,7 @@ def recorded_settings(options, pooling=None, normalize=None, sequence_length=Non
     pooling, normalized, ``None`` (the model's position limit)."""
     recorded = options.get("sentence_embedding") or {}
     if pooling is None:
-        modes = recorded.get("pooling") or ["mean_tokens"]
-        if len(modes) != 1 or modes[0] not in SENTENCE_TRANSFORMERS_POOLING:
-            raise ValueError(f"the run's sentence-transformers pooling {modes} is not one of "
-                             f"{sorted(SENTENCE_TRANSFORMERS_POOLING)}: choose pooling "
-                             f"{' or '.join(map(repr, POOLINGS))}")
-        pooling = SENTENCE_TRANSFORMERS_POOLING[modes[0]]
+        pooling = recorded_pooling(options) or "mean"
     normalize = recorded.get("normalize", True) if normalize is None else normalize
     return pooling, normalize, sequence_length or recorded.get("max_seq_length")
 
