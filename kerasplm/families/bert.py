@@ -117,8 +117,10 @@ class BertClassifierOptions(FineTuningOptions):
     epochs: float = option(3.0, "epochs over the training file: the run's length without --steps, and "
                                 "the most a --time-budget run trains",
                            kind=float, minimum=0, exclusive_minimum=True)
-    learning_rate: float = option(3e-5, "peak learning rate (BERT: 2e-5 … 5e-5)", kind=float, minimum=0,
-                                  exclusive_minimum=True)
+    learning_rate: float = option(None, "peak learning rate (default: the BERT paper's 3e-5 for a backbone as wide "
+                                        "as BERT-base (768) or wider, 1e-4 for a narrower one such as "
+                                        "all-MiniLM-L6-v2 (384): small models fine-tune best at larger rates)",
+                                  kind=float, minimum=0, exclusive_minimum=True)
     warmup_fraction: float = option(0.1, "fraction of the steps with linear warmup", kind=float, minimum=0, maximum=1)
     schedule_steps: int = option(None, SCHEDULE_STEPS_HELP, kind=int, minimum=0, exclusive_minimum=True)
     weight_decay: float = option(0.01, "AdamW weight decay (not on biases and LayerNorm)", kind=float, minimum=0)

@@ -3,6 +3,10 @@
 The recipe is the BERT paper's (section 4.1 and appendix A.3): the pooled ``[CLS]`` output, a dropout and one
 dense layer; AdamW (weight decay 0.01, not on biases and LayerNorm, ε = 1e-6), learning rate 2e-5 … 5e-5 (3e-5
 here) with linear warmup over 10% of the steps and linear decay to 0, 2–4 epochs, gradients clipped to norm 1.
+Those rates were chosen for BERT-base and -large. A backbone narrower than BERT-base fine-tunes at 1e-4 unless
+``--learning-rate`` says otherwise: small models learn best at larger rates (ELECTRA, Clark et al. 2020,
+appendix: 3e-4 Small, 1e-4 Base, 5e-5 Large), and all-MiniLM-L6-v2 (width 384) scored about a point more on SST-2
+at 1e-4 than at 3e-5 (``benchmarks/RESULTS.md``).
 The schedule spans ``--steps`` (else ``--epochs``); given ``--time-budget`` alone, the job times its first steps
 and fits the schedule to the steps the budget allows (``--epochs``' worth at most), so the learning rate reaches
 0 as the budget ends. A model from sentence-transformers (all-MiniLM-L6-v2) was trained through its own pooling,
@@ -39,6 +43,8 @@ from kerasplm.runs import load_run
 from kerasplm.text.bert_tokenizer import BertPreprocessor
 
 FAMILY = "bert_classifier"
+# The default peak learning rate (see the module docstring): the BERT paper's for backbones as wide as BERT-base.
+PAPER_PEAK_RATE, NARROW_BACKBONE_PEAK_RATE, BERT_BASE_WIDTH = 3e-5, 1e-4, 768
 __all__ = ["BertClassifierOptions", "BertClassifierJob", "finetune_bert_classifier", "load_bert_classifier",
            "LayerwiseAdamW", "layer_decay_multiplier", "read_classification_tsv"]
 
@@ -57,7 +63,7 @@ class BertClassifierJob(ClassificationJob):
     family, task, options_class, what = FAMILY, "sequence_classification", BertClassifierOptions, "BERT classifier"
 
     def build_data(self):
-        super().build_data()   # the training file, the schedule
+        super().build_data()   # the training file; the schedule, unless the learning rate is settled below
         if self.resumed:
             stored = self.stored_model()
             self.backbone_config, self.labels = stored.backbone.config, list(stored.labels)
@@ -74,6 +80,13 @@ class BertClassifierJob(ClassificationJob):
         if o.random_init:   # the same architecture, fresh weights
             keras.utils.set_random_seed(o.seed)
             self.init_backbone = BertBackbone.from_config_object(self.backbone_config, name=self.init_backbone.name)
+        rate_why = ""
+        if o.learning_rate is None:
+            narrow = self.backbone_config.hidden_size < BERT_BASE_WIDTH
+            self.options = o = o.replace(learning_rate=NARROW_BACKBONE_PEAK_RATE if narrow else PAPER_PEAK_RATE)
+            rate_why = (f" (a backbone narrower than BERT-base: width {self.backbone_config.hidden_size})" if narrow
+                        else " (the BERT paper's)")
+            self.build_schedule()
         why = ""
         if o.pooling is None:
             # A sentence-transformers model was trained through its own pooling; its [CLS] pooler may be untrained.
@@ -81,7 +94,8 @@ class BertClassifierJob(ClassificationJob):
             self.options = o = o.replace(pooling=recorded or "cls")
             why = ", the init run's sentence-transformers pooling" if recorded else ", the paper's [CLS] pooler"
         weights = "fresh weights" if o.random_init else "pretrained"
-        self.log(f"started from {o.init} ({weights}); pooling {o.pooling}{why}")
+        self.log(f"started from {o.init} ({weights}); pooling {o.pooling}{why}; peak learning rate "
+                 f"{o.learning_rate:g}{rate_why}")
         self.labels = self.new_labels()
         self.write_config("custom", assets=self.init_assets)
         return BertPreprocessor.for_tokenizer(tokenizer, o.max_length)

@@ -380,8 +380,14 @@ class FineTuningJob(Job):
         self.settle_batching_option("length_bucket", DEFAULT_LENGTH_BUCKET)
         if hasattr(self.options, "schedule_steps"):
             self.options = self.plan_schedule(self.options)
-            self.schedule = fine_tuning_schedule(self.options, self.options.schedule_steps)
             self.most_steps = self.planned_steps
+            if self.options.learning_rate is not None:   # else the family settles it from its model, then builds it
+                self.build_schedule()
+
+    def build_schedule(self):
+        """``self.schedule``: the options' warmup/linear-decay (or slanted triangular) schedule over their
+        ``schedule_steps``."""
+        self.schedule = fine_tuning_schedule(self.options, self.options.schedule_steps)
 
     def settle_batching_option(self, name, new_run_value):
         """Give option ``name``, when the options have it unset (None), its value: ``new_run_value`` for a new run,

@@ -163,9 +163,36 @@ def test_pooling_follows_a_sentence_transformers_init(toy, tmp_path):
         finetune_bert_classifier(out, log=lines.append, pooling=given, **common)
         assert json.load(open(os.path.join(out, "config.json")))["options"]["pooling"] == expected
         assert load_bert_classifier(out).pooling == expected
-        assert any(line.startswith("started from") and line.endswith(said) for line in lines), lines
+        assert any(line.startswith("started from") and f"; {said}; peak learning rate" in line for line in lines), \
+            lines
         resumed = finetune_bert_classifier(out, log=lambda *_: None, steps=2, verbose=0)
         assert resumed["step"] == 2 and resumed["classifier"].pooling == expected
+
+
+def test_default_peak_rate_follows_the_backbone_width(toy, tmp_path):
+    """Without --learning-rate: 1e-4 for a backbone narrower than BERT-base (the toy's 32; all-MiniLM-L6-v2's 384),
+    the BERT paper's 3e-5 for one of BERT-base's width 768; the schedule peaks there, and a resume keeps the rate."""
+    wide_source = str(tmp_path / "wide")
+    keras.utils.set_random_seed(0)
+    save_tf_bert(BertBackbone(**{**TINY, "num_layers": 1, "hidden_size": 768}), wide_source)
+    write_vocab(VOCAB, os.path.join(wide_source, "vocab.txt"))
+    wide = convert_bert_to_run(wide_source, str(tmp_path / "wide_run")).path
+    common = dict(train=toy["train"], steps=2, schedule_steps=4, warmup_fraction=0.25, batch_size=8, max_length=12,
+                  verbose=0)
+    for init, given, expected, said in [
+            (toy["init"], None, 1e-4, "peak learning rate 0.0001 (a backbone narrower than BERT-base: width 32)"),
+            (wide, None, 3e-5, "peak learning rate 3e-05 (the BERT paper's)"),
+            (toy["init"], 5e-4, 5e-4, "peak learning rate 0.0005")]:
+        out, lines = str(tmp_path / f"rate_{expected}"), []
+        finetune_bert_classifier(out, log=lines.append, init=init, learning_rate=given, **common)
+        assert json.load(open(os.path.join(out, "config.json")))["options"]["learning_rate"] == expected
+        assert any(line.startswith("started from") and line.endswith(said) for line in lines), lines
+        # warmup over the first of 4 steps, then linear decay: the rate after the second step is the peak's 2/3
+        rates = json.load(open(os.path.join(out, "history.json")))["learning_rate"]
+        assert rates[-1] == pytest.approx(expected * 2 / 3, rel=1e-5)
+        resumed = finetune_bert_classifier(out, log=lambda *_: None, steps=3, verbose=0)
+        assert resumed["step"] == 3
+        assert json.load(open(os.path.join(out, "history.json")))["learning_rate"][-1] == pytest.approx(expected / 3)
 
 
 def test_cli_pairs_and_errors(pair_run, learned_run, toy, tmp_path, capsys):
@@ -330,7 +357,8 @@ def test_stlr_and_discriminative_rates_reach_the_optimizer(toy, tmp_path):
     optimizer = job.trainer.optimizer
     schedule = optimizer._learning_rate
     assert isinstance(schedule, SlantedTriangular) and isinstance(optimizer, LayerwiseAdamW)
-    assert schedule.get_config() == {"max_learning_rate": 3e-5, "total_steps": 40, "cut_frac": 0.25, "ratio": 8.0}
+    # the default peak rate of a backbone narrower than BERT-base (the toy's width 32)
+    assert schedule.get_config() == {"max_learning_rate": 1e-4, "total_steps": 40, "cut_frac": 0.25, "ratio": 8.0}
     multipliers = {v.path: m for v, m in zip(job.trainer.model.trainable_variables, optimizer._lr_multipliers)}
     depth = {"embeddings": 0, "block1": 1, "block2": 2, "pooler": 3}
     for path, factor in multipliers.items():
