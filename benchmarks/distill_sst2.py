@@ -46,7 +46,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from benchmarks.common import load_average, machine_info, write_results  # noqa: E402
-from kerasplm.families.bert import DEFAULT_SORTISH  # noqa: E402  (options only: no TensorFlow)
+# options only: no TensorFlow
+from kerasplm.families.bert import DEFAULT_SORTISH, NARROW_BACKBONE_PEAK_RATE  # noqa: E402
 
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 SST2 = os.path.join(REPO, "..", "shared", "data", "sst2")
@@ -166,7 +167,7 @@ def main(argv=None):
     parser.add_argument("--teacher-pooling", default="mean", choices=["cls", "mean", "max"],
                         help="the teacher's pooling, the students' too (default: mean, all-MiniLM-L6-v2's own and "
                              "the job's default for it; the runs before 2026-12-02 used cls)")
-    parser.add_argument("--teacher-learning-rate", type=float, default=1e-4,
+    parser.add_argument("--teacher-learning-rate", type=float, default=NARROW_BACKBONE_PEAK_RATE,
                         help="the teacher's peak learning rate (default: 1e-4, the job's default for a backbone as "
                              "narrow as all-MiniLM-L6-v2's; the runs before 2026-12-02 used 3e-5)")
     parser.add_argument("--requests", type=int, default=300)

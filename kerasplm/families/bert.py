@@ -11,6 +11,9 @@ from kerasplm.options import SESSION, ExportOptions, FineTuningOptions, JobOptio
 from kerasplm.registry import Command
 
 DEFAULT_PRESET = "bert_tiny"
+# The BERT classifier's peak learning rate without --learning-rate: the BERT paper's for a backbone as wide as
+# BERT-base or wider, a larger one for a narrower backbone (small models fine-tune best at larger rates).
+PAPER_PEAK_RATE, NARROW_BACKBONE_PEAK_RATE, BERT_BASE_WIDTH = 3e-5, 1e-4, 768
 # `kerasplm train bert` with neither --steps nor --time-budget trains this many seconds.
 DEFAULT_TIME_BUDGET = 330
 SCHEDULE_STEPS_HELP = ("steps over which the learning rate decays to 0 (default: --steps; with --time-budget "
@@ -117,9 +120,10 @@ class BertClassifierOptions(FineTuningOptions):
     epochs: float = option(3.0, "epochs over the training file: the run's length without --steps, and "
                                 "the most a --time-budget run trains",
                            kind=float, minimum=0, exclusive_minimum=True)
-    learning_rate: float = option(None, "peak learning rate (default: the BERT paper's 3e-5 for a backbone as wide "
-                                        "as BERT-base (768) or wider, 1e-4 for a narrower one such as "
-                                        "all-MiniLM-L6-v2 (384): small models fine-tune best at larger rates)",
+    learning_rate: float = option(None, f"peak learning rate (default: the BERT paper's {PAPER_PEAK_RATE:g} for a "
+                                        f"backbone as wide as BERT-base ({BERT_BASE_WIDTH}) or wider, "
+                                        f"{NARROW_BACKBONE_PEAK_RATE:g} for a narrower one such as all-MiniLM-L6-v2 "
+                                        "(384): small models fine-tune best at larger rates)",
                                   kind=float, minimum=0, exclusive_minimum=True)
     warmup_fraction: float = option(0.1, "fraction of the steps with linear warmup", kind=float, minimum=0, maximum=1)
     schedule_steps: int = option(None, SCHEDULE_STEPS_HELP, kind=int, minimum=0, exclusive_minimum=True)

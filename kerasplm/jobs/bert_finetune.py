@@ -33,7 +33,8 @@ regression: MSE and Pearson's r). Resumable like every kerasplm job; :func:`load
 """
 import keras
 
-from kerasplm.families.bert import BertClassifierOptions
+from kerasplm.families.bert import (BERT_BASE_WIDTH, NARROW_BACKBONE_PEAK_RATE, PAPER_PEAK_RATE,
+                                    BertClassifierOptions)
 from kerasplm.jobs.finetuning import ClassificationJob
 # Their home is kerasplm.jobs.finetuning (the fine-tuning rail); importable from here as before.
 from kerasplm.jobs.finetuning import LayerwiseAdamW, layer_decay_multiplier, read_classification_tsv
@@ -43,8 +44,6 @@ from kerasplm.runs import load_run
 from kerasplm.text.bert_tokenizer import BertPreprocessor
 
 FAMILY = "bert_classifier"
-# The default peak learning rate (see the module docstring): the BERT paper's for backbones as wide as BERT-base.
-PAPER_PEAK_RATE, NARROW_BACKBONE_PEAK_RATE, BERT_BASE_WIDTH = 3e-5, 1e-4, 768
 __all__ = ["BertClassifierOptions", "BertClassifierJob", "finetune_bert_classifier", "load_bert_classifier",
            "LayerwiseAdamW", "layer_decay_multiplier", "read_classification_tsv"]
 
