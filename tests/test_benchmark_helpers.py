@@ -273,6 +273,15 @@ def test_electra_vs_bert_options_take_one_value_or_one_per_side():
             side_steps(bad)
 
 
+def test_finetune_benchmark_builds_the_jobs_step_on_a_tiny_backbone():
+    from benchmarks.bench_finetune import kerasplm_step, synthetic_batch
+
+    step, info = kerasplm_step(dict(num_layers=1, hidden_size=32, num_heads=2, intermediate_size=64),
+                               synthetic_batch(2, 32), False)
+    step()
+    assert info["parameters"] > 0 and info["jit_compile"] is False
+
+
 def test_profile_counts_op_events_only_once():
     from benchmarks.profile_step import is_op_event
 
@@ -280,6 +289,22 @@ def test_profile_counts_op_events_only_once():
     assert not is_op_event("ExecutorState::Process")                     # the runtime's own event
     assert not is_op_event("StatefulPartitionedCall: __inference_train_step_4548")   # holds the op events
     assert not is_op_event("EagerExecute")
+    assert not is_op_event("end: dot_add_fusion")                         # XLA:CPU's end-of-thunk mark
+
+
+def test_profile_sums_xla_thunks_by_kind_on_the_intra_op_threads_only():
+    from benchmarks.profile_step import is_matmul, thunk_kind
+
+    eigen = "tf_numa_-1_Eigen/2557757414198"
+    assert thunk_kind("dot_add_fusion.30", eigen) == "dot_add_fusion"
+    assert thunk_kind("wrapped_reduce-window.4", eigen) == "wrapped_reduce-window"
+    assert thunk_kind("dot", eigen) == "dot"
+    assert thunk_kind("ThunkExecutor::Execute", eigen) is None            # holds the thunks
+    assert thunk_kind("SlinkyThreadPool::Await", eigen) is None
+    assert thunk_kind("core", "python") is None                           # a tf.function's name, not a thunk
+    assert thunk_kind("gpt/MatMul:_MklMatMul", eigen) is None             # a TensorFlow op: is_op_event's
+    assert is_matmul("dot_add_fusion") and is_matmul("dot") and is_matmul("_MklMatMul")
+    assert not is_matmul("multiply_add_fusion") and not is_matmul("Mul")
 
 
 def test_distill_benchmark_reuses_a_finished_run_only_with_the_settings_asked_for(tmp_path):

@@ -254,7 +254,13 @@ def fine_tuning_schedule(o, total_steps):
       (:class:`BudgetSchedule`);
     * ``stlr``, ULMFiT's slanted triangular rates (:class:`kerasplm.training.SlantedTriangular`, eq. 3): a rise over
       ``o.stlr_cut_frac`` of the steps, then a decay to ``learning_rate / o.stlr_ratio``.
+
+    Options whose ``learning_rate`` is None (a family that settles its default from the model, such as the BERT
+    classifier's) must be settled first: ValueError otherwise.
     """
+    if o.learning_rate is None:
+        raise ValueError("fine_tuning_schedule needs a peak learning rate: options.learning_rate is None (a default "
+                         "the job settles from the model; pass learning_rate= when building the options by hand)")
     if getattr(o, "schedule", "linear") == "stlr":
         return SlantedTriangular(o.learning_rate, total_steps or provisional_total_steps(o.stlr_cut_frac),
                                  cut_frac=o.stlr_cut_frac, ratio=o.stlr_ratio)

@@ -195,6 +195,16 @@ def test_default_peak_rate_follows_the_backbone_width(toy, tmp_path):
         assert json.load(open(os.path.join(out, "history.json")))["learning_rate"][-1] == pytest.approx(expected / 3)
 
 
+def test_a_schedule_of_options_whose_rate_is_not_settled_is_refused_by_name():
+    from kerasplm.families.bert import BertClassifierOptions
+    from kerasplm.jobs.finetuning import fine_tuning_schedule
+
+    with pytest.raises(ValueError, match="needs a peak learning rate: options.learning_rate is None"):
+        fine_tuning_schedule(BertClassifierOptions(), 10)
+    assert float(fine_tuning_schedule(BertClassifierOptions(learning_rate=3e-5, warmup_fraction=0.5), 10)(5)) \
+        == pytest.approx(3e-5)
+
+
 def test_cli_pairs_and_errors(pair_run, learned_run, toy, tmp_path, capsys):
     model = load_bert_classifier(pair_run)
     assert model.pair_input and model.labels == ["0", "1"] and model.pooling == "mean"
