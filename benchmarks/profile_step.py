@@ -16,6 +16,7 @@ output fusions) count as matmuls.
     python -m benchmarks.profile_step gpt           # kerasplm's GPT step (no XLA) against keras-hub's
     python -m benchmarks.profile_step translator    # the Trainer's translator step against the seed's train_step
     python -m benchmarks.profile_step generate      # one new token of kerasplm's engine (XLA) against keras-hub's
+    python -m benchmarks.profile_step generate --by-name --top 20   # each compiled product on its own row
 """
 import argparse
 import collections
@@ -115,14 +116,17 @@ def thunk_kind(name, thread):
 
 
 def is_matmul(op):
-    """A matmul-like TensorFlow op type, or an XLA dot and its output fusions (``dot``, ``dot_add_fusion``)."""
+    """A matmul-like TensorFlow op type, or an XLA dot and its output fusions (``dot``, ``dot_add_fusion``); also
+    for the full names of ``--by-name`` (``"scope/MatMul:_MklMatMul"``, ``"dot_add_fusion.30"``)."""
+    op = op.rsplit(":", 1)[-1]
     return op in MATMUL_TYPES or op.startswith("dot")
 
 
-def op_times(logdir):
+def op_times(logdir, by_name=False):
     """{op type: total picoseconds} over the host's TensorFlow op events and XLA:CPU thunk events (by kind,
     :func:`thunk_kind`) of the trace in ``logdir``, and the number of those events. An event is a TensorFlow op
-    when its name is ``"name:Type"``."""
+    when its name is ``"name:Type"``. ``by_name``: the thunks by their own names (``dot_add_fusion.30``: one
+    product of the compiled program each), the ops by their full names."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     paths = glob.glob(os.path.join(logdir, "plugins", "profile", "*", "*.xplane.pb"))
@@ -141,14 +145,17 @@ def op_times(logdir):
                 kind = name.rsplit(":", 1)[1] if is_op_event(name) else thunk_kind(name, line.name)
                 if kind is None:
                     continue
+                if by_name:
+                    kind = name
                 totals[kind] += event.duration_ps
                 events += 1
     return totals, events
 
 
-def profile(step, steps, warmup, steps_per_call=1):
-    """Per-step milliseconds of each op type and the median wall time of ``steps`` traced calls of ``step``, one
-    call being ``steps_per_call`` steps (e.g. the new tokens of one ``generate`` call)."""
+def profile(step, steps, warmup, steps_per_call=1, by_name=False):
+    """Per-step milliseconds of each op type (``by_name``: of each op and thunk, see :func:`op_times`) and the
+    median wall time of ``steps`` traced calls of ``step``, one call being ``steps_per_call`` steps (e.g. the new
+    tokens of one ``generate`` call)."""
     import tensorflow as tf
 
     for _ in range(warmup):
@@ -163,7 +170,7 @@ def profile(step, steps, warmup, steps_per_call=1):
             walls.append(time.perf_counter() - start)
     finally:
         tf.profiler.experimental.stop()
-    totals, events = op_times(logdir)
+    totals, events = op_times(logdir, by_name)
     per_step = {op: ps / 1e9 / (steps * steps_per_call) for op, ps in totals.items()}   # ps -> ms
     walls.sort()
     return {"wall_ms_per_step": round(1000 * walls[len(walls) // 2] / steps_per_call, 3), "op_events": events,
@@ -209,6 +216,8 @@ def main(argv=None):
     parser.add_argument("--seq", type=int, default=256)
     parser.add_argument("--batch", type=int, default=None, help="rows (default: gpt 8, generate 1)")
     parser.add_argument("--new", type=int, default=96, help="generate: new tokens per call")
+    parser.add_argument("--by-name", action="store_true",
+                        help="rows per op and XLA thunk (e.g. dot_add_fusion.30), not per type")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     if args.batch is None:
@@ -218,7 +227,7 @@ def main(argv=None):
     results = {"machine": machine_info(), "load_average_start": load_average(), "comparison": args.comparison,
                "steps": args.steps, "steps_per_call": steps_per_call, "sides": {}}
     for name, step in sides.items():
-        results["sides"][name] = profile(step, args.steps, args.warmup, steps_per_call)
+        results["sides"][name] = profile(step, args.steps, args.warmup, steps_per_call, args.by_name)
     results["load_average_end"] = load_average()
     print(summary_table(results, args.top))
     write_results(results, args.json)

@@ -282,6 +282,13 @@ def test_finetune_benchmark_builds_the_jobs_step_on_a_tiny_backbone():
     assert info["parameters"] > 0 and info["jit_compile"] is False
 
 
+def test_xla_gemv_benchmark_runs_its_three_variants():
+    from benchmarks.bench_xla_gemv import VARIANTS, measure
+
+    result = measure(rows=1, passes=2, rounds=1)
+    assert set(result) == set(VARIANTS) and all(r["gb_per_s"] > 0 for r in result.values())
+
+
 def test_profile_counts_op_events_only_once():
     from benchmarks.profile_step import is_op_event
 
@@ -305,6 +312,7 @@ def test_profile_sums_xla_thunks_by_kind_on_the_intra_op_threads_only():
     assert thunk_kind("gpt/MatMul:_MklMatMul", eigen) is None             # a TensorFlow op: is_op_event's
     assert is_matmul("dot_add_fusion") and is_matmul("dot") and is_matmul("_MklMatMul")
     assert not is_matmul("multiply_add_fusion") and not is_matmul("Mul")
+    assert is_matmul("dot_add_fusion.30") and is_matmul("gpt/MatMul:_MklMatMul") and not is_matmul("gpt/mul:Mul")
 
 
 def test_distill_benchmark_reuses_a_finished_run_only_with_the_settings_asked_for(tmp_path):
