@@ -66,6 +66,8 @@ class GPTClassifierOptions(BertClassifierOptions):
                                     minimum=0, maximum=1)
     lm_weight: float = option(0.5, "λ, the weight of the auxiliary language-modelling loss (0: none)", kind=float,
                               minimum=0)
+    # Not an option here: GPT-1's head reads the final state of the extract token, so BERT's poolings do not apply.
+    pooling: str = None
 
     def check(self):
         super().check()

@@ -170,6 +170,17 @@ def test_errors(data, tmp_path):
         export_classifier(data["init"], str(tmp_path / "export"))
 
 
+def test_the_cli_offers_no_pooling_for_gpt_1s_extract_token_head(data, tmp_path, capsys):
+    from kerasplm.families.gpt import GPTClassifierOptions
+
+    assert "pooling" not in GPTClassifierOptions.specs() and "layer_decay" in GPTClassifierOptions.specs()
+    with pytest.raises(SystemExit) as stopped:
+        main(["finetune", "gpt-classifier", "--train", data["train"], "--init", data["init"], "--pooling", "mean",
+              "--out", str(tmp_path / "run")])
+    assert stopped.value.code == 2 and "unrecognized arguments: --pooling mean" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "run")
+
+
 def test_export_answers_as_in_process(learned, pair_run, tmp_path, capsys):
     single = load_gpt_classifier(learned[0])
     assert main(["export", "classifier", "--run", learned[0], "--to", str(tmp_path / "single")]) == 0
