@@ -263,6 +263,7 @@ class BertQAOptions(FineTuningOptions):
     max_answer_length: int = option(30, "longest answer in pieces", kind=int, minimum=1)
     n_best: int = option(20, "start and end candidates per window in span decoding", kind=int, minimum=1)
     batch_size: int = option(32, "windows per batch", kind=int, minimum=1)
+    length_bucket: int = option(None, LENGTH_BUCKET_HELP.format(length="--sequence-length"), kind=int, minimum=0)
     epochs: float = option(3.0, "epochs over the training questions: the run's length without --steps, and "
                                 "the most a --time-budget run trains",
                            kind=float, minimum=0, exclusive_minimum=True)

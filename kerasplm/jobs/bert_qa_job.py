@@ -26,7 +26,7 @@ import tensorflow as tf
 
 from kerasplm.data.squad import read_squad, split_by_article
 from kerasplm.families.bert import BertQAOptions
-from kerasplm.jobs.finetuning import BERT_ASSETS, FineTuningJob
+from kerasplm.jobs.finetuning import BERT_ASSETS, FineTuningJob, cut_padding
 from kerasplm.jobs.squad_metrics import squad_scores
 from kerasplm.models.bert import BertBackbone
 from kerasplm.models.bert_qa import INPUT_KEYS, BertQuestionAnswerer, QuestionAnswerPreprocessor, answer_questions
@@ -85,11 +85,13 @@ def make_qa_features(preprocessor, examples, chunk=256):
     return {k: np.concatenate([p[k] for p in parts]) for k in INPUT_KEYS + LABEL_KEYS}
 
 
-def _dataset(features, batch_size, seed):
-    """Shuffled (seeded, the same order in every process: exact resume), repeated, full batches."""
+def _dataset(features, batch_size, seed, length_bucket=0):
+    """Shuffled (seeded, the same order in every process: exact resume), repeated, full batches; ``length_bucket``
+    > 0 cuts each batch to its longest window rounded up to a multiple of it (:func:`cut_padding`: a SQuAD window
+    holds ~150 real pieces of its 384, and the span logits mask the padding, so the loss is unchanged)."""
     count = len(features["token_ids"])
     ds = tf.data.Dataset.from_tensor_slices(features).shuffle(count, seed=seed, reshuffle_each_iteration=True)
-    return ds.repeat().batch(batch_size, drop_remainder=True).prefetch(2)
+    return cut_padding(ds.repeat().batch(batch_size, drop_remainder=True), length_bucket).prefetch(2)
 
 
 def _examples(o):
@@ -142,7 +144,7 @@ class BertQAJob(FineTuningJob):
         self.log(f"data: {len(self.train)} training questions -> {self.windows} windows "
                  f"({int((features['start_positions'] > 0).sum())} holding their answer) in {time.time() - t0:.0f}s; "
                  f"{len(self.held_out)} held-out questions")
-        self.train_dataset = lambda: _dataset(features, o.batch_size, o.seed)
+        self.train_dataset = lambda: _dataset(features, o.batch_size, o.seed, o.length_bucket)
         self.qa = None
 
     def build_model(self):

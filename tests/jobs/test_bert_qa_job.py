@@ -55,6 +55,34 @@ def test_overfits_scores_and_resumes(qa_run, capsys):
     assert not loaded.preprocessor.pad_to_length and load_run(out).n_best == 20
 
 
+def test_new_runs_cut_their_windows_padding_and_the_span_loss_does_not_change(qa_run):
+    """A new run records the length bucket (16); a cut batch (its longest window rounded up to 8 pieces) gives the
+    span losses of the same batch padded to the full window: the logits mask the padding."""
+    import numpy as np
+
+    from kerasplm.jobs.bert_qa_job import _dataset
+
+    out = qa_run[0]
+    with open(f"{out}/config.json") as f:
+        assert json.load(f)["options"]["length_bucket"] == 16
+    lengths = np.array([5, 9, 12, 7])
+    width = SMALL["sequence_length"]   # 24: the run's windows; ids within its 32-piece vocabulary
+    mask = (np.arange(width)[None] < lengths[:, None]).astype(np.int32)
+    features = {"token_ids": np.random.default_rng(0).integers(5, 30, (4, width)).astype(np.int32) * mask,
+                "segment_ids": (np.arange(width)[None] >= 3).astype(np.int32) * mask, "padding_mask": mask,
+                "start_positions": np.array([3, 4, 0, 6], np.int32), "end_positions": np.array([4, 7, 0, 6], np.int32)}
+    full = next(iter(_dataset(features, 4, seed=0)))
+    cut = next(iter(_dataset(features, 4, seed=0, length_bucket=8)))
+    assert full["token_ids"].shape == (4, width) and cut["token_ids"].shape == (4, 16)   # longest 12 -> 16
+    np.testing.assert_array_equal(cut["start_positions"], full["start_positions"])
+    np.testing.assert_array_equal(cut["token_ids"], full["token_ids"][:, :16])
+    model = load_run(out)
+    for side in ("start", "end"):
+        loss_full = model.compute_loss_sums(full, training=False)["losses"][side][0]
+        loss_cut = model.compute_loss_sums(cut, training=False)["losses"][side][0]
+        assert float(loss_cut) == pytest.approx(float(loss_full), rel=1e-5)
+
+
 def test_holdout_splits_the_training_file_by_article(tmp_path):
     train = write_squad(tmp_path / "toy.json")
     kept, held = _examples(BertQAOptions(train=train, holdout_fraction=0.3, seed=1))
