@@ -105,6 +105,14 @@ def load_models(with_keras_hub=True):
     return hf, model, hub, note
 
 
+def keras_hub_inputs(prompts, new):
+    """keras-hub ``GPT2CausalLM.generate``'s inputs for ``new`` tokens after ``prompts`` (int32 ``(batch, prompt)``):
+    the prompts padded with room for them, and a padding mask over the prompt positions."""
+    batch, prompt = prompts.shape
+    return {"token_ids": np.pad(prompts, [(0, 0), (0, new)]),
+            "padding_mask": np.arange(prompt + new)[None].repeat(batch, 0) < prompt}
+
+
 def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 4])
@@ -166,8 +174,7 @@ def measure(args):
                 fn = make_generate_fn(model, max_new_tokens=args.new, stop_ids=(), jit_compile=True,
                                       screened_greedy=screened)
                 sides[name] = lambda fn=fn, name=name: outputs.__setitem__(name, fn(prompts).tokens.numpy())
-        hub_inputs = {"token_ids": np.pad(prompts, [(0, 0), (0, args.new)]),
-                      "padding_mask": np.arange(total)[None].repeat(batch, 0) < args.prompt}
+        hub_inputs = keras_hub_inputs(prompts, args.new)
         for name, m in (("keras_hub", hub if "keras_hub" in args.sides else None), ("keras_hub_xla", hub_xla)):
             if m is not None:
                 sides[name] = (lambda m=m, name=name: outputs.__setitem__(

@@ -17,7 +17,6 @@ batch 1 the memory's limit or the kernel's? Compare them with ``bench_generate.r
 import argparse
 import os
 import sys
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -28,8 +27,8 @@ HIDDEN, BLOCKS = 512, 6
 VARIANTS = ("bias", "no_bias", "plain")
 
 
-def make_pass_loop(variant, passes, seed=0):
-    """An XLA-compiled ``x -> x after `passes` passes`` (see the module docstring) and the weight bytes of a pass."""
+def make_blocks(seed=0):
+    """Six blocks of random float32 FFN weights (``w1``, ``b1``, ``w2``, ``b2``) and the bytes of their matrices."""
     import tensorflow as tf
 
     rng = np.random.default_rng(seed)
@@ -39,6 +38,12 @@ def make_pass_loop(variant, passes, seed=0):
 
     blocks = [dict(w1=weight(HIDDEN, 4 * HIDDEN), b1=weight(4 * HIDDEN), w2=weight(4 * HIDDEN, HIDDEN),
                    b2=weight(HIDDEN)) for _ in range(BLOCKS)]
+    return blocks, BLOCKS * 2 * 4 * HIDDEN * HIDDEN * 4
+
+
+def make_pass_loop(variant, blocks, passes):
+    """An XLA-compiled ``x -> x after `passes` passes`` through ``blocks`` (see the module docstring)."""
+    import tensorflow as tf
 
     def one_pass(x):
         for b in blocks:
@@ -54,27 +59,23 @@ def make_pass_loop(variant, passes, seed=0):
     def loop(x):
         return tf.while_loop(lambda i, x: i < passes, lambda i, x: (i + 1, one_pass(x)), (0, x))[1]
 
-    return loop, BLOCKS * 2 * 4 * HIDDEN * HIDDEN * 4
+    return loop
 
 
 def measure(rows, passes, rounds, variants=VARIANTS):
-    """{variant: {"ms_per_pass", "gb_per_s"}} at ``rows`` rows, the variants taking turns ``rounds`` times."""
+    """{variant: {"ms_per_pass", "gb_per_s"}} at ``rows`` rows, the variants taking turns ``rounds`` times
+    (:func:`benchmarks.common.interleaved`; the first call of each compiles it)."""
     import tensorflow as tf
 
+    from benchmarks.common import interleaved
+
     x = tf.random.normal([rows, HIDDEN], seed=0) * 0.01
-    loops = {}
-    for variant in variants:
-        loops[variant], weight_bytes = make_pass_loop(variant, passes)
-        loops[variant](x).numpy()   # compile
-    seconds = {v: [] for v in loops}
-    for _ in range(rounds):
-        for variant, loop in loops.items():
-            start = time.perf_counter()
-            loop(x).numpy()
-            seconds[variant].append(time.perf_counter() - start)
+    blocks, weight_bytes = make_blocks()
+    loops = {variant: make_pass_loop(variant, blocks, passes) for variant in variants}
+    timings = interleaved({v: (lambda loop=loop: loop(x).numpy()) for v, loop in loops.items()}, rounds, 1, quiet=True)
     result = {}
-    for variant, times in seconds.items():
-        per_pass = float(np.median(times)) / passes
+    for variant, timing in timings.items():
+        per_pass = timing["seconds_per_step"] / passes
         result[variant] = {"ms_per_pass": round(1e3 * per_pass, 3), "gb_per_s": round(weight_bytes / per_pass / 1e9, 1)}
     return result
 
@@ -89,7 +90,7 @@ def main(argv=None):
     if args.bandwidth_gib > 0:
         from benchmarks.bench_generate import read_bandwidth
 
-        best, by_library = read_bandwidth(args.bandwidth_gib)
+        best, _ = read_bandwidth(args.bandwidth_gib)
         print(f"read bandwidth: {best / 1e9:.1f} GB/s", flush=True)
     results = {}
     for rows in args.rows:

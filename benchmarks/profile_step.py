@@ -46,7 +46,7 @@ def gpt_sides(args):
                                               "--batch", str(args.batch)])
     tokens = np.random.default_rng(0).integers(1, bench.V, size=(options.batch, options.seq + 1)).astype(np.int32)
     return {"kerasplm": bench.kerasplm_step(options, tokens, False)[0],
-            "keras_hub": bench.keras_hub_step(options, tokens, False)[0]}
+            "keras_hub": bench.keras_hub_step(options, tokens, False)[0]}, 1
 
 
 def translator_sides(args):
@@ -66,7 +66,7 @@ def translator_sides(args):
             step(counter[name])
             counter[name] += 1
         return run
-    return {"kerasplm": turn(ours, "kerasplm"), "seed": turn(seed, "seed")}
+    return {"kerasplm": turn(ours, "kerasplm"), "seed": turn(seed, "seed")}, 1
 
 
 def generate_sides(args):
@@ -79,18 +79,17 @@ def generate_sides(args):
     from kerasplm.generation import make_generate_fn
 
     _, model, hub, _ = bench.load_models()
-    prompt = 32
-    prompts = np.random.default_rng(0).integers(1, bench.SHAPE["vocab_size"], (args.batch, prompt)).astype(np.int32)
+    prompts = np.random.default_rng(0).integers(1, bench.SHAPE["vocab_size"], (args.batch, 32)).astype(np.int32)
     ours = make_generate_fn(model, max_new_tokens=args.new, stop_ids=(), jit_compile=True, screened_greedy=True)
     sides = {"kerasplm": lambda: ours(prompts).tokens.numpy()}
     if hub is not None:
         hub.compile(sampler="greedy")
-        inputs = {"token_ids": np.pad(prompts, [(0, 0), (0, args.new)]),
-                  "padding_mask": np.arange(prompt + args.new)[None].repeat(args.batch, 0) < prompt}
+        inputs = bench.keras_hub_inputs(prompts, args.new)
         sides["keras_hub"] = lambda: hub.generate(dict(inputs), stop_token_ids=None)
     return sides, args.new
 
 
+# Each returns ({side: a zero-argument call}, steps per call).
 COMPARISONS = {"gpt": gpt_sides, "translator": translator_sides, "generate": generate_sides}
 
 
@@ -222,8 +221,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.batch is None:
         args.batch = 1 if args.comparison == "generate" else 8
-    sides = COMPARISONS[args.comparison](args)
-    sides, steps_per_call = sides if isinstance(sides, tuple) else (sides, 1)
+    sides, steps_per_call = COMPARISONS[args.comparison](args)
     results = {"machine": machine_info(), "load_average_start": load_average(), "comparison": args.comparison,
                "steps": args.steps, "steps_per_call": steps_per_call, "sides": {}}
     for name, step in sides.items():
