@@ -7,7 +7,8 @@ at equal steps, and the latency of the three exports through ``kerasplm serve``.
    ``L_t / L_s``-th block, embeddings, pooler and head; or random), the same data order, steps and schedule
    (``--student-steps``), both through ``kerasplm distill``:
    * ``distilled``: ``--alpha 0.5 --temperature 2`` (hard labels and the teacher's soft targets; with
-     ``--hidden-loss`` / ``--attention-loss`` also TinyBERT's intermediate losses);
+     ``--hidden-loss`` / ``--attention-loss`` also TinyBERT's intermediate losses; with ``--augment`` part of its
+     rows masked or cut to n-grams and labelled by the teacher only, Tang et al. 2019's task augmentation);
    * ``hard_labels_only``: ``--alpha 1`` (the soft term weighs 0: plain fine-tuning of the same student, which
      tests/jobs/test_distillation.py checks equals the classifier's own loss and gradients).
 3. Dev accuracy of the three (SST-2 dev, 872 sentences), and their exports (``kerasplm export classifier``) served
@@ -27,7 +28,8 @@ The runs are load-proof (fixed steps, seeded); the latencies are not. ``--no-lat
 second call with the same ``--workdir`` on an idle machine reuses the finished runs and times the serving only.
 
     python -m benchmarks.distill_sst2 [--student-layers 3] [--teacher-steps 2000] [--student-steps 2000]
-                                      [--hidden-loss] [--attention-loss] [--sortish 50] [--teacher-pooling mean]
+                                      [--hidden-loss] [--attention-loss] [--augment 0.9] [--sortish 50]
+                                      [--teacher-pooling mean]
                                       [--teacher-learning-rate 1e-4]
                                       [--requests 300] [--workdir DIR] [--json out.json]
     python -m benchmarks.distill_sst2 --smoke      # a few steps and requests on 64 examples: checks the script runs
@@ -122,7 +124,7 @@ def _timed_pass(url, exports, sentences, requests, batch, warmup):
 
 
 # What a run recorded before an option was trained with (the jobs replay it on resume).
-RECORDED_BEFORE_OPTIONS = {"sortish": 0}
+RECORDED_BEFORE_OPTIONS = {"sortish": 0, "augment": 0.0}
 
 
 def finished(run, steps, settings=None):
@@ -161,6 +163,9 @@ def main(argv=None):
                         "hidden-state loss (kerasplm distill --hidden-loss)")
     parser.add_argument("--attention-loss", action="store_true", help="the distilled student adds TinyBERT's "
                         "attention-map loss (kerasplm distill --attention-loss)")
+    parser.add_argument("--augment", type=float, default=0.0,
+                        help="the distilled student's augmented rows (kerasplm distill --augment: this fraction of "
+                             "its training rows masked / cut to an n-gram and labelled by the teacher alone)")
     parser.add_argument("--sortish", type=int, default=DEFAULT_SORTISH,
                         help="the teacher's and students' sortish batches (windows of this many batches sorted by "
                              "tokens; 0: plain shuffled batches, as the runs before 2026-12-02)")
@@ -215,7 +220,7 @@ def main(argv=None):
         pooling=args.teacher_pooling, learning_rate=args.teacher_learning_rate, **common)
     seconds = {"teacher": round(time.time() - started, 1)}
     students = {"distilled": dict(alpha=args.alpha, temperature=args.temperature, hidden_loss=args.hidden_loss,
-                                  attention_loss=args.attention_loss),
+                                  attention_loss=args.attention_loss, augment=args.augment),
                 "hard_labels_only": dict(alpha=1.0)}
     summaries = {}
     for name, settings in students.items():
@@ -246,6 +251,7 @@ def main(argv=None):
                "teacher_steps": args.teacher_steps, "student_steps": args.student_steps,
                "batch_size": args.batch_size, "max_length": args.max_length, "temperature": args.temperature,
                "alpha": args.alpha, "hidden_loss": args.hidden_loss, "attention_loss": args.attention_loss,
+               "augment": args.augment,
                "sortish": args.sortish, "teacher_pooling": args.teacher_pooling,
                "teacher_learning_rate": args.teacher_learning_rate, "dev_accuracy": accuracy,
                "points_below_teacher": {name: round(100 * (accuracy["teacher"] - accuracy[name]), 2)

@@ -176,6 +176,18 @@ def test_runner_end_to_end_on_its_selftest_entry_writes_json_and_flags_a_regress
     assert result["compared_with"] == {"file": str(old), "tolerance": 0.1, "regressed": [measured["name"]]}
 
 
+def test_the_runners_peak_is_the_higher_of_its_readings_before_and_after_a_comparison(monkeypatch):
+    from benchmarks import mfu as mfu_lib
+    from benchmarks import run
+
+    readings = iter([1e9, 4e9])            # a low reading before the rows, the machine's peak after them
+    monkeypatch.setattr(mfu_lib, "peak_dtypes", lambda: ("float32",))
+    monkeypatch.setattr(mfu_lib, "best_matmul_peak", lambda dtype, matmul=None: next(readings))
+    rows, info = run.run_in_process(run.REGISTRY["selftest"], quick=True)
+    assert info["matmul_peaks"] == {"float32": 4e9} and rows[0]["peak_flops"] == 4e9
+    assert rows[0]["mfu"] == pytest.approx(rows[0]["kerasplm"] * 2 * 64 * 64 / 4e9)
+
+
 def test_runner_rejects_an_unknown_comparison_and_an_unreadable_old_json(tmp_path, capsys):
     from benchmarks.run import main
 

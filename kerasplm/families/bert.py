@@ -311,6 +311,10 @@ class DistillOptions(FineTuningOptions):
     layer_map: str = option(None, "student:teacher block pairs of the intermediate losses, 0-based, e.g. 0:1,1:3 "
                                   "(default: uniform, student block i <-> teacher block ceil((i+1)·L_t/L_s) − 1)",
                             metavar="S:T,...")
+    augment: float = option(0.0, "classifier: the fraction of training rows replaced by a variant the teacher "
+                                 "labels (Tang et al. 2019: pieces masked with probability 0.1, then with "
+                                 "probability 0.25 only a random n-gram of 1-5 pieces kept); those rows carry the "
+                                 "soft targets only (0: off)", kind=float, minimum=0, maximum=1)
     train: str = option(None, "training examples: tab-separated (classifier) or CoNLL-2003 (tagger)", file=True,
                         metavar="FILE")
     dev: str = option(None, "held-out examples scored after training (as --train)", file=True, metavar="FILE")

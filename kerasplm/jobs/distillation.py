@@ -26,13 +26,15 @@ import os
 import shutil
 
 import keras
+import tensorflow as tf
 
 from kerasplm.families.bert import DistillOptions
 from kerasplm.jobs.bert_finetune import BertClassifierJob
 from kerasplm.jobs.bert_tagger_job import BertTagger, BertTaggerJob
 from kerasplm.models.bert import BertBackbone
-from kerasplm.models.distillation import (DistillationProjections, DistillationSettings, check_same_vocabulary,
-                                          distillation_loss_sums, init_from_teacher, parse_layer_map, student_config)
+from kerasplm.models.distillation import (Augmentation, DistillationProjections, DistillationSettings, augment_batch,
+                                          check_same_vocabulary, distillation_loss_sums, init_from_teacher,
+                                          parse_layer_map, student_config)
 from kerasplm.models.presets import get_preset
 from kerasplm.runs import RunDir, load_run
 from kerasplm.runs.serialization import deserialize
@@ -160,13 +162,31 @@ class ClassifierDistillationJob(DistillationJob, BertClassifierJob):
             raise ValueError(f"the teacher {o.teacher} was trained on sentence pairs: give --pair-col"
                              if self.teacher.pair_input else
                              f"the teacher {o.teacher} reads single sentences: give no --pair-col")
+        if o.augment:   # refused before the new run is written
+            if self.pair_input:
+                raise ValueError("--augment masks and cuts single texts; it does not take sentence pairs (--pair-col)")
+            mask_token_id(self.teacher.preprocessor)
         self.options = o.replace(pooling=o.pooling or self.teacher.pooling)
+
+    def build_data(self):
+        super().build_data()
+        o = self.options
+        if o.augment:
+            self.train_dataset = augmented_batches(self.train_dataset, Augmentation(o.augment),
+                                                   mask_token_id(self.preprocessor), self.preprocessor.pad_id, o.seed)
+            self.log(f"augmentation: {o.augment:.0%} of the training rows replaced by masked / n-gram variants that "
+                     f"carry the teacher's soft targets only")
 
 
 class TaggerDistillationJob(DistillationJob, BertTaggerJob):
     """``kerasplm distill`` of a ``bert_tagger`` run."""
 
     what = "BERT tagger (distilled)"
+
+    def build_data(self):
+        if self.options.augment:
+            raise ValueError("--augment is for classifier runs: a tagger's variants would need their tags re-aligned")
+        super().build_data()
 
     def check_teacher(self, teacher):
         if teacher.crf is not None:
@@ -181,6 +201,33 @@ class TaggerDistillationJob(DistillationJob, BertTaggerJob):
 
     def teacher_result(self):
         return BertTagger(self.teacher, self.preprocessor, self.labels)
+
+
+def mask_token_id(preprocessor):
+    """The id of the tokenizer's mask token (``[MASK]``, or RoBERTa's ``<mask>``)."""
+    tokenizer = preprocessor.tokenizer
+    for token in ("[MASK]", "<mask>"):
+        if token in tokenizer.vocab:
+            return tokenizer.token_to_id(token)
+    raise ValueError("--augment masks pieces, but the teacher's vocabulary has no [MASK] or <mask> token")
+
+
+def augmented_batches(train_dataset, augmentation, mask_id, pad_id, seed):
+    """``train_dataset`` (a function returning the ``(inputs, labels)`` batches) -> a function returning
+    ``(inputs, labels, hard-label weights)`` batches, some rows augmented (:func:`augment_batch`), batch ``k``'s with
+    the stateless seed ``(seed, k)``: a resumed run that skips the batches it consumed sees the same rows."""
+
+    def dataset():
+        @tf.autograph.experimental.do_not_convert
+        def augment(index, batch):
+            inputs, labels = batch
+            rows, augmented = augment_batch(inputs, tf.stack([tf.constant(seed, tf.int64), index]), augmentation,
+                                            mask_id, pad_id)
+            return rows, labels, 1.0 - augmented
+
+        return train_dataset().enumerate().map(augment, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+    return dataset
 
 
 JOBS = {"bert_classifier": ClassifierDistillationJob, "bert_tagger": TaggerDistillationJob}

@@ -35,7 +35,7 @@ from kerasplm.training.losses import classification_loss_sums, masked_mse_sums, 
 
 __all__ = ["DistillationSettings", "DistillationProjections", "uniform_layer_map", "parse_layer_map",
            "teacher_init_layers", "student_config", "init_from_teacher", "distillation_loss_sums",
-           "check_same_vocabulary"]
+           "check_same_vocabulary", "Augmentation", "augment_batch"]
 
 
 def uniform_layer_map(student_layers, teacher_layers):
@@ -171,8 +171,11 @@ def _task_parts(model, batch):
         real = tf.cast(inputs.get("padding_mask", tf.ones_like(inputs["token_ids"])), tf.float32)
         return inputs, (lambda logits: model.loss_sums(logits, labels, weights)), real
     if isinstance(model, BertClassifier):
-        inputs, labels = batch
-        return inputs, (lambda logits: classification_loss_sums(labels, logits)), None
+        # (inputs, labels) or, with augmented rows, (inputs, labels, hard-label weights): 0 for a row whose gold
+        # label no longer holds (:func:`augment_batch`).
+        inputs, labels, *weights = batch
+        weights = weights[0] if weights else None
+        return inputs, (lambda logits: classification_loss_sums(labels, logits, weights)), None
     raise TypeError(f"distillation takes a BertClassifier or BertTokenClassifier, got {type(model).__name__}")
 
 
@@ -235,3 +238,74 @@ def check_same_vocabulary(teacher_preprocessor, student_preprocessor, teacher="t
     if type(teacher_preprocessor.tokenizer) is not type(student_preprocessor.tokenizer) or t_vocab != s_vocab:
         raise ValueError(f"{teacher} and the student do not share a vocabulary ({t_where} vs {s_where}): distillation "
                          f"needs the teacher's tokenizer")
+
+
+@dataclasses.dataclass(frozen=True)
+class Augmentation:
+    """Task data augmentation for distillation, after Tang et al. 2019 (§3.2, "Distilling task-specific knowledge
+    from BERT into simple neural networks"): a training row is replaced, with probability ``rate``, by a variant the
+    teacher labels (its soft targets; the row's gold label no longer holds, so its hard-label weight is 0):
+
+    * masking: each of the row's text pieces becomes ``[MASK]`` with probability ``mask_probability``;
+    * n-gram sampling: with probability ``ngram_probability`` the row keeps only ``n`` consecutive pieces of its text,
+      ``n`` uniform in ``1 … max_ngram`` (at most the text's length), the window uniform over the text.
+
+    Their third rule, replacing a word by another of its part of speech, needs a tagger and word vectors; it is left
+    out. Pieces, not words, are the unit: the teacher's tokens are what the student reads.
+    """
+
+    rate: float
+    mask_probability: float = 0.1
+    ngram_probability: float = 0.25
+    max_ngram: int = 5
+
+    def __post_init__(self):
+        for name in ("rate", "mask_probability", "ngram_probability"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"augmentation {name} must be in [0, 1], got {value}")
+        if self.max_ngram < 1:
+            raise ValueError(f"augmentation max_ngram must be >= 1, got {self.max_ngram}")
+
+
+def augment_batch(inputs, seed, augmentation, mask_id, pad_id=0):
+    """One batch of single-text BERT inputs with some rows augmented (:class:`Augmentation`).
+
+    ``inputs``: ``{"token_ids", "padding_mask"[, "segment_ids"]}``, each ``(B, T)``, rows ``[CLS] text [SEP]`` then
+    padding; ``seed``: int ``[2]`` (stateless: the same seed gives the same rows). Returns ``(inputs, augmented)``:
+    the rows, the augmented ones masked and/or cut to ``[CLS] n-gram [SEP]`` (padded back to ``T``), and a float
+    ``(B,)`` that is 1 for an augmented row.
+    """
+    a = augmentation
+    ids = tf.convert_to_tensor(inputs["token_ids"])
+    mask = tf.cast(inputs["padding_mask"], ids.dtype)
+    batch, width = tf.shape(ids)[0], tf.shape(ids)[1]
+    seeds = tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), num=5)
+    length = tf.reduce_sum(mask, axis=1)                                   # [CLS] + text + [SEP]
+    text_length = tf.maximum(length - 2, 0)
+    positions = tf.range(width, dtype=ids.dtype)[tf.newaxis, :]
+    is_text = (positions >= 1) & (positions < length[:, tf.newaxis] - 1)
+
+    augmented = tf.random.stateless_uniform([batch], seeds[0]) < a.rate
+    masked = (tf.random.stateless_uniform([batch, width], seeds[1]) < a.mask_probability) & is_text
+    ids = tf.where(masked & augmented[:, tf.newaxis], tf.cast(mask_id, ids.dtype), ids)
+
+    # n-gram sampling: row b keeps text positions start_b … start_b + n_b − 1, framed by its [CLS] and [SEP].
+    cut = augmented & (tf.random.stateless_uniform([batch], seeds[2]) < a.ngram_probability) & (text_length > 0)
+    draw_n = tf.random.stateless_uniform([batch], seeds[3], minval=1, maxval=a.max_ngram + 1, dtype=tf.int64)
+    n = tf.minimum(tf.cast(draw_n, ids.dtype), text_length)
+    offset = tf.floor(tf.random.stateless_uniform([batch], seeds[4]) * tf.cast(text_length - n + 1, tf.float32))
+    start = 1 + tf.cast(offset, ids.dtype)
+    n, start = n[:, tf.newaxis], start[:, tf.newaxis]
+    source = tf.where(positions == 0, tf.zeros_like(positions),
+                      tf.where(positions <= n, start + positions - 1, length[:, tf.newaxis] - 1))
+    keep = positions <= n + 1
+    source = tf.where(keep, source, tf.zeros_like(source))
+    cut_rows = {"token_ids": tf.where(keep, tf.gather(ids, source, batch_dims=1), tf.cast(pad_id, ids.dtype)),
+                "padding_mask": tf.cast(keep, inputs["padding_mask"].dtype)}
+    if "segment_ids" in inputs:
+        cut_rows["segment_ids"] = tf.zeros_like(inputs["segment_ids"])
+    out = dict(inputs, token_ids=ids)
+    for key, value in cut_rows.items():
+        out[key] = tf.where(cut[:, tf.newaxis], value, tf.cast(out[key], value.dtype))
+    return out, tf.cast(augmented, tf.float32)

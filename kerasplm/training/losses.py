@@ -199,16 +199,21 @@ class MaskedAccuracy(keras.metrics.Metric):
         return config
 
 
-def classification_loss_sums(labels, logits):
+def classification_loss_sums(labels, logits, weights=None):
     """One label per example: ``labels (B,)`` int, ``logits (B, C)`` ->
-    ``{"loss": Σ_b -log softmax(logits_b)[y_b], "weight": B, "accuracy": Σ_b [argmax logits_b = y_b]}``,
-    the Trainer's ``compute_loss`` contract (sums; the Trainer divides by the global weight)."""
+    ``{"loss": Σ_b w_b · -log softmax(logits_b)[y_b], "weight": Σ_b w_b, "accuracy": Σ_b w_b [argmax logits_b = y_b]}``,
+    the Trainer's ``compute_loss`` contract (sums; the Trainer divides by the global weight). ``weights (B,)``:
+    each example's weight (default 1: the weight is B)."""
     labels = tf.cast(labels, tf.int32)
     logits = tf.cast(logits, tf.float32)
     loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
     correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels), tf.float32)
-    return {"loss": tf.reduce_sum(loss), "weight": tf.cast(tf.shape(logits)[0], tf.float32),
-            "accuracy": tf.reduce_sum(correct)}
+    if weights is None:
+        return {"loss": tf.reduce_sum(loss), "weight": tf.cast(tf.shape(logits)[0], tf.float32),
+                "accuracy": tf.reduce_sum(correct)}
+    weights = tf.cast(weights, tf.float32)
+    return {"loss": tf.reduce_sum(weights * loss), "weight": tf.reduce_sum(weights),
+            "accuracy": tf.reduce_sum(weights * correct)}
 
 
 def soft_target_loss_sums(teacher_logits, student_logits, temperature, mask=None):

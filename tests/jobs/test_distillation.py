@@ -12,13 +12,13 @@ import tensorflow as tf
 
 from kerasplm.cli import main
 from kerasplm.export.classifier import export_classifier
-from kerasplm.jobs.distillation import distill
+from kerasplm.jobs.distillation import augmented_batches, distill
 from kerasplm.models.bert import BertBackbone
 from kerasplm.models.bert_tagger import BertTokenClassifier
 from kerasplm.models.bert_tasks import BertClassifier
-from kerasplm.models.distillation import (DistillationProjections, DistillationSettings, check_same_vocabulary,
-                                          distillation_loss_sums, init_from_teacher, parse_layer_map, student_config,
-                                          teacher_init_layers, uniform_layer_map)
+from kerasplm.models.distillation import (Augmentation, DistillationProjections, DistillationSettings, augment_batch,
+                                          check_same_vocabulary, distillation_loss_sums, init_from_teacher,
+                                          parse_layer_map, student_config, teacher_init_layers, uniform_layer_map)
 from kerasplm.models.presets import get_preset
 from kerasplm.runs import RunDir, load_run
 from kerasplm.text import BertTokenizer
@@ -119,6 +119,85 @@ def test_alpha_one_is_plain_fine_tuning_and_the_tagger_soft_loss_counts_real_tok
     np.testing.assert_allclose([float(v) for v in result["losses"]["soft"][:2]], expected, rtol=1e-4)
     own = s_tagger.compute_loss_sums(batch, training=False)
     np.testing.assert_allclose(float(result["losses"]["hard"][0]), float(own["loss"]), rtol=1e-6)
+
+
+CLS, SEP, MASK = 101, 102, 103
+
+
+def _packed_rows(lengths, width, seed=0):
+    """Single-text rows ``[CLS] text [SEP]`` of ``lengths`` text pieces (ids 200-299), padded with 0 to ``width``."""
+    rng = np.random.default_rng(seed)
+    ids = np.zeros((len(lengths), width), np.int64)
+    for b, n in enumerate(lengths):
+        ids[b, :n + 2] = [CLS, *rng.integers(200, 300, size=n), SEP]
+    return {"token_ids": tf.constant(ids), "segment_ids": tf.zeros_like(ids),
+            "padding_mask": tf.constant((ids != 0).astype(np.int64))}
+
+
+def cut_rows_long(mask, lengths, rows):
+    """How many of ``rows`` hold fewer text pieces than their source."""
+    return int(((mask.sum(1) - 2) < lengths)[rows].sum())
+
+
+def test_augmentation_masks_and_cuts_only_the_rows_it_marks_at_its_rates():
+    lengths = np.random.default_rng(1).integers(0, 20, size=4000)
+    inputs = _packed_rows(lengths, 24)
+    rule = Augmentation(rate=0.6, mask_probability=0.3, ngram_probability=0.5, max_ngram=5)
+    out, augmented = augment_batch(inputs, [3, 4], rule, MASK)
+    again, _ = tf.function(augment_batch)(inputs, tf.constant([3, 4], tf.int64), rule, MASK)
+    other, _ = augment_batch(inputs, [3, 5], rule, MASK)
+    ids, mask, augmented = out["token_ids"].numpy(), out["padding_mask"].numpy(), augmented.numpy().astype(bool)
+    np.testing.assert_array_equal(ids, again["token_ids"].numpy())          # stateless: eager = traced
+    assert not np.array_equal(ids, other["token_ids"].numpy())
+    original = inputs["token_ids"].numpy()
+    np.testing.assert_array_equal(ids[~augmented], original[~augmented])    # untouched rows
+    np.testing.assert_array_equal(mask[~augmented], inputs["padding_mask"].numpy()[~augmented])
+    assert np.all(out["segment_ids"].numpy() == 0)
+    cut_rows, kept_lengths, masked, text_pieces = 0, [], 0, 0
+    for b in np.flatnonzero(augmented):
+        n = int(mask[b].sum()) - 2
+        assert ids[b, 0] == CLS and ids[b, n + 1] == SEP and np.all(ids[b, n + 2:] == 0) and np.all(mask[b, :n + 2])
+        text, source = ids[b, 1:n + 1], original[b, 1:lengths[b] + 1]
+        if n == lengths[b]:   # not cut: the text with some pieces masked, in place
+            assert np.all((text == source) | (text == MASK))
+            masked, text_pieces = masked + int((text == MASK).sum()), text_pieces + n
+        else:                 # cut: n consecutive pieces of the (masked) text, 1 <= n <= 5
+            cut_rows += 1
+            kept_lengths.append(n)
+            assert 1 <= n <= 5 and any(np.all((text == source[s:s + n]) | (text == MASK))
+                                       for s in range(lengths[b] - n + 1))
+    assert abs(augmented.mean() - 0.6) < 0.03                               # rate, 4000 rows
+    assert abs(masked / text_pieces - 0.3) < 0.02                           # mask probability over pieces
+    # A text longer than 5 pieces always shrinks when cut: there the cut rows' share is the n-gram probability.
+    long_rows = augmented & (lengths > 5)
+    assert abs(cut_rows_long(mask, lengths, long_rows) / long_rows.sum() - 0.5) < 0.05 and cut_rows > 0
+    assert set(kept_lengths) == {1, 2, 3, 4, 5}
+    # Rate 0 changes nothing; an empty text ([CLS] [SEP]) is never cut.
+    none, flags = augment_batch(inputs, [3, 4], Augmentation(rate=0.0), MASK)
+    np.testing.assert_array_equal(none["token_ids"].numpy(), original)
+    np.testing.assert_array_equal(flags.numpy(), 0)
+    empty = _packed_rows([0, 0], 4)
+    cut, _ = augment_batch(empty, [0, 1], Augmentation(1.0, 1.0, 1.0), MASK)
+    np.testing.assert_array_equal(cut["token_ids"].numpy(), empty["token_ids"].numpy())
+    with pytest.raises(ValueError, match="augmentation rate must be in"):
+        Augmentation(rate=1.5)
+
+
+def test_augmented_rows_carry_the_soft_targets_only():
+    teacher, student = _tiny(BertClassifier, 4, seed=1), _tiny(BertClassifier, 2, seed=2)
+    inputs, labels = _batch(), tf.constant([0, 2, 1])
+    settings = DistillationSettings(temperature=2.0, alpha=0.5)
+    weighted = distillation_loss_sums(student, teacher, (inputs, labels, tf.constant([1.0, 0.0, 1.0])), False,
+                                      settings)
+    full = distillation_loss_sums(student, teacher, (inputs, labels), False, settings)
+    logits = student(inputs, training=False).numpy().astype(np.float64)
+    log_q = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    expected = -(log_q[0, 0] + log_q[2, 1])                                  # rows 0 and 2 only
+    hard_sum, hard_count, _ = weighted["losses"]["hard"]
+    np.testing.assert_allclose(float(hard_sum), expected, rtol=1e-5)
+    assert float(hard_count) == 2 and float(weighted["accuracy"][1]) == 2
+    np.testing.assert_allclose([float(v) for v in weighted["losses"]["soft"][:2]],   # every row's soft target
+                               [float(v) for v in full["losses"]["soft"][:2]], rtol=1e-6)
 
 
 def test_layer_maps_and_the_every_other_block_start():
@@ -238,6 +317,34 @@ def test_distill_a_classifier_end_to_end_and_export_the_student(teacher, capsys)
                 train=teacher["train"], steps=1)
 
 
+def test_distill_with_augmented_rows_and_their_batches_on_resume(teacher, capsys):
+    out, lines = str(teacher["root"] / "augmented_student"), []
+    summary = distill(out, log=lines.append, teacher=teacher["run"], student_layers=1, train=teacher["train"],
+                      dev=teacher["dev"], steps=2, batch_size=16, augment=0.5, verbose=0)
+    assert summary["step"] == 2 and "hard_loss" in json.load(open(os.path.join(out, "history.json")))
+    assert json.load(open(os.path.join(out, "config.json")))["options"]["augment"] == 0.5
+    assert any(line.startswith("augmentation: 50% of the training rows") for line in lines)
+    # Batch k is augmented with the seed (seed, k), so a resumed run's skip(k) sees the rows it would have seen.
+    rows = _packed_rows(np.random.default_rng(0).integers(1, 12, size=64), 14)
+    plain = lambda: tf.data.Dataset.from_tensor_slices((rows, tf.range(64))).repeat().batch(8)  # noqa: E731
+    batches = augmented_batches(plain, Augmentation(0.5, 0.3, 0.5), MASK, 0, seed=7)
+    first = [b for b in batches().take(6)]
+    resumed = [b for b in batches().skip(4).take(2)]
+    for (a_inputs, a_labels, a_weights), (b_inputs, b_labels, b_weights) in zip(first[4:], resumed):
+        np.testing.assert_array_equal(a_inputs["token_ids"].numpy(), b_inputs["token_ids"].numpy())
+        np.testing.assert_array_equal(a_weights.numpy(), b_weights.numpy())
+    weights = np.concatenate([w.numpy() for _, _, w in first])
+    assert set(weights) == {0.0, 1.0}
+    for inputs, labels, w in first:   # weight 0 exactly on the rows that changed or may have
+        changed = np.any(inputs["token_ids"].numpy() != rows["token_ids"].numpy()[labels.numpy()], axis=1)
+        assert not np.any(changed & (w.numpy() == 1))
+    # The command line keeps the rate in [0, 1].
+    with pytest.raises(SystemExit) as exit_info:
+        main(["distill", "--out", str(teacher["root"] / "z"), "--teacher", teacher["run"], "--train",
+              teacher["train"], "--augment", "1.5"])
+    assert exit_info.value.code == 2 and "--augment" in capsys.readouterr().err
+
+
 def test_distill_a_tagger(tmp_path):
     """A tagger teacher (a hand-made run) distilled for one step: the student is a tagger run of the teacher's tags;
     a CRF teacher is refused."""
@@ -260,3 +367,6 @@ def test_distill_a_tagger(tmp_path):
     assert student.backbone.config.num_layers == 1 and summary["teacher"]["dev_sentences"] == 3
     with pytest.raises(ValueError, match="a CRF tagger"):
         distill(str(tmp_path / "x"), teacher=str(tmp_path / "crf_teacher"), train=train, steps=1)
+    with pytest.raises(ValueError, match="--augment is for classifier runs"):
+        distill(str(tmp_path / "w"), teacher=str(tmp_path / "teacher"), train=train, steps=1, augment=0.5)
+    assert not os.path.exists(tmp_path / "w")
