@@ -17,6 +17,7 @@ output fusions) count as matmuls.
     python -m benchmarks.profile_step translator    # the Trainer's translator step against the seed's train_step
     python -m benchmarks.profile_step generate      # one new token of kerasplm's engine (XLA) against keras-hub's
     python -m benchmarks.profile_step generate --by-name --top 20   # each compiled product on its own row
+    python -m benchmarks.profile_step bert          # the BERT MLM step (XLA) against keras-hub's BertMaskedLM (XLA)
 """
 import argparse
 import collections
@@ -89,8 +90,17 @@ def generate_sides(args):
     return sides, args.new
 
 
+def bert_sides(args):
+    """The runner's BERT MLM row with XLA (bench_bert_pretrain's bert_mini, seq 128, batch 16): kerasplm's Trainer
+    step and keras-hub's ``BertMaskedLM.train_on_batch``, both ``jit_compile=True``; with ``--no-xla`` both
+    without."""
+    from benchmarks import bench_bert_pretrain as bench
+
+    return {"kerasplm": bench.kerasplm_step(args.xla)[0], "keras_hub": bench.keras_hub_step(args.xla)[0]}, 1
+
+
 # Each returns ({side: a zero-argument call}, steps per call).
-COMPARISONS = {"gpt": gpt_sides, "translator": translator_sides, "generate": generate_sides}
+COMPARISONS = {"gpt": gpt_sides, "translator": translator_sides, "generate": generate_sides, "bert": bert_sides}
 
 
 def is_op_event(name):
@@ -215,6 +225,7 @@ def main(argv=None):
     parser.add_argument("--seq", type=int, default=256)
     parser.add_argument("--batch", type=int, default=None, help="rows (default: gpt 8, generate 1)")
     parser.add_argument("--new", type=int, default=96, help="generate: new tokens per call")
+    parser.add_argument("--no-xla", dest="xla", action="store_false", help="bert: both sides without XLA")
     parser.add_argument("--by-name", action="store_true",
                         help="rows per op and XLA thunk (e.g. dot_add_fusion.30), not per type")
     parser.add_argument("--json")

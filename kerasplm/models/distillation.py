@@ -22,6 +22,9 @@ head counts must match).
 The student either starts from the teacher (:func:`init_from_teacher`: DistilBERT's (Sanh et al. 2019) choice of
 one teacher block in every ``L_t / L_s``, ``j = ⌊i · L_t / L_s⌋`` (every other block for half the depth), with the
 teacher's embeddings, pooler and task head; the widths must match) or at random.
+
+A classifier's training rows may be augmented (:class:`Augmentation`, :func:`augment_batch`: Tang et al. 2019's
+masking and n-gram sampling); an augmented row keeps the soft term and weighs 0 in the hard one.
 """
 import dataclasses
 import math
