@@ -6,7 +6,8 @@
 Each comparison of ``REGISTRY`` runs in a child process of its own (``python -m benchmarks.run --in-process
 --only NAME``), so its TensorFlow state, thread pools and peak memory are its own; inside it, the bench script's
 ``runner_rows`` runs kerasplm and the anchor side by side (built first, then taking turns), and the child
-measures the dense matmul peak in the same process. The parent collects the children's JSON.
+measures the dense matmul peak in the same process, before and after the comparison (the higher reading). The
+parent collects the children's JSON.
 
 Per row: the kerasplm figure, the anchor's, ``ratio`` = kerasplm over the anchor in "higher is better" terms
 (throughputs: kerasplm / anchor; latencies in ms: anchor / kerasplm, see ``UNITS``), MFU for training rows
@@ -169,7 +170,7 @@ def run_in_process(comparison, quick):
     rows = _load(f"{comparison.module}:{comparison.function}")(argv)
     if comparison.training:
         # And after it, keeping the higher reading: one reading before the GPT row measured 128 GFLOP/s on a machine
-        # whose other rows read 186-201 (an MFU of 117%). A low reading inflates MFU; a high one cannot.
+        # whose other rows read 154-201 (an MFU of 117%). A low reading inflates MFU; a high one cannot.
         peaks = {dtype: max(peaks[dtype], value) for dtype, value in measure_peaks().items()}
     rss = peak_rss_mb()
     machine = None
