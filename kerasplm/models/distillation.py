@@ -302,8 +302,7 @@ def augment_batch(inputs, seed, augmentation, mask_id, pad_id=0):
     n, start = n[:, tf.newaxis], start[:, tf.newaxis]
     source = tf.where(positions == 0, tf.zeros_like(positions),
                       tf.where(positions <= n, start + positions - 1, length[:, tf.newaxis] - 1))
-    keep = positions <= n + 1
-    source = tf.where(keep, source, tf.zeros_like(source))
+    keep = positions <= n + 1   # beyond it, source is the [SEP]'s position (in range); the id becomes padding
     cut_rows = {"token_ids": tf.where(keep, tf.gather(ids, source, batch_dims=1), tf.cast(pad_id, ids.dtype)),
                 "padding_mask": tf.cast(keep, inputs["padding_mask"].dtype)}
     if "segment_ids" in inputs:
