@@ -31,8 +31,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import numpy as np  # noqa: E402
 
-from benchmarks.common import (interleaved, keras_hub_or_reason, library_or_reason, load_average,  # noqa: E402
-                               machine_info, pair_rows, trainer_step, write_results)
+from benchmarks.common import (installed_or_reason, interleaved, keras_hub_or_reason, load_average,  # noqa: E402
+                               machine_info, pair_rows, side_in_own_process, trainer_step, write_results)
 from benchmarks.mfu import training_flops_per_token, transformer_matmul_params  # noqa: E402
 
 L, H, A, V, SEQ, BATCH, PRED = 4, 256, 4, 30522, 128, 16, 20
@@ -203,25 +203,21 @@ def measure(args):
 
 def runner_rows(argv=()):
     """``benchmarks.run``'s rows: kerasplm against keras-hub ``BertMaskedLM`` without and with XLA (same
-    setting on both sides), and the faster kerasplm side against HF ``BertForMaskedLM``; training tokens/s.
-    Sides whose library is missing are not built; their rows are skipped with the reason."""
+    setting on both sides), and the faster kerasplm side against HF ``BertForMaskedLM`` measured alone in a process
+    of its own; training tokens/s. Sides whose library is missing are not built; their rows are skipped with the
+    reason."""
     args = build_parser().parse_args(argv)
     _, hub_reason = keras_hub_or_reason()
-    _, hf_reason = library_or_reason("transformers", "transformers")
-    if not hf_reason:
-        _, hf_reason = library_or_reason("torch", "torch")
-    args.sides = ["kerasplm", "kerasplm_xla"] + (["keras_hub", "keras_hub_xla"] if not hub_reason else []) \
-        + (["huggingface"] if not hf_reason else [])
+    hf_reason = installed_or_reason("transformers", "torch")
+    # HF runs after the TensorFlow sides, alone in a process of its own (see side_in_own_process).
+    args.sides = ["kerasplm", "kerasplm_xla"] + (["keras_hub", "keras_hub_xla"] if not hub_reason else [])
     pairs = [("no XLA vs keras-hub", "kerasplm", "keras_hub"),
              ("XLA vs keras-hub XLA", "kerasplm_xla", "keras_hub_xla"),
-             ("vs HF BertForMaskedLM", ("kerasplm", "kerasplm_xla"), "huggingface")]
-    if hub_reason and hf_reason:
-        results = {}
-    else:
-        results = measure(args)
+             ("vs HF BertForMaskedLM (own process)", ("kerasplm", "kerasplm_xla"), "huggingface")]
+    results = {} if hub_reason and hf_reason else measure(args)
     results.update({s: {"skipped": hub_reason} for s in ("keras_hub", "keras_hub_xla") if hub_reason})
-    if hf_reason:
-        results["huggingface"] = {"skipped": hf_reason}
+    results["huggingface"] = {"skipped": hf_reason} if hf_reason else \
+        side_in_own_process("benchmarks.bench_bert_pretrain", list(argv), "huggingface")
     # Model FLOPs per token: the encoder's matmuls and attention, plus the MLM head (dense H x H, then the
     # tied H x V output) on the PRED masked positions of every SEQ.
     n = transformer_matmul_params(L, H, 4 * H) + PRED / SEQ * (H * H + H * V)

@@ -27,8 +27,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import numpy as np  # noqa: E402
 
-from benchmarks.common import (interleaved, keras_hub_or_reason, library_or_reason, load_average,  # noqa: E402
-                               machine_info, pair_rows, trainer_step, write_results)
+from benchmarks.common import (installed_or_reason, interleaved, keras_hub_or_reason, load_average,  # noqa: E402
+                               machine_info, pair_rows, side_in_own_process, trainer_step, write_results)
 from benchmarks.mfu import training_flops_per_token, transformer_matmul_params  # noqa: E402
 
 V, POSITIONS = 50257, 1024
@@ -124,19 +124,18 @@ def measure(args):
 
 def runner_rows(argv=()):
     """``benchmarks.run``'s rows: the kerasplm GPT step against keras-hub ``GPT2CausalLM``, without and with
-    XLA on both sides, and the faster kerasplm side against HF ``GPT2LMHeadModel``; training tokens/s. Sides
-    whose library is missing are not built; their rows are skipped with the reason."""
+    XLA on both sides, and the faster kerasplm side against HF ``GPT2LMHeadModel`` measured alone in a process of
+    its own; training tokens/s. Sides whose library is missing are not built; their rows are skipped with the
+    reason."""
     args = build_parser().parse_args(argv)
     _, hub_reason = keras_hub_or_reason()
-    _, hf_reason = library_or_reason("transformers", "transformers")
-    if not hf_reason:
-        _, hf_reason = library_or_reason("torch", "torch")
-    args.sides = ["kerasplm", "kerasplm_xla"] + (["keras_hub", "keras_hub_xla"] if not hub_reason else []) \
-        + (["huggingface"] if not hf_reason else [])
+    hf_reason = installed_or_reason("transformers", "torch")
+    # HF runs after the TensorFlow sides, alone in a process of its own (see side_in_own_process).
+    args.sides = ["kerasplm", "kerasplm_xla"] + (["keras_hub", "keras_hub_xla"] if not hub_reason else [])
     results = {} if hub_reason and hf_reason else measure(args)
     results.update({s: {"skipped": hub_reason} for s in ("keras_hub", "keras_hub_xla") if hub_reason})
-    if hf_reason:
-        results["huggingface"] = {"skipped": hf_reason}
+    results["huggingface"] = {"skipped": hf_reason} if hf_reason else \
+        side_in_own_process("benchmarks.bench_gpt_train", list(argv), "huggingface")
     # The tied token embedding is also the output projection: its H x V weights multiply every position.
     n = transformer_matmul_params(args.layers, args.hidden, 4 * args.hidden) + args.hidden * V
     flops = training_flops_per_token(n, args.layers, args.seq, args.hidden)
@@ -144,7 +143,7 @@ def runner_rows(argv=()):
               "batch": args.batch, "rounds": args.rounds, "steps": args.steps}
     return pair_rows(results, [("no XLA vs keras-hub", "kerasplm", "keras_hub"),
                                ("XLA vs keras-hub XLA", "kerasplm_xla", "keras_hub_xla"),
-                               ("vs HF GPT2LMHeadModel", ("kerasplm", "kerasplm_xla"), "huggingface")],
+                               ("vs HF GPT2LMHeadModel (own process)", ("kerasplm", "kerasplm_xla"), "huggingface")],
                      "tokens_per_second", config, flops_per_unit=flops)
 
 

@@ -51,6 +51,45 @@ def library_or_reason(module, package):
         return None, f"{package} is not installed ({e}); pip install -e \".[test,bench]\""
 
 
+def installed_or_reason(*modules):
+    """None when every module can be imported, else a one-line "not installed" reason naming the first missing one.
+    Nothing is imported: a side that runs in a process of its own (``side_in_own_process``) leaves no trace here."""
+    import importlib.util
+
+    for module in modules:
+        if importlib.util.find_spec(module) is None:
+            return f"{module} is not installed; pip install -e \".[test,bench]\""
+    return None
+
+
+def side_in_own_process(module, argv, side, timeout=3600):
+    """The results of one side of a bench script, run alone: ``python -m module *argv --sides side --json FILE`` in
+    a process of its own; ``{"skipped": reason}`` when that process fails.
+
+    This is how the torch (HF) anchors are measured. Beside TensorFlow's sides in one process, HF's GPT step ran at
+    224-229 tokens/s where it runs at 319 alone (2026-12-03, RESULTS.md "an AVX-512 AMD machine"): the two libraries'
+    thread pools share the cores, which flatters kerasplm's ratio. Alone, HF runs as an HF user's process does."""
+    import json
+    import subprocess
+    import tempfile
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with tempfile.TemporaryDirectory(prefix="benchmarks_side_") as tmp:
+        path = os.path.join(tmp, "side.json")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+        try:
+            proc = subprocess.run([sys.executable, "-m", module, *argv, "--sides", side, "--json", path], cwd=root,
+                                  env=env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"skipped": f"{side} did not finish within {timeout} s in its own process"}
+        if proc.returncode != 0 or not os.path.exists(path):
+            lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+            return {"skipped": f"{side} failed in its own process: {lines[-1] if lines else 'no output'}"}
+        with open(path) as f:
+            result = json.load(f)[side]
+    return {**result, "own_process": True}
+
+
 def interleaved(sides, rounds, steps_per_round, warmup=1, quiet=False):
     """Time several contenders taking turns, so that they share the machine's noise (a loaded machine).
 

@@ -7,7 +7,9 @@ Each comparison of ``REGISTRY`` runs in a child process of its own (``python -m 
 --only NAME``), so its TensorFlow state, thread pools and peak memory are its own; inside it, the bench script's
 ``runner_rows`` runs kerasplm and the anchor side by side (built first, then taking turns), and the child
 measures the dense matmul peak in the same process, before and after the comparison (the higher reading). The
-parent collects the children's JSON.
+parent collects the children's JSON. Training comparisons run on the CPU kernels kerasplm's training jobs use
+(``TF_ENABLE_ONEDNN_OPTS=1`` unless the environment sets it), the others on TensorFlow's default, as ``kerasplm
+serve`` does.
 
 Per row: the kerasplm figure, the anchor's, ``ratio`` = kerasplm over the anchor in "higher is better" terms
 (throughputs: kerasplm / anchor; latencies in ms: anchor / kerasplm, see ``UNITS``), MFU for training rows
@@ -177,7 +179,8 @@ def run_in_process(comparison, quick):
     if "tensorflow" in sys.modules:
         from benchmarks.common import machine_info
         machine = machine_info()
-    return [complete_row(comparison, r, rss, peaks) for r in rows], {"machine": machine, "matmul_peaks": peaks}
+    return [complete_row(comparison, r, rss, peaks) for r in rows], \
+        {"machine": machine, "matmul_peaks": peaks, "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS")}
 
 
 def run_child(comparison, quick, log=sys.stderr, timeout=None):
@@ -192,6 +195,10 @@ def run_child(comparison, quick, log=sys.stderr, timeout=None):
             cmd.append("--quick")
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        if comparison.training:
+            # The CPU kernels kerasplm's training jobs run on (kerasplm.cli.choose_cpu_kernels: oneDNN's); the other
+            # rows keep TensorFlow's default, as serve and translate do. An explicit setting applies to every row.
+            env.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
         tail = collections.deque(maxlen=20)
         start = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -12,7 +12,8 @@
 declares them, with their options, in its manifest (``kerasplm/families/<family>.py``). This module holds
 only what belongs to no family: the parser's frame, ``serve``, ``presets``, and running a command.
 Building the parser imports no TensorFlow, so ``--help`` answers at once; TensorFlow's C++ log lines
-are silenced unless ``--verbose`` is given. Bad flags and unreadable inputs end with a one-line error
+are silenced unless ``--verbose`` is given. Training jobs run on TensorFlow's oneDNN CPU kernels (see
+:func:`choose_cpu_kernels`); every other command on TensorFlow's default kernels. Bad flags and unreadable inputs end with a one-line error
 and exit status 2; a training job stopped by SIGTERM exits with 143 after saving its checkpoint.
 """
 import argparse
@@ -30,6 +31,7 @@ from kerasplm.serving import defaults as serving_defaults
 
 _VERBOSE_HELP = "show TensorFlow's own start-up and log lines"
 _VERBOSE_DEST = "show_tensorflow_logs"   # not "verbose": the training jobs' progress option has that name
+_TRAINS_DEST = "trains_a_model"           # set by the training jobs' subcommands (choose_cpu_kernels)
 
 
 class CLIError(Exception):
@@ -92,7 +94,7 @@ def build_parser():
                              help="run directory (an existing run is resumed with its stored options)"
                                   + (f" (default {default})" if default else ""))
         _add_verbose(sub)
-        sub.set_defaults(handler=functools.partial(_run_command, command))
+        sub.set_defaults(handler=functools.partial(_run_command, command), **{_TRAINS_DEST: command.is_job})
     _add_serve_parser(commands)
     _add_presets_parser(commands)
     return parser
@@ -355,6 +357,22 @@ def _native_logs_silenced(verbose):
         restore()
 
 
+def choose_cpu_kernels(args):
+    """Before TensorFlow is imported: oneDNN's CPU kernels for a training job, unless ``TF_ENABLE_ONEDNN_OPTS``
+    is set already. Returns the variable's value for this command (None: TensorFlow's default).
+
+    TensorFlow turns oneDNN on by default only on CPUs with AVX-512 VNNI/BF16 or AMX, and runs Eigen's kernels
+    elsewhere. On a 2-core AVX2 EPYC (benchmarks/RESULTS.md, "oneDNN on an AVX2 machine") oneDNN made the training
+    steps 1.3-2x faster (translator, BERT, MiniLM fine-tuning, GPT, the GRU translator) and small-batch inference
+    1.6-2.6x slower (the translator's greedy decoding and its serving signature at one sentence per request). So
+    training jobs turn it on and ``serve``, ``translate``, ``generate`` and the exports keep TensorFlow's choice.
+    TensorFlow reads the variable once, when it is imported: a job's own decoding (the translator's BLEU) runs on
+    the same kernels as its training."""
+    if getattr(args, _TRAINS_DEST, False) and "tensorflow" not in sys.modules:
+        os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+    return os.environ.get("TF_ENABLE_ONEDNN_OPTS")
+
+
 def main(argv=None):
     try:
         parser = build_parser()
@@ -362,6 +380,7 @@ def main(argv=None):
         print(f"kerasplm: error: {e}", file=sys.stderr)
         return 2
     args = parser.parse_args(argv)
+    choose_cpu_kernels(args)
     with _native_logs_silenced(getattr(args, _VERBOSE_DEST, False)):
         try:
             return args.handler(args)

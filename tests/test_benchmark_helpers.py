@@ -157,8 +157,9 @@ def test_runner_end_to_end_on_its_selftest_entry_writes_json_and_flags_a_regress
     old = tmp_path / "old.json"
     old.write_text(json.dumps({"rows": [{"name": "selftest/matmul vs einsum", "ratio": 1e12}]}))
     new = tmp_path / "new.json"
+    env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
     proc = subprocess.run([sys.executable, "-m", "benchmarks.run", "--only", "selftest", "--json", str(new),
-                           "--compare", str(old)], cwd=root, capture_output=True, text=True, timeout=120)
+                           "--compare", str(old)], cwd=root, capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 1, proc.stderr[-2000:]                 # the regression is the exit status
     assert "REGRESSED" in proc.stdout and "regression: selftest/matmul vs einsum" in proc.stdout
     result = json.loads(new.read_text())
@@ -174,6 +175,8 @@ def test_runner_end_to_end_on_its_selftest_entry_writes_json_and_flags_a_regress
     assert skipped["peak_rss_mb"] is None
     assert "kerasplm_no_such_library is not installed" in skipped["skipped"]
     assert result["compared_with"] == {"file": str(old), "tolerance": 0.1, "regressed": [measured["name"]]}
+    # A training row's child runs on the kernels of kerasplm's training jobs (kerasplm.cli.choose_cpu_kernels).
+    assert result["comparisons"]["selftest"]["TF_ENABLE_ONEDNN_OPTS"] == "1"
 
 
 def test_the_runners_peak_is_the_higher_of_its_readings_before_and_after_a_comparison(monkeypatch):
@@ -221,6 +224,24 @@ def test_pair_rows_take_the_faster_kerasplm_side_and_skip_rows_whose_anchor_did_
     assert rows[1]["kerasplm"] == 120.0 and rows[1]["kerasplm_side"] == "kerasplm_xla" and rows[1]["anchor"] == 60.0
     assert rows[1]["training_flops_per_unit"] == 6.0 and rows[1]["dtype"] == "float32"
     assert rows[2]["skipped"] == "keras_hub_xla was not run"
+
+
+def test_a_side_in_its_own_process_gets_the_same_arguments_and_a_failure_becomes_a_skip_reason(tmp_path, monkeypatch):
+    from benchmarks.common import installed_or_reason, side_in_own_process
+
+    (tmp_path / "fake_bench.py").write_text(
+        "import argparse, json, sys\n"
+        "p = argparse.ArgumentParser(); p.add_argument('--rounds'); p.add_argument('--sides', nargs='+')\n"
+        "p.add_argument('--json'); a = p.parse_args()\n"
+        "if a.rounds == 'bad': sys.exit('no such device')\n"
+        "json.dump({s: {'tokens_per_second': 7.0, 'rounds': a.rounds} for s in a.sides}, open(a.json, 'w'))\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    assert side_in_own_process("fake_bench", ["--rounds", "3"], "huggingface") == \
+        {"tokens_per_second": 7.0, "rounds": "3", "own_process": True}
+    assert side_in_own_process("fake_bench", ["--rounds", "bad"], "huggingface") == \
+        {"skipped": "huggingface failed in its own process: no such device"}
+    assert installed_or_reason("json", "os") is None
+    assert installed_or_reason("json", "no_such_module_xyz").startswith("no_such_module_xyz is not installed")
 
 
 def test_squad_retrieval_ranks_and_metrics():
