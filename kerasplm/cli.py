@@ -13,8 +13,9 @@ declares them, with their options, in its manifest (``kerasplm/families/<family>
 only what belongs to no family: the parser's frame, ``serve``, ``presets``, and running a command.
 Building the parser imports no TensorFlow, so ``--help`` answers at once; TensorFlow's C++ log lines
 are silenced unless ``--verbose`` is given. Training jobs run on TensorFlow's oneDNN CPU kernels (see
-:func:`choose_cpu_kernels`); every other command on TensorFlow's default kernels. Bad flags and unreadable inputs end with a one-line error
-and exit status 2; a training job stopped by SIGTERM exits with 143 after saving its checkpoint.
+:func:`choose_cpu_kernels`); every other command on TensorFlow's default kernels. Bad flags and unreadable
+inputs end with a one-line error and exit status 2; a training job stopped by SIGTERM exits with 143 after
+saving its checkpoint.
 """
 import argparse
 import contextlib

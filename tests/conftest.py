@@ -18,6 +18,15 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _tensorflow_imported_first():
+    """Each test process imports TensorFlow before its first test, on TensorFlow's default CPU kernels, as the
+    Python API runs. An in-process ``cli.main(["train", ...])`` would otherwise import it first in some workers and
+    turn oneDNN on for the rest of that worker (``kerasplm.cli.choose_cpu_kernels``), so a test's kernels would depend
+    on the order the tests ran in. Training commands run as subprocesses still choose as a user's do."""
+    import tensorflow  # noqa: F401
+
+
 @pytest.fixture
 def shared_data():
     """``../shared/data`` next to the checkout; skip when a user's clone does not have it."""

@@ -50,7 +50,8 @@ def test_a_training_job_runs_on_onednn_and_a_user_setting_wins(inputs):
     ["distill", "--teacher", "run", "--train", "t.tsv", "--dev", "t.tsv", "--out", "x"]])
 def test_every_training_job_asks_for_onednn(argv, inputs, monkeypatch):
     monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
-    monkeypatch.delitem(sys.modules, "tensorflow", raising=False)   # as in a fresh CLI process, where nothing imported it yet
+    # As in a fresh CLI process, where nothing imported TensorFlow yet.
+    monkeypatch.delitem(sys.modules, "tensorflow", raising=False)
     assert cli.choose_cpu_kernels(cli.build_parser().parse_args(argv)) == "1"
 
 
