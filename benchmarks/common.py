@@ -62,6 +62,15 @@ def installed_or_reason(*modules):
     return None
 
 
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def child_environment():
+    """This process's environment with the checkout first on ``PYTHONPATH``, for a child ``python -m benchmarks...``
+    run from ``REPO_ROOT``: it imports this checkout's benchmarks and kerasplm."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p)}
+
+
 def side_in_own_process(module, argv, side, timeout=3600):
     """The results of one side of a bench script, run alone: ``python -m module *argv --sides side --json FILE`` in
     a process of its own; ``{"skipped": reason}`` when that process fails.
@@ -73,13 +82,12 @@ def side_in_own_process(module, argv, side, timeout=3600):
     import subprocess
     import tempfile
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with tempfile.TemporaryDirectory(prefix="benchmarks_side_") as tmp:
         path = os.path.join(tmp, "side.json")
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
         try:
-            proc = subprocess.run([sys.executable, "-m", module, *argv, "--sides", side, "--json", path], cwd=root,
-                                  env=env, capture_output=True, text=True, timeout=timeout)
+            proc = subprocess.run([sys.executable, "-m", module, *argv, "--sides", side, "--json", path],
+                                  cwd=REPO_ROOT, env=child_environment(), capture_output=True, text=True,
+                                  timeout=timeout)
         except subprocess.TimeoutExpired:
             return {"skipped": f"{side} did not finish within {timeout} s in its own process"}
         if proc.returncode != 0 or not os.path.exists(path):

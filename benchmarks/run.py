@@ -44,6 +44,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from benchmarks import mfu as mfu_lib  # noqa: E402
+from benchmarks.common import child_environment  # noqa: E402
 
 # Unit -> True when a larger figure is better. The ratio is always "kerasplm is this many times better".
 UNITS = {"tokens/s": True, "target tokens/s": True, "new tokens/s": True, "examples/s": True, "requests/s": True,
@@ -193,7 +194,7 @@ def run_child(comparison, quick, log=sys.stderr, timeout=None):
         cmd = [sys.executable, "-m", "benchmarks.run", "--in-process", "--only", comparison.name, "--json", out]
         if quick:
             cmd.append("--quick")
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
+        env = child_environment()
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         if comparison.training:
             # The CPU kernels kerasplm's training jobs run on (kerasplm.cli.choose_cpu_kernels: oneDNN's); the other
