@@ -21,10 +21,10 @@ marked skipped with the reason. ``--compare OLD.json`` marks rows whose ratio fe
 failed exits with status 2.
 
 ``--quick`` runs each comparison on its small configuration (fewer rounds, shorter generations, fewer batch
-sizes): meant to finish within 20 minutes on 2 idle cores. That is an estimate from smoke runs on a loaded
-machine (e.g. bert_mlm_train's quick configuration took 4.6 minutes there with 3 of its 5 sides), not a
-timing; keras-hub adds sides to four comparisons. The figures of a quick run are noisier; compare quick runs
-with quick runs. ``--timeout`` (default 30 minutes) kills a comparison that hangs and reports it failed.
+sizes): meant to finish within 20 minutes on 2 idle cores. Its training comparisons still take the median of 4–5
+rounds per side, so that one slow round cannot flip a row: with 2 rounds of one step, one idle run put BERT MLM
+with XLA at 0.92x keras-hub where a rerun of the same code gave 1.17x (benchmarks/RESULTS.md, 2026-12-06). The
+figures of a quick run are noisier than a full run's; compare quick runs with quick runs. ``--timeout`` (default 30 minutes) kills a comparison that hangs and reports it failed.
 """
 import argparse
 import collections
@@ -70,33 +70,33 @@ class Comparison:
 REGISTRY = {c.name: c for c in (
     Comparison("translator_train", "benchmarks.bench_train", "the seed's train_step (tf.function)",
                "target tokens/s", True, "transformer_seed, batch 64, length 40, Trainer vs the seed's train_step",
-               quick=("--rounds", "2", "--steps-per-turn", "2", "--precisions", "float32"), full=("--rounds", "10")),
+               quick=("--rounds", "5", "--steps-per-turn", "2", "--precisions", "float32"), full=("--rounds", "10")),
     Comparison("translator_decode", "benchmarks.bench_decode", "the seed's evaluate() (eager)", "tokens/s", False,
                "transformer_seed, batch 1: cached greedy and beam (K=4) vs the seed's evaluate()",
                quick=("--tokens", "20", "--seed-tokens", "20", "--repeats", "2"), full=()),
     Comparison("bert_mlm_train", "benchmarks.bench_bert_pretrain", "keras-hub BertMaskedLM; HF BertForMaskedLM",
                "tokens/s", True, "bert_mini (L4 H256), seq 128, batch 16, with and without XLA",
-               quick=("--rounds", "2", "--steps", "1", "--warmup", "1"), full=()),
+               quick=("--rounds", "5", "--steps", "2", "--warmup", "2"), full=()),
     Comparison("bert_base_memory", "benchmarks.bench_bert_pretrain", "none (absolute; peak RSS target 8 GB)",
                "tokens/s", True, "bert_base (L12 H768) pretraining step, seq 128, batch 32: tokens/s and peak memory",
                quick=("--steps", "2"), full=("--steps", "5"), function="memory_rows"),
     Comparison("bert_finetune", "benchmarks.bench_finetune", "keras-hub BertTextClassifier", "examples/s", True,
                "MiniLM-L6-H384 classifier, seq 128, batch 32, with and without XLA",
-               quick=("--rounds", "2", "--steps", "1", "--warmup", "1"), full=()),
+               quick=("--rounds", "4", "--steps", "1", "--warmup", "1"), full=()),
     Comparison("gpt_train", "benchmarks.bench_gpt_train", "keras-hub GPT2CausalLM; HF GPT2LMHeadModel", "tokens/s",
                True,
                "GPT-2 layout L6 H512, seq 256, batch 8, with and without XLA",
-               quick=("--rounds", "2", "--steps", "1", "--warmup", "1"), full=()),
+               quick=("--rounds", "4", "--steps", "1", "--warmup", "1"), full=()),
     Comparison("gpt_generate", "benchmarks.bench_generate", "keras-hub GPT2CausalLM.generate; HF generate",
                "new tokens/s", False, "GPT-2 layout L6 H512, greedy, batch 1, 4 and 32",
-               quick=("--batch", "1", "4", "--new", "32", "--rounds", "2", "--bandwidth-gib", "0"),
+               quick=("--batch", "1", "4", "--new", "32", "--rounds", "3", "--bandwidth-gib", "0"),
                full=("--batch", "1", "4", "32", "--bandwidth-gib", "0")),
     Comparison("elmo_train", "benchmarks.bench_elmo", "a plain Keras Model.fit of the same network", "tokens/s",
                True, "elmo_tiny biLM, vocab 2000, batch 32, window 20",
-               quick=("--rounds", "2", "--steps", "2"), full=()),
+               quick=("--rounds", "4", "--steps", "2"), full=()),
     Comparison("rnn_seq2seq_train", "benchmarks.bench_rnn_seq2seq", "the seed's GRU + attention in plain Keras",
                "target tokens/s", True, "gru_bahdanau, batch 64, lengths 5-20",
-               quick=("--rounds", "2", "--steps", "1", "--warmup", "1"), full=()),
+               quick=("--rounds", "4", "--steps", "1", "--warmup", "1"), full=()),
     Comparison("serving", "benchmarks.bench_serving", "none (absolute latency)", "ms", False,
                "transformer_seed export, one sentence per request: SavedModel signature and kerasplm serve (REST)",
                quick=("--requests", "20", "--warmup", "3", "--no-jit", "--max-beam-size", "1"), full=()),
