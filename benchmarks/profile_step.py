@@ -6,7 +6,10 @@ protobuf TensorFlow writes) and sums the host's TensorFlow op events by op type:
 share of all op time. Ops on the inter-op threads run side by side, so the op time per step can exceed the
 step's wall time; the shares say which kinds of work dominate. ``MatMul``-like types (``MatMul``,
 ``BatchMatMulV2``, ``_FusedMatMul``, ``Einsum`` and oneDNN's ``_Mkl*`` kernels of them) are the part the matmul
-peak bounds; the rest is what a faster step removes first.
+peak bounds; the rest is what a faster step removes first. An event lasts from the op's start to its end, waiting
+included: an op that runs beside an XLA cluster or other updates can show far more time than its work (the BERT XLA
+step's weight decay read 60–105 ms per step here, and under 1% of the step in an A/B with and without it;
+benchmarks/RESULTS.md, 2026-12-06). Confirm a suspect with an A/B of the step before working on it.
 
 An XLA-compiled side has no TensorFlow op events inside its cluster: XLA:CPU's runtime records each of its thunks
 instead (the compiled HLO's fusions, dots and loops, e.g. ``dot_add_fusion.30``, on the intra-op threads). Those
