@@ -21,10 +21,11 @@ marked skipped with the reason. ``--compare OLD.json`` marks rows whose ratio fe
 failed exits with status 2.
 
 ``--quick`` runs each comparison on its small configuration (fewer rounds, shorter generations, fewer batch
-sizes): meant to finish within 20 minutes on 2 idle cores. Its training comparisons still take the median of 4–5
-rounds per side, so that one slow round cannot flip a row: with 2 rounds of one step, one idle run put BERT MLM
-with XLA at 0.92x keras-hub where a rerun of the same code gave 1.17x (benchmarks/RESULTS.md, 2026-12-06). The
-figures of a quick run are noisier than a full run's; compare quick runs with quick runs. ``--timeout`` (default 30 minutes) kills a comparison that hangs and reports it failed.
+sizes): meant to finish within 20 minutes on 2 idle cores (11.6 minutes on 2026-12-06's AVX-512 machine). Its
+training comparisons still take the median of 4–5 rounds per side, so that one slow round cannot flip a row: with 2
+rounds of one step, one idle run put BERT MLM with XLA at 0.92x keras-hub where a rerun of the same code gave 1.17x
+(benchmarks/RESULTS.md, 2026-12-06). The figures of a quick run are noisier than a full run's; compare quick runs
+with quick runs. ``--timeout`` (default 30 minutes) kills a comparison that hangs and reports it failed.
 """
 import argparse
 import collections
