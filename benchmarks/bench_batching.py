@@ -54,7 +54,7 @@ def sentences(n):
 
 def export_translator_model(run, base, smoke):
     from benchmarks.bench_serving import build_translator  # the serving benchmark's translator (run or random weights)
-    from kerasplm.export import export_translator
+    from kerasplm.models.translator import export_translator
 
     translator, desc = build_translator(run)
     export_translator(translator, base, max_beam_size=2 if smoke else 4)
@@ -68,9 +68,9 @@ def export_classifier_model(run, base, root, layers, hidden, smoke):
     if run:
         export_classifier(run, base)
         return f"run {run}"
-    from kerasplm.convert.bert import convert_bert_to_run, save_tf_bert
-    from kerasplm.jobs.bert_finetune import finetune_bert_classifier
-    from kerasplm.models.bert import BertBackbone
+    from kerasplm.models.bert.convert import convert_bert_to_run, save_tf_bert
+    from kerasplm.models.bert.classifier_job import finetune_bert_classifier
+    from kerasplm.models.bert.backbone import BertBackbone
     from kerasplm.text import write_vocab
 
     texts = sentences(400)

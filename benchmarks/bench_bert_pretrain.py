@@ -61,9 +61,9 @@ def model_flops_per_step():
 def kerasplm_step(jit_compile):
     import tensorflow as tf
 
-    from kerasplm.models.bert import BertBackbone
-    from kerasplm.models.bert_pretraining import BertPretrainer
-    from kerasplm.jobs.bert_pretraining import BertPretrainingOptions, _optimizer
+    from kerasplm.models.bert.backbone import BertBackbone
+    from kerasplm.models.bert.pretrainer import BertPretrainer
+    from kerasplm.models.bert.pretraining_job import BertPretrainingOptions, _optimizer
     from kerasplm.training import Trainer
 
     batch = {k: tf.constant(v) for k, v in synthetic_batch().items()}
@@ -237,9 +237,9 @@ def memory_rows(argv=()):
 
     import tensorflow as tf
 
-    from kerasplm.jobs.bert_pretraining import BertPretrainingOptions, _optimizer
-    from kerasplm.models.bert import BertBackbone
-    from kerasplm.models.bert_pretraining import BertPretrainer
+    from kerasplm.models.bert.pretraining_job import BertPretrainingOptions, _optimizer
+    from kerasplm.models.bert.backbone import BertBackbone
+    from kerasplm.models.bert.pretrainer import BertPretrainer
     from kerasplm.training import Trainer
 
     parser = argparse.ArgumentParser(description="BERT-base pretraining step: tokens/s and memory")

@@ -32,11 +32,11 @@ import tensorflow as tf  # noqa: E402
 
 from benchmarks.common import machine_info  # noqa: E402
 from kerasplm.generation import make_beam_search_fn, make_greedy_fn  # noqa: E402
-from kerasplm.models import Transformer  # noqa: E402
+from kerasplm.models.transformer import Transformer  # noqa: E402
 
 try:  # the decoder-only engine (absent from kerasplm versions before the shared rails)
     from kerasplm.generation import make_generate_fn  # noqa: E402
-    from kerasplm.models import CausalLM  # noqa: E402
+    from kerasplm.models.gpt import CausalLM  # noqa: E402
 except ImportError:
     CausalLM = None
 from tests import seed_reference as seed  # noqa: E402

@@ -1,6 +1,6 @@
 """ELMo biLM training throughput: kerasplm's Trainer step vs a plain Keras ``Model.fit`` of the same network.
 
-Both sides train the same :class:`kerasplm.models.elmo.ElmoLanguageModel` weights layout (character CNN,
+Both sides train the same :class:`kerasplm.models.elmo.model.ElmoLanguageModel` weights layout (character CNN,
 forward/backward LSTMs, shared full-softmax over the word vocabulary) on the same random batches of windows
 (``--batch`` windows of ``--window`` tokens, no padding), Adagrad(0.2). The Keras side is a functional model
 ``char_ids -> (forward logits, backward logits)`` compiled with two sparse cross-entropy losses on the
@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from benchmarks.common import machine_info  # noqa: E402
-from kerasplm.models.elmo import ElmoLanguageModel  # noqa: E402
+from kerasplm.models.elmo.model import ElmoLanguageModel  # noqa: E402
 from kerasplm.training import Trainer  # noqa: E402
 
 

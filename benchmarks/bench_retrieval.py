@@ -4,7 +4,7 @@ For each N in ``--sizes`` (default 10,000 and 100,000): N random unit vectors of
 time does not depend on what the vectors mean) with texts ``"passage i"``; then, one query per call, interleaved,
 p50 / p99 over ``--requests`` calls of
 
-  * ``retriever``: the retriever SavedModel (``kerasplm.export.retriever``, float32 corpus matrix, exact top-k),
+  * ``retriever``: the retriever SavedModel (``kerasplm.models.sentence_embedding.retriever_export``, float32 corpus matrix, exact top-k),
     loaded with ``tf.saved_model.load``: query string -> embedding -> ``q V^T`` -> top-k ids, scores, texts;
   * ``retriever_int8``: the same with the int8 matrix and per-vector scales;
   * ``embed``: the same SavedModel's ``embed`` signature alone (the query's embedding), so that search time =
@@ -35,8 +35,8 @@ import tensorflow as tf  # noqa: E402
 
 from benchmarks.common import load_average, machine_info, write_results  # noqa: E402
 from kerasplm.export.base import save_version  # noqa: E402
-from kerasplm.export.retriever import RetrieverModule  # noqa: E402
-from kerasplm.models.sentence_embedder import SentenceEmbedder, bert_run_parts, recorded_settings  # noqa: E402
+from kerasplm.models.sentence_embedding.retriever_export import RetrieverModule  # noqa: E402
+from kerasplm.models.sentence_embedding.embedder import SentenceEmbedder, bert_run_parts, recorded_settings  # noqa: E402
 
 QUERY = "where was the treaty signed ?"
 WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "where", "was", "the", "treaty", "signed", "?", "who", "wrote",
@@ -49,7 +49,7 @@ def make_encoder(run, sequence_length):
         backbone, tokenizer, options = bert_run_parts(run)
         pooling, _, length = recorded_settings(options, sequence_length=sequence_length)
         return SentenceEmbedder(backbone, tokenizer, pooling=pooling, sequence_length=length), f"run {run}"
-    from kerasplm.models.bert import BertBackbone
+    from kerasplm.models.bert.backbone import BertBackbone
     from kerasplm.text import BertTokenizer
 
     tf.keras.utils.set_random_seed(0)

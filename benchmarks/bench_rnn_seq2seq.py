@@ -61,8 +61,8 @@ def synthetic_batch(batch, length, seed=0):
 def kerasplm_step(config, batch, jit_compile):
     import tensorflow as tf
 
-    from kerasplm.models.rnn_seq2seq import RNNSeq2Seq
-    from kerasplm.models.transformer import translation_loss
+    from kerasplm.models.rnn_seq2seq.model import RNNSeq2Seq
+    from kerasplm.models.transformer.model import translation_loss
     from kerasplm.training import Trainer
     from kerasplm.training.optimizers import FusedAdam
 
@@ -91,8 +91,8 @@ def kerasplm_bf16_step(config, batch):
 def kerasplm_xla_step(config, batch):
     import tensorflow as tf
 
-    from kerasplm.models.rnn_seq2seq import RNNSeq2Seq
-    from kerasplm.models.transformer import translation_loss
+    from kerasplm.models.rnn_seq2seq.model import RNNSeq2Seq
+    from kerasplm.models.transformer.model import translation_loss
     from kerasplm.training.optimizers import FusedAdam
 
     (src, tgt_in), tgt_out = batch
@@ -204,7 +204,7 @@ def build_parser():
 
 def measure(args, parser=None):
     """Runs the sides of ``args`` (from ``build_parser``) interleaved; returns the results dict."""
-    from kerasplm.models.rnn_seq2seq import get_preset
+    from kerasplm.models.rnn_seq2seq.model import get_preset
 
     config = get_preset(args.preset, input_vocab_size=V, target_vocab_size=V, rate=0.0)
     if config.attention != "additive" or config.cell != "gru" or config.bidirectional:

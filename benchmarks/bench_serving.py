@@ -43,19 +43,19 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from benchmarks.common import machine_info  # noqa: E402
-from kerasplm.export import export_translator  # noqa: E402
+from kerasplm.models.translator import export_translator  # noqa: E402
 from kerasplm.serving import ModelServer  # noqa: E402
 
 SENTENCE = "¿Puedo tomar prestado este libro?"
 
 
 def build_translator(run):
-    from kerasplm.jobs.translation import Translator, load_translator
+    from kerasplm.models.translator.job import Translator, load_translator
 
     if run:
         return load_translator(run), f"run {run}"
     from kerasplm.data import read_parallel_tsv, sample_path
-    from kerasplm.models.transformer import Transformer
+    from kerasplm.models.transformer.model import Transformer
     from kerasplm.runs import attach_run_info
     from kerasplm.text import TranslatorPreprocessor, WordPieceTokenizer, build_wordpiece_vocab
 

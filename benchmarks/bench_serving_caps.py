@@ -31,9 +31,9 @@ from benchmarks.common import machine_info  # noqa: E402
 
 EXPORT = """
 import sys, keras
-from kerasplm.export.elmo import export_elmo
-from kerasplm.models.elmo import ElmoBiLM
-from kerasplm.models.elmo_runs import Elmo
+from kerasplm.models.elmo.export import export_elmo
+from kerasplm.models.elmo.model import ElmoBiLM
+from kerasplm.models.elmo.runs import Elmo
 keras.utils.set_random_seed(0)
 export_elmo(Elmo(ElmoBiLM.from_preset(sys.argv[2], dropout=0.0), ["<S>", "</S>", "<UNK>"]), sys.argv[1])
 """

@@ -83,7 +83,7 @@ def spearman(x, y):
 
 
 def score(embed, held_out):
-    from kerasplm.models.bert_simcse import alignment_uniformity
+    from kerasplm.models.sentence_embedding.simcse import alignment_uniformity
 
     a, b = embed([p[0] for p in PAIRS]), embed([p[1] for p in PAIRS])
     unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)  # noqa: E731
@@ -111,10 +111,10 @@ def main():
     import tensorflow as tf
 
     from benchmarks.common import machine_info
-    from kerasplm.convert.bert import convert_bert_to_run
-    from kerasplm.export.embedder import bert_run_parts
-    from kerasplm.models.bert_simcse import BertSimCSE
-    from kerasplm.jobs.bert_simcse_job import embed_sentences, finetune_bert_simcse
+    from kerasplm.models.bert.convert import convert_bert_to_run
+    from kerasplm.models.sentence_embedding.embedder_export import bert_run_parts
+    from kerasplm.models.sentence_embedding.simcse import BertSimCSE
+    from kerasplm.models.sentence_embedding.simcse_job import embed_sentences, finetune_bert_simcse
     from kerasplm.text.bert_tokenizer import BertPreprocessor
 
     os.makedirs(args.out, exist_ok=True)

@@ -25,8 +25,9 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import kerasplm  # noqa: E402,F401
-from kerasplm.models import Transformer, get_preset  # noqa: E402
-from kerasplm.jobs.translation import translation_loss  # noqa: E402
+from kerasplm.models.transformer import Transformer  # noqa: E402
+from kerasplm.models import get_preset  # noqa: E402
+from kerasplm.models.translator.job import translation_loss  # noqa: E402
 from kerasplm.training import CustomSchedule, Trainer  # noqa: E402
 from benchmarks.common import machine_info  # noqa: E402
 from benchmarks.mfu import training_flops_per_token, transformer_matmul_params  # noqa: E402

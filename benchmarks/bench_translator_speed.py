@@ -23,8 +23,8 @@ import time
 import keras
 
 from kerasplm.data import make_translation_dataset, read_parallel_tsv, sample_path
-from kerasplm.models.transformer import Transformer, get_preset
-from kerasplm.jobs.translation import translation_loss
+from kerasplm.models.transformer.model import Transformer, get_preset
+from kerasplm.models.translator.job import translation_loss
 from kerasplm.text import TranslatorPreprocessor, WordPieceTokenizer, build_wordpiece_vocab, write_vocab
 from kerasplm.training import BudgetSchedule, Trainer
 

@@ -79,7 +79,7 @@ def sst2_text(out, max_examples=None):
 
 
 def general_lm(args, out, budget):
-    from kerasplm.jobs.ulmfit import train_ulmfit_lm
+    from kerasplm.models.ulmfit.job import train_ulmfit_lm
 
     path = os.path.join(out, "general_lm")
     if "time_budget" in budget:   # the budget, not the job's default single epoch, ends the run
@@ -109,7 +109,7 @@ def completed(run, train):
 def random_lm(out, target, text):
     """A language model of the ``target`` run's sizes, not trained (one step at a rate of 1e-12), whose vocabulary
     is the target text's: what the classifier without pretraining starts from."""
-    from kerasplm.jobs.ulmfit import train_ulmfit_lm
+    from kerasplm.models.ulmfit.job import train_ulmfit_lm
 
     with open(os.path.join(target, "config.json"), encoding="utf-8") as f:
         sizes = json.load(f)["model"]["config"]["backbone"]["config"]
@@ -121,7 +121,7 @@ def random_lm(out, target, text):
 
 
 def run_ablations(args, out):
-    from kerasplm.jobs.ulmfit import finetune_ulmfit_classifier, finetune_ulmfit_lm
+    from kerasplm.models.ulmfit.job import finetune_ulmfit_classifier, finetune_ulmfit_lm
 
     budget = SMOKE if args.smoke else (dict(steps=args.lm_steps) if args.lm_steps else
                                        dict(time_budget=args.lm_budget))
@@ -153,11 +153,11 @@ def run_ablations(args, out):
 
 
 def run_compare(args, out):
-    from kerasplm.jobs.bert_finetune import finetune_bert_classifier
-    from kerasplm.jobs.bert_pretraining import train_bert
-    from kerasplm.jobs.elmo import train_elmo
-    from kerasplm.jobs.elmo_classifier import finetune_elmo_classifier
-    from kerasplm.jobs.ulmfit import finetune_ulmfit_classifier, finetune_ulmfit_lm
+    from kerasplm.models.bert.classifier_job import finetune_bert_classifier
+    from kerasplm.models.bert.pretraining_job import train_bert
+    from kerasplm.models.elmo.job import train_elmo
+    from kerasplm.models.elmo.classifier_job import finetune_elmo_classifier
+    from kerasplm.models.ulmfit.job import finetune_ulmfit_classifier, finetune_ulmfit_lm
 
     def share(fraction, epochs=False):
         """A stage's part of the budget; ``epochs``: a job whose --epochs would otherwise end it first."""

@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 
 from benchmarks.bench_serving import SENTENCE, build_translator  # noqa: E402
 from benchmarks.common import machine_info  # noqa: E402
-from kerasplm.export import export_translator  # noqa: E402
+from kerasplm.models.translator import export_translator  # noqa: E402
 
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 

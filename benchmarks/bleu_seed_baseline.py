@@ -7,7 +7,7 @@ Adam + CustomSchedule, the seed's masked ``loss_function`` and ``train_step`` un
 unshuffled batches of 64 (``drop_remainder=True``) epoch after epoch, and greedy decoding up to <end>.
 
 What is shared with ``kerasplm train translator`` so the comparison is fair: the same train/held-out
-split (``kerasplm.jobs.translation._prepare_data``, split by source sentence), the same length filter
+split (``kerasplm.models.translator.job._prepare_data``, split by source sentence), the same length filter
 (pairs longer than --max-length tokens dropped), the same model size (--preset), the same time budget,
 and the same scorer (``corpus_bleu``: case-insensitive sacrebleu with every reference of a source).
 Decoding uses a batched re-implementation of the seed's ``evaluate`` (same argmax, same stop rule):
@@ -31,7 +31,7 @@ import tensorflow as tf  # noqa: E402
 
 import kerasplm  # noqa: E402,F401
 from kerasplm.models import get_preset  # noqa: E402
-from kerasplm.jobs.translation import SEED_SENTENCES, TranslatorOptions, _prepare_data, corpus_bleu  # noqa: E402
+from kerasplm.models.translator.job import SEED_SENTENCES, TranslatorOptions, _prepare_data, corpus_bleu  # noqa: E402
 from tests import seed_reference as seed  # noqa: E402
 
 

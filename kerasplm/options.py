@@ -39,7 +39,8 @@ import importlib
 import math
 import os
 
-__all__ = ["RUN", "SESSION", "JobOptions", "TrainingOptions", "FineTuningOptions", "ExportOptions", "DecodingRequestOptions", "OptionsConflict",
+__all__ = ["RUN", "SESSION", "JobOptions", "TrainingOptions", "FineTuningOptions", "ExportOptions", "DecodingRequestOptions",
+           "WeightsDirectoryOptions", "DEFAULT_LENGTH_BUCKET", "LENGTH_BUCKET_HELP", "DEFAULT_SORTISH", "SORTISH_HELP", "OptionsConflict",
            "option", "add_options_to_parser", "options_from_args", "resolve_options"]
 
 RUN = "run"
@@ -344,3 +345,29 @@ def options_from_args(args, options_cls):
             value = getattr(args, name)
             given[name] = tuple(value) if spec.nargs is not None else value
     return given
+
+
+# Fine-tuning batches are cut to their longest example rounded up to a multiple of this (at most 128 / 16 = 8
+# widths), instead of being padded to --max-length: SST-2 sentences average ~12 word pieces.
+DEFAULT_LENGTH_BUCKET = 16
+LENGTH_BUCKET_HELP = ("pad each batch to its longest example rounded up to a multiple of this many tokens, not to "
+                      "{length} (few widths: one trace, one XLA compile each); 0: pad to {length} (default: "
+                      f"{DEFAULT_LENGTH_BUCKET}; runs made before the option: 0)")
+
+# New classifier runs train on sortish batches of this many batches' worth of examples sorted by their tokens: with
+# the length bucket, an SST-2 batch then holds ~17-22 positions where shuffled batches held ~45.
+DEFAULT_SORTISH = 50
+SORTISH_HELP = ("sortish training batches (HuggingFace's group_by_length, fastai's SortishSampler): every run of this "
+                "many batches' worth of shuffled examples is sorted by its tokens and cut into batches, shuffled in "
+                "turn, so that a batch holds examples of similar length and pays for few padded positions; 0: plain "
+                f"shuffled batches (default: {DEFAULT_SORTISH}; runs made before the option: 0)")
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightsDirectoryOptions(JobOptions):
+    """Every ``kerasplm convert <family>`` that reads one directory of foreign weights (HuggingFace's, Google's)
+    into a new run."""
+    source: str = option(None, "the directory holding the weights", flag="--from", metavar="DIR", required=True)
+    out: str = option(None, "the run directory to write (must not hold a run)", metavar="RUN_DIR", required=True)
+    allow_pickle: bool = option(False, "also read pytorch_model.bin (unpickling runs code from the file: only for "
+                                "files you trust)", const=True, choices=[True, False])

@@ -39,13 +39,13 @@ def shared_data():
 # Test files that use another file's module- or session-scoped fixtures (a trained run, an export) run on the
 # same worker as that file, so the fixture is built once per suite rather than once per worker.
 SAME_WORKER_AS = {
-    "tests/export/test_classifier_export.py": "tests/jobs/test_bert_finetune.py",
-    "tests/export/test_embedder_export.py": "tests/jobs/test_bert_finetune.py",
-    "tests/jobs/test_bert_simcse_job.py": "tests/jobs/test_bert_finetune.py",
-    "tests/jobs/test_bert_sbert_job.py": "tests/jobs/test_bert_finetune.py",
-    "tests/export/test_qa_export.py": "tests/jobs/test_bert_qa_job.py",
-    "tests/jobs/test_distillation.py": "tests/jobs/test_bert_finetune.py",
-    "tests/export/test_retriever_export.py": "tests/models/test_vector_index.py",
+    "tests/export/test_classifier_export.py": "tests/models/bert/test_classifier_job.py",
+    "tests/models/sentence_embedding/test_embedder_export.py": "tests/models/bert/test_classifier_job.py",
+    "tests/models/sentence_embedding/test_simcse_job.py": "tests/models/bert/test_classifier_job.py",
+    "tests/models/sentence_embedding/test_sbert_job.py": "tests/models/bert/test_classifier_job.py",
+    "tests/models/bert/test_question_answering_export.py": "tests/models/bert/test_question_answering_job.py",
+    "tests/models/distilbert/test_distillation_job.py": "tests/models/bert/test_classifier_job.py",
+    "tests/models/sentence_embedding/test_retriever_export.py": "tests/models/sentence_embedding/test_vector_index.py",
 }
 
 

@@ -30,12 +30,12 @@ def test_a_back_arrow_breaks_a_contract(tmp_path):
                     ignore=shutil.ignore_patterns("__pycache__", "sample"))
     shutil.copy(os.path.join(ROOT, ".importlinter"), tmp_path / ".importlinter")
     with open(tmp_path / "kerasplm" / "layers" / "masks.py", "a", encoding="utf-8") as f:
-        f.write("\nimport kerasplm.jobs.translation  # noqa\n")
+        f.write("\nimport kerasplm.models.translator.job  # noqa\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     result = subprocess.run([_lint_imports(), "--no-cache"], cwd=tmp_path, capture_output=True, text=True,
                             timeout=300, env=env)
     assert result.returncode != 0
-    assert "kerasplm.layers.masks -> kerasplm.jobs.translation" in result.stdout
+    assert "kerasplm.layers.masks -> kerasplm.models.translator.job" in result.stdout
 
 
 def _run_cli(*args, **kwargs):

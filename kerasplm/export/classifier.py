@@ -1,6 +1,6 @@
 """Export a fine-tuned classifier as a SavedModel: strings in, labels out. Runs of ``kerasplm finetune
 bert-classifier`` (family ``bert_classifier``) and of ``kerasplm finetune gpt-classifier`` (``gpt_classifier``: GPT-1's
-input transformations, :mod:`kerasplm.text.gpt_inputs`) and of ``kerasplm finetune ulmfit-classifier``
+input transformations, :mod:`kerasplm.models.gpt.preprocessor`) and of ``kerasplm finetune ulmfit-classifier``
 (``ulmfit_classifier``: words in graph, :class:`kerasplm.text.word_vocab.WordSequencePreprocessor`, reversed for a
 backward model) give the same signature.
 
@@ -29,7 +29,7 @@ An ensemble export (``ensemble_with``) answers the same signatures with the mean
 under ``ensemble``.
 
 Tokenization and packing are the training's preprocessor (:class:`kerasplm.text.BertPreprocessor`,
-:class:`kerasplm.text.gpt_inputs.GPTClassifierPreprocessor` or
+:class:`kerasplm.models.gpt.preprocessor.GPTClassifierPreprocessor` or
 :class:`kerasplm.text.word_vocab.WordSequencePreprocessor`; same cut at ``max_length``), padded to the longest row
 of each request. Variable tracking, metadata and the atomic
 versioned save are :mod:`kerasplm.export.base`'s.

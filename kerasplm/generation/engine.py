@@ -95,7 +95,7 @@ def causal_lm_search(model, prompt_ids, prompt_lengths, max_new_tokens, *, strat
     """Prefill + search for a decoder-only model (see the module docstring); traceable, XLA-compilable.
 
     The one decoding path of decoder-only models: ``generate`` (in process) and the generator export's
-    signatures (:mod:`kerasplm.export.generator`) both run it.
+    signatures (:mod:`kerasplm.models.gpt.export`) both run it.
 
     Args:
       prompt_ids: int32 ``(batch, width)`` right-padded prompts, static width.

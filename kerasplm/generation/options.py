@@ -117,7 +117,7 @@ def request_checks(temperature, top_k, top_p):
 
 def map_option_groups(fn, rows, options, output_dtypes):
     """Run ``fn`` once per distinct combination of per-row options, in graph: a request's options as the batch-safe
-    signatures of the exports take them (:mod:`kerasplm.export.translator`, :mod:`kerasplm.export.generator`).
+    signatures of the exports take them (:mod:`kerasplm.models.translator.export`, :mod:`kerasplm.models.gpt.export`).
 
     TF Serving's request batching concatenates the inputs of concurrent requests along their 0th dimension, so
     a signature is batch-safe only when every input has one row per example; an option is then a per-row vector,

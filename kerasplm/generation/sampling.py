@@ -21,7 +21,7 @@ entry, which took ~1.3 ms per step for 8,000 entries under XLA on CPU against ~0
 
 The options may be Python values (checked by :func:`kerasplm.generation.options.validate_sampling`; the
 filters are then chosen when the function is traced) or scalar tensors, e.g. the inputs of a SavedModel
-signature (:mod:`kerasplm.export.generator`), resolved at run time with a request's rules
+signature (:mod:`kerasplm.models.gpt.export`), resolved at run time with a request's rules
 (:mod:`kerasplm.generation.options`): ``top_k`` 0 (or >= the vocabulary) and ``top_p`` 0 or 1 mean no filter.
 A tensor ``top_k`` keeps the k most probable tokens in the same order, padded with -inf logits back to the
 whole vocabulary (a static shape for any k): the padding has probability 0, so the nucleus and the draw are

@@ -27,8 +27,8 @@ bound compiles. Source ids are cast to int32 first, so int32 and int64 inputs sh
 
 Strings. :class:`Seq2SeqDecoder` is the one text client of these functions: source strings to ids, the
 search, ids to target strings, attention weights on request. The in-process translator
-(``kerasplm.jobs.translation.Translator``) calls its Python methods; its SavedModel
-(``kerasplm.export.translator``) calls the same object's graph methods from its signatures, where the batch,
+(``kerasplm.models.translator.job.Translator``) calls its Python methods; its SavedModel
+(``kerasplm.models.translator.export``) calls the same object's graph methods from its signatures, where the batch,
 the source width and T are known only at run time.
 """
 import math
@@ -274,9 +274,9 @@ def last_cross_attention(weights):
 
 class Seq2SeqDecoder:
     """Strings in, strings out: the one translation client of the engine, for an encoder-decoder model and
-    its text preprocessing. The in-process translator (``kerasplm.jobs.translation.Translator``) calls its
+    its text preprocessing. The in-process translator (``kerasplm.models.translator.job.Translator``) calls its
     Python methods (:meth:`translate`, :meth:`translate_ids`); its SavedModel
-    (``kerasplm.export.translator.TranslatorModule``) calls the graph methods (:meth:`encode`,
+    (``kerasplm.models.translator.export.TranslatorModule``) calls the graph methods (:meth:`encode`,
     :meth:`decode_buffer`, :meth:`search`, :meth:`detokenize`, :meth:`attention`) from its signatures. Both
     decode with the same compiled functions (:func:`make_translate_fn`, one per strategy / beam size and
     options, shared per model) and the same length rule, stopping and beam scoring.

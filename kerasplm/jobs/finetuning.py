@@ -45,11 +45,10 @@ import numpy as np
 import keras
 import tensorflow as tf
 
-from kerasplm.export.embedder import bert_run_parts
-from kerasplm.families.bert import DEFAULT_LENGTH_BUCKET, DEFAULT_SORTISH
+from kerasplm.models.sentence_embedding.embedder_export import bert_run_parts
 from kerasplm.jobs.job import Job, provisional_total_steps
-from kerasplm.models.bert_tasks import classification_metrics
-from kerasplm.options import resolve_options
+from kerasplm.models.bert.classifier import classification_metrics
+from kerasplm.options import DEFAULT_LENGTH_BUCKET, DEFAULT_SORTISH, resolve_options
 from kerasplm.runs import RunDir
 from kerasplm.text.preprocessing import trim_to_bucket
 from kerasplm.training import BudgetSchedule, SlantedTriangular
@@ -211,7 +210,7 @@ def cut_padding(dataset, length_bucket, mask_key="padding_mask"):
 
 def classification_scores(model, dataset, regression, num_labels):
     """A classifier's figures over a whole labelled ``dataset`` (exact, not averaged over batches): accuracy, F1
-    and MCC (:func:`kerasplm.models.bert_tasks.classification_metrics`), or for regression MSE and Pearson's r."""
+    and MCC (:func:`kerasplm.models.bert.classifier.classification_metrics`), or for regression MSE and Pearson's r."""
     predictions, targets = [], []
     for inputs, labels in dataset:
         logits = model(inputs, training=False).numpy()
@@ -298,7 +297,7 @@ def make_optimizer(o, schedule, num_layers, layer_group=None, top_group=None, **
 # ------------------------------------------------------------------------------------------------ the init run
 def bert_init_parts(init, length, length_option="max_length"):
     """``(backbone, tokenizer, options)`` of the BERT run ``init`` that a fine-tuning job starts from (converted,
-    pretrained or fine-tuned: :func:`kerasplm.export.embedder.bert_run_parts`); one-line errors for a missing
+    pretrained or fine-tuned: :func:`kerasplm.models.sentence_embedding.embedder_export.bert_run_parts`); one-line errors for a missing
     --init and for a sequence length beyond the model's positions."""
     if init is None:
         raise ValueError("give the BERT run to start from (init / --init)")

@@ -1,32 +1,19 @@
-"""Model families (one module each), their base classes and the preset registry.
+"""The model families, one folder each (``kerasplm/models/<family>/``), over the shared bases of this package.
 
-``get_preset(name, **overrides)`` here is the registry's lookup over every family (preset names are
-unique); ``kerasplm.models.transformer.get_preset`` is the translator's own.
+Shared here: :mod:`kerasplm.models.base` (``ConfigMixin``, ``Backbone``, ``Task``, ``Preprocessor``),
+:mod:`kerasplm.models.presets` (the one preset registry). Each family's
+folder holds its backbone, task models, jobs, exports, converters and its ``manifest.py`` (its commands and
+presets, found by :mod:`kerasplm.registry`); its ``__init__.py`` is its public API::
+
+    from kerasplm.models.bert import BertBackbone, BertClassifier
+    from kerasplm.models.gpt import GPT, TextGenerator
+
+Nothing here names a family, and importing this package imports no TensorFlow (``kerasplm --help`` reads every
+family's manifest, and a submodule's import runs its packages' ``__init__.py`` first).
 """
-from kerasplm.models import presets
-from kerasplm.models.base import Backbone, ConfigMixin, Preprocessor, Task
-from kerasplm.models.bert import BertBackbone, BertConfig
-from kerasplm.models.bert_pretraining import BertMaskedLMHead, BertPretrainer
-from kerasplm.models.bert_tasks import BertClassifier
-from kerasplm.models.bert_tagger import BertTaggerPreprocessor, BertTokenClassifier
-from kerasplm.models.causal_lm import CausalLM, CausalLMConfig, DecoderOnlyBackbone
-from kerasplm.models.awd_lstm import AWDLSTMBackbone, AWDLSTMConfig, AWDLSTMLanguageModel, ULMFiTClassifier
-from kerasplm.models.char_rnn import CharRNNBackbone, CharRNNConfig, CharRNNLanguageModel
-from kerasplm.models.electra import ElectraDiscriminator
-from kerasplm.models.elmo import ElmoBiLM, ElmoConfig, ElmoEmbedder, ElmoLanguageModel, ScalarMix
-from kerasplm.models.gpt import GPT, GPTBackbone, GPTConfig
-from kerasplm.models.presets import get_preset, list_presets, register_presets
-from kerasplm.models.rnn_seq2seq import RNNEncoder, RNNSeq2Seq, RNNSeq2SeqConfig
-from kerasplm.models.transformer import PRESETS as TRANSFORMER_PRESETS
-from kerasplm.models.transformer import Decoder, Encoder, Transformer, TransformerConfig
+from kerasplm.lazy import lazy_exports
 
-__all__ = [
-    "AWDLSTMBackbone", "AWDLSTMConfig", "AWDLSTMLanguageModel", "ULMFiTClassifier",
-    "Backbone", "BertBackbone", "BertClassifier", "BertConfig", "BertMaskedLMHead", "BertPretrainer",
-    "BertTaggerPreprocessor", "BertTokenClassifier", "CausalLM", "CausalLMConfig", "CharRNNBackbone", "CharRNNConfig",
-    "CharRNNLanguageModel", "ConfigMixin", "Decoder", "DecoderOnlyBackbone", "ElectraDiscriminator", "ElmoBiLM",
-    "ElmoConfig", "ElmoEmbedder", "ElmoLanguageModel", "Encoder", "GPT", "GPTBackbone", "GPTConfig", "Preprocessor",
-    "RNNEncoder", "RNNSeq2Seq", "RNNSeq2SeqConfig", "ScalarMix", "TRANSFORMER_PRESETS", "Task", "Transformer",
-    "TransformerConfig", "get_preset",
-    "list_presets", "presets", "register_presets",
-]
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "base": ["Backbone", "ConfigMixin", "Preprocessor", "Task"],
+    "presets": ["get_preset", "list_presets", "register_presets"],
+})

@@ -5,13 +5,18 @@ A family registers its frozen config dataclass presets once, at import of its mo
     register_presets("transformer", Transformer, PRESETS, num_parameters=transformer_num_parameters,
                      listing_overrides={"input_vocab_size": 8000, "target_vocab_size": 8000})
 
-Preset names are unique across families, so ``get_preset("bert_base")`` needs no family. Models load
+The registry imports a family's preset modules (its manifest's ``PRESET_MODULES``, see
+:mod:`kerasplm.registry`) the first time a preset it does not know is asked for, or the whole list is: no
+hand-written list of families anywhere. Preset names are unique across families, so ``get_preset("bert_base")`` needs no family. Models load
 them with ``Model.from_preset(name, **overrides)`` (:class:`kerasplm.models.base.ConfigMixin`), and
 ``kerasplm presets`` prints ``list_presets()``. Parameter counts come from each family's
 ``num_parameters(config)`` formula (no model is built: a 1.5B-parameter preset lists instantly); the
 tests check each formula against ``model.count_params()`` on built models.
 """
 import dataclasses
+import importlib
+
+from kerasplm import registry
 
 _FAMILIES = {}   # family name -> PresetFamily
 _PRESETS = {}    # preset name -> family name
@@ -70,8 +75,22 @@ def register_presets(family, model_cls, presets, *, num_parameters, listing_over
     return _FAMILIES[family]
 
 
+_discovered = False
+
+
+def discover():
+    """Import every family's preset modules (once per process), registering their presets."""
+    global _discovered
+    if not _discovered:
+        for module in registry.preset_modules():
+            importlib.import_module(module)
+        _discovered = True
+
+
 def get_family(family):
     """The ``PresetFamily`` registered under ``family``."""
+    if family not in _FAMILIES:
+        discover()
     if family not in _FAMILIES:
         raise ValueError(f"unknown model family {family!r}; expected one of {sorted(_FAMILIES)}")
     return _FAMILIES[family]
@@ -79,6 +98,8 @@ def get_family(family):
 
 def preset_family(name):
     """The ``PresetFamily`` that owns preset ``name``."""
+    if name not in _PRESETS:
+        discover()
     if name not in _PRESETS:
         raise ValueError(f"unknown preset {name!r}; expected one of {sorted(_PRESETS)}")
     return _FAMILIES[_PRESETS[name]]
@@ -98,6 +119,7 @@ def get_preset(name, **overrides):
 
 def list_presets(family=None):
     """Every registered preset (of one ``family`` if given) as ``PresetInfo``, sorted by family then size."""
+    discover()
     rows = []
     for fam in ([get_family(family)] if family else _FAMILIES.values()):
         for name, config in fam.presets.items():

@@ -13,9 +13,12 @@ directory are stored relative to it, so a run directory can be moved or copied; 
 
 **Which classes.** Keras finds a registered class once its module is imported; :func:`deserialize` imports the
 module the stored config names, but only a module of kerasplm or of a family manifest's package
-(``KERASPLM_FAMILIES``), never an arbitrary one a damaged or hostile ``config.json`` names.
+(``KERASPLM_FAMILIES``), never an arbitrary one a damaged or hostile ``config.json`` names. A module that has
+moved since the run was written is read from where it lives now: each family's manifest lists its
+``FORMER_MODULES`` (:func:`kerasplm.registry.former_modules`).
 """
 import contextlib
+import copy
 import importlib
 import os
 import threading
@@ -92,17 +95,20 @@ def _allowed_module(module):
     return isinstance(module, str) and module.split(".")[0] in packages
 
 
-def _import_classes(spec):
-    """Import the modules of every registered class ``spec`` names (nested configs included)."""
+def _import_classes(spec, moved):
+    """Import the modules of every registered class ``spec`` names (nested configs included); a module of
+    ``moved`` (old name -> new name) is imported under its new name, and the spec is updated to it."""
     if isinstance(spec, dict):
         module = spec.get("module")
         if "class_name" in spec and "config" in spec and _allowed_module(module):
+            if module in moved:
+                module = spec["module"] = moved[module]
             importlib.import_module(module)
         for value in spec.values():
-            _import_classes(value)
+            _import_classes(value, moved)
     elif isinstance(spec, list):
         for value in spec:
-            _import_classes(value)
+            _import_classes(value, moved)
 
 
 def deserialize(spec, run_path):
@@ -114,8 +120,9 @@ def deserialize(spec, run_path):
         return None
     if not isinstance(spec, dict) or "class_name" not in spec or "config" not in spec:
         raise ValueError("not a Keras object config (needs 'class_name' and 'config')")
+    spec = copy.deepcopy(spec)
     try:
-        _import_classes(spec)
+        _import_classes(spec, registry.former_modules())
     except ImportError as e:
         raise ValueError(f"cannot import {spec.get('module')!r} ({e})") from None
     with asset_root(run_path):

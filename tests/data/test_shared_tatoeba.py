@@ -1,6 +1,6 @@
 """The real corpus the quality comparison uses (../shared/data; skipped where a clone lacks it)."""
 from kerasplm.data import group_references, read_parallel_tsv
-from kerasplm.jobs.translation import TranslatorOptions, _prepare_data
+from kerasplm.models.translator.job import TranslatorOptions, _prepare_data
 
 
 def test_full_tatoeba_reads_and_splits_by_source(shared_data):

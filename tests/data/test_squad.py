@@ -5,7 +5,7 @@ import os
 import pytest
 
 from kerasplm.data.squad import Answer, read_squad, split_by_article
-from tests.jobs.qa_toy import squad_json, write_squad
+from tests.models.bert.qa_toy import squad_json, write_squad
 
 SHARED_DEV = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "squad_v1.1",
                           "dev-v1.1.json")

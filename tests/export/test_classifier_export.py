@@ -22,10 +22,10 @@ from kerasplm.cli import main
 from kerasplm.export import read_metadata
 from kerasplm.export.base import check_signature_method
 from kerasplm.export.classifier import export_classifier
-from kerasplm.jobs.bert_finetune import finetune_bert_classifier, load_bert_classifier
+from kerasplm.models.bert.classifier_job import finetune_bert_classifier, load_bert_classifier
 from tests.export.contract import check_bad_inputs, check_batch_safe, check_warmup, run_isolated
 from tests.serving.client import REPO_ROOT, CLIServer, http, predict
-from tests.jobs.test_bert_finetune import learned_run, pair_run, toy, toy_examples, write_tsv  # noqa: F401
+from tests.models.bert.test_classifier_job import learned_run, pair_run, toy, toy_examples, write_tsv  # noqa: F401
 
 TEXTS = ["the movie was good great nice", "awful bad plot", "", "sad !"]
 

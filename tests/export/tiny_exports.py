@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from kerasplm.data.pretraining import BERT_SPECIAL_TOKENS
 
-# The fill-mask run's vocabulary and model (tests/export/test_fill_mask_export.py checks ids against them).
+# The fill-mask run's vocabulary and model (tests/models/bert/test_fill_mask.py checks ids against them).
 FILL_MASK_WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "this", "is", "normal", "sentence", ".", "word",
                    "##s"]
 FILL_MASK_TINY = dict(vocab_size=len(BERT_SPECIAL_TOKENS) + len(FILL_MASK_WORDS), num_layers=1, hidden_size=16,
@@ -20,8 +20,8 @@ FILL_MASK_TINY = dict(vocab_size=len(BERT_SPECIAL_TOKENS) + len(FILL_MASK_WORDS)
 def write_tiny_gpt_run(path):
     """A GPT run directory at ``path`` (gpt_tiny, random weights, a 300-piece SentencePiece vocabulary, training
     step 7) written without training; returns ``path``."""
-    from kerasplm.jobs.language_model import ASSETS
-    from kerasplm.models.gpt import GPT, GPTBackbone
+    from kerasplm.models.gpt.job import ASSETS
+    from kerasplm.models.gpt.model import GPT, GPTBackbone
     from kerasplm.models.presets import get_preset
     from kerasplm.runs import RunDir
     from kerasplm.text import SentencePieceTokenizer, train_sentencepiece
@@ -43,8 +43,8 @@ def write_tiny_gpt_run(path):
 def write_tiny_pretraining_run(path):
     """A BERT pretraining run directory at ``path`` (config, vocabulary, checkpoint of a random NSP pretrainer
     over FILL_MASK_TINY) written without training; returns ``(path, pretrainer)``."""
-    from kerasplm.models.bert import BertBackbone, bert_run_preprocessor
-    from kerasplm.models.bert_pretraining import BertPretrainer
+    from kerasplm.models.bert.backbone import BertBackbone, bert_run_preprocessor
+    from kerasplm.models.bert.pretrainer import BertPretrainer
     from kerasplm.runs import RunDir
     from kerasplm.text import WordPieceTokenizer
 
@@ -64,11 +64,11 @@ def write_tiny_classifier_run(path, labels=("negative", "positive"), sequence_le
     toy's tiny BERT with a random head, its vocabulary, ``labels`` as class names) written without training;
     returns ``path``."""
     from kerasplm.jobs.finetuning import BERT_ASSETS
-    from kerasplm.models.bert import BertBackbone
-    from kerasplm.models.bert_tasks import BertClassifier
+    from kerasplm.models.bert.backbone import BertBackbone
+    from kerasplm.models.bert.classifier import BertClassifier
     from kerasplm.runs import RunDir
     from kerasplm.text import BertPreprocessor, BertTokenizer
-    from tests.jobs.qa_toy import TINY, VOCAB
+    from tests.models.bert.qa_toy import TINY, VOCAB
 
     run = RunDir(str(path))
     run.write_text(BERT_ASSETS["vocab"], "\n".join(VOCAB) + "\n")
@@ -88,9 +88,9 @@ def export_tiny_translator(base, sentences=()):
     """A random-weight transformer_tiny translator (16 positions, beam sizes up to 2) exported to ``base``; its
     source vocabulary also covers ``sentences``."""
     from kerasplm.data import read_parallel_tsv, sample_path
-    from kerasplm.export import export_translator
-    from kerasplm.jobs.translation import Translator
-    from kerasplm.models.transformer import Transformer
+    from kerasplm.models.translator import export_translator
+    from kerasplm.models.translator.job import Translator
+    from kerasplm.models.transformer.model import Transformer
     from kerasplm.runs import attach_run_info
     from kerasplm.text import TranslatorPreprocessor, WordPieceTokenizer, build_wordpiece_vocab, write_vocab
 
@@ -115,8 +115,8 @@ def write_tiny_rnn_translator_run(path, preset="gru_bahdanau_tiny", sentences=()
     and outputs capped at ``max_length`` tokens), WordPiece vocabularies of 60 bundled pairs (plus ``sentences``
     on the source side), training step 7, written without training; returns ``path``."""
     from kerasplm.data import read_parallel_tsv, sample_path
-    from kerasplm.jobs.translation import ASSETS, FAMILY
-    from kerasplm.models.rnn_seq2seq import RNNSeq2Seq
+    from kerasplm.models.translator.job import ASSETS, FAMILY
+    from kerasplm.models.rnn_seq2seq.model import RNNSeq2Seq
     from kerasplm.runs import RunDir
     from kerasplm.text import TranslatorPreprocessor, WordPieceTokenizer, build_wordpiece_vocab, write_vocab
 
@@ -139,8 +139,8 @@ def write_tiny_rnn_translator_run(path, preset="gru_bahdanau_tiny", sentences=()
 
 def export_tiny_generator(base, max_new_tokens=4):
     """The gpt_tiny run of :func:`write_tiny_gpt_run` exported to ``base`` (one prompt width, 16 tokens)."""
-    from kerasplm.export.generator import export_generator
-    from kerasplm.jobs.language_model import load_text_generator
+    from kerasplm.models.gpt.export import export_generator
+    from kerasplm.models.gpt.job import load_text_generator
 
     run = write_tiny_gpt_run(os.path.join(os.path.dirname(base), "gpt_run"))
     return export_generator(load_text_generator(run), base, max_new_tokens=max_new_tokens, max_prompt_tokens=16)
@@ -148,8 +148,8 @@ def export_tiny_generator(base, max_new_tokens=4):
 
 def export_tiny_embedder(base):
     """The QA toy's random tiny BERT run exported as a mean-pooled, normalized embedder (16 tokens)."""
-    from kerasplm.export.embedder import export_embedder
-    from tests.jobs.qa_toy import make_init_run
+    from kerasplm.models.sentence_embedding.embedder_export import export_embedder
+    from tests.models.bert.qa_toy import make_init_run
 
     return export_embedder(make_init_run(os.path.join(os.path.dirname(base), "embedder_run")), base,
                            sequence_length=16)
@@ -165,10 +165,10 @@ def export_tiny_classifier(base):
 def export_tiny_tagger(base):
     """The tagger tests' tiny BERT token classifier (TAGS), its head biased so that random weights still find
     entities, exported with 16-token windows."""
-    from kerasplm.export.tagger import export_tagger
-    from kerasplm.models.bert_tagger import BertTaggerPreprocessor
+    from kerasplm.models.bert.tagger_export import export_tagger
+    from kerasplm.models.bert.tagger import BertTaggerPreprocessor
     from kerasplm.text import WordPieceTokenizer
-    from tests.models.test_bert_tagger import TAGS, VOCAB, tiny_tagger
+    from tests.models.bert.test_tagger import TAGS, VOCAB, tiny_tagger
 
     model = tiny_tagger()
     model.head.bias.assign(np.array([0.0, -5.0, -5.0, 0.2, 0.1], np.float32))   # B-PER, then I-PER
@@ -177,12 +177,12 @@ def export_tiny_tagger(base):
 
 def export_tiny_qa(base):
     """A random question answerer over the QA toy's tiny BERT (32-token windows, stride 8)."""
-    from kerasplm.export.qa import export_qa
-    from kerasplm.jobs.bert_qa_job import BertQA
-    from kerasplm.models.bert import BertBackbone
-    from kerasplm.models.bert_qa import BertQuestionAnswerer, QuestionAnswerPreprocessor
+    from kerasplm.models.bert.question_answering_export import export_qa
+    from kerasplm.models.bert.question_answering_job import BertQA
+    from kerasplm.models.bert.backbone import BertBackbone
+    from kerasplm.models.bert.question_answering import BertQuestionAnswerer, QuestionAnswerPreprocessor
     from kerasplm.text import BertTokenizer
-    from tests.jobs.qa_toy import TINY, VOCAB
+    from tests.models.bert.qa_toy import TINY, VOCAB
 
     keras.utils.set_random_seed(4)
     preprocessor = QuestionAnswerPreprocessor(BertTokenizer(VOCAB), sequence_length=32, doc_stride=8,
@@ -192,7 +192,7 @@ def export_tiny_qa(base):
 
 def export_tiny_fill_mask(base, top_k=3):
     """The pretraining run of :func:`write_tiny_pretraining_run` exported as fill-mask."""
-    from kerasplm.export.bert import export_fill_mask
+    from kerasplm.models.bert.fill_mask import export_fill_mask
 
     run, _ = write_tiny_pretraining_run(os.path.join(os.path.dirname(base), "pretraining_run"))
     return export_fill_mask(run, base, top_k=top_k)
@@ -200,9 +200,9 @@ def export_tiny_fill_mask(base, top_k=3):
 
 def export_tiny_elmo(base):
     """A random elmo_tiny biLM (a 3-word vocabulary: characters do the work) exported to ``base``."""
-    from kerasplm.export.elmo import export_elmo
-    from kerasplm.models.elmo import ElmoBiLM
-    from kerasplm.models.elmo_runs import Elmo
+    from kerasplm.models.elmo.export import export_elmo
+    from kerasplm.models.elmo.model import ElmoBiLM
+    from kerasplm.models.elmo.runs import Elmo
 
     keras.utils.set_random_seed(5)
     return export_elmo(Elmo(ElmoBiLM.from_preset("elmo_tiny", dropout=0.0), ["<S>", "</S>", "<UNK>"]), base)

@@ -4,9 +4,9 @@ import inspect
 
 import pytest
 
-from kerasplm.families.gpt import GenerateOptions
+from kerasplm.models.gpt.manifest import GenerateOptions
 from kerasplm.generation.options import DEFAULT_SEED, REQUEST_DEFAULTS, max_new_tokens_for, resolve_request
-from kerasplm.models.gpt_generator import TextGenerator
+from kerasplm.models.gpt.generator import TextGenerator
 from kerasplm.options import DecodingRequestOptions
 
 

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from kerasplm.generation import engine, generate
 from kerasplm.generation.screened_argmax import ScreenedArgmax, rounding_constant
-from kerasplm.models.gpt import GPT
+from kerasplm.models.gpt.model import GPT
 
 
 def numpy_argmax(hidden, table, exclude_id=-1):

@@ -1,5 +1,5 @@
 """Additive (Bahdanau) and Luong dot/general attention with the seed's masked softmax, against numpy formulas
-(kerasplm/layers/rnn_attention.py). The seed's own code is re-implemented in tests/models/test_rnn_seq2seq.py."""
+(kerasplm/layers/rnn_attention.py). The seed's own code is re-implemented in tests/models/rnn_seq2seq/test_model.py."""
 import numpy as np
 import pytest
 import tensorflow as tf

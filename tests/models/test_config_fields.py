@@ -8,8 +8,11 @@ import json
 import keras
 import pytest
 
-from kerasplm.models import (BertBackbone, BertConfig, CausalLMConfig, DecoderOnlyBackbone, ElmoBiLM, ElmoConfig,
-                             GPTBackbone, GPTConfig, RNNSeq2Seq, RNNSeq2SeqConfig, Transformer, TransformerConfig)
+from kerasplm.models.bert import BertBackbone, BertConfig
+from kerasplm.models.gpt import CausalLMConfig, DecoderOnlyBackbone, GPTBackbone, GPTConfig
+from kerasplm.models.elmo import ElmoBiLM, ElmoConfig
+from kerasplm.models.rnn_seq2seq import RNNSeq2Seq, RNNSeq2SeqConfig
+from kerasplm.models.transformer import Transformer, TransformerConfig
 from kerasplm.models.base import config_arguments
 
 # All-distinct values (every integer field differs from every other, floats and booleans off their defaults),

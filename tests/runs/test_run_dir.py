@@ -15,7 +15,7 @@ import pytest
 from kerasplm import cli
 from kerasplm.options import OptionsConflict, resolve_options
 from kerasplm.runs import RunDir, RunDirError, load_run
-from kerasplm.jobs.translation import TranslatorOptions, load_translator, train_translator
+from kerasplm.models.translator.job import TranslatorOptions, load_translator, train_translator
 
 ROOT = Path(__file__).resolve().parents[2]
 PAIRS = [("I am here.", "Estoy aquí."), ("You are here.", "Estás aquí."), ("He is tired.", "Él está cansado."),
@@ -352,7 +352,7 @@ def test_a_converted_format_1_run_resumes_with_the_whole_history(run2, tmp_path)
 
 # ---- options ----
 def test_bundled_data_options_share_one_held_out_split():
-    from kerasplm.jobs.translation import _prepare_data
+    from kerasplm.models.translator.job import _prepare_data
 
     (all_src, _), _, dev = _prepare_data(TranslatorOptions(bundled_data="all"))
     (sample_src, _), _, sample_dev = _prepare_data(TranslatorOptions(bundled_data="sample"))
@@ -364,7 +364,7 @@ def test_bundled_data_options_share_one_held_out_split():
 
 
 def test_bundled_data_defaults_to_the_whole_corpus_with_a_capped_vocabulary_sample():
-    from kerasplm.jobs.translation import BUNDLED_VOCAB_MAX_SENTENCES, _vocab_max_sentences
+    from kerasplm.models.translator.job import BUNDLED_VOCAB_MAX_SENTENCES, _vocab_max_sentences
 
     assert TranslatorOptions().bundled_data == "all"  # the measured default (issue 10, RESULTS.md)
     assert _vocab_max_sentences(TranslatorOptions()) == BUNDLED_VOCAB_MAX_SENTENCES == 30_000

@@ -1,0 +1,11 @@
+"""ELECTRA (Clark et al. 2020): replaced-token detection on a BERT encoder. Base family: ``bert``.
+
+``model.py`` (``ElectraConfig``, presets, ``ElectraDiscriminator``, ``ElectraPretrainer``),
+``pretraining_job.py`` (``kerasplm train electra``: BERT pretraining's job with four hooks overridden).
+"""
+from kerasplm.lazy import lazy_exports
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "model": ["ElectraConfig", "ElectraDiscriminator", "ElectraPretrainer", "num_parameters"],
+    "pretraining_job": ["ElectraPretrainingJob", "train_electra"],
+})

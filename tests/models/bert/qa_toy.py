@@ -1,0 +1,54 @@
+"""A toy SQuAD file and a tiny BERT run for the question answering tests (shared by the job and export tests)."""
+import json
+
+import keras
+import tensorflow as tf
+
+from kerasplm.models.bert.backbone import BertBackbone, bert_run_preprocessor
+from kerasplm.runs import RunDir
+from kerasplm.text import BertTokenizer
+
+NAMES, PLACES, VERBS = ["john", "mary", "anna"], ["paris", "london", "rome", "oslo"], ["lives", "works", "sleeps"]
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", "?", ",", "where", "who", "does", "in", "the", "city",
+         "of", "and", *NAMES, *PLACES, *VERBS, "live", "work", "sleep", "##s", "new", "york"]
+TINY = dict(vocab_size=len(VOCAB), num_layers=1, hidden_size=32, num_heads=2, intermediate_size=64, max_positions=32)
+
+# (title, context, [(question, answer text)]): answers by character offset, first occurrence.
+ARTICLES = [
+    ("People", "John lives in Paris. Mary works in London.",
+     [("Where does John live?", "Paris"), ("Where does Mary work?", "London")]),
+    ("Cities", "Anna sleeps in the city of New York, and John works in Rome.",
+     [("Where does Anna sleep?", "New York"), ("Who works in Rome?", "John")]),
+    ("More", "Mary lives in Oslo.", [("Where does Mary live?", "Oslo")]),
+]
+
+
+def squad_json(articles=ARTICLES):
+    """A SQuAD v1.1 dict of ``articles`` (ids ``q0``, ``q1`` ...)."""
+    data, n = [], 0
+    for title, context, qas in articles:
+        questions = []
+        for question, answer in qas:
+            questions.append({"id": f"q{n}", "question": question,
+                              "answers": [{"text": answer, "answer_start": context.index(answer)}]})
+            n += 1
+        data.append({"title": title, "paragraphs": [{"context": context, "qas": questions}]})
+    return {"version": "1.1", "data": data}
+
+
+def write_squad(path, articles=ARTICLES):
+    path.write_text(json.dumps(squad_json(articles)))
+    return str(path)
+
+
+def make_init_run(directory, seed=0):
+    """A random tiny BERT run (what `kerasplm convert bert` writes): checkpoint, vocabulary, config."""
+    keras.utils.set_random_seed(seed)
+    backbone = BertBackbone(**TINY)
+    run = RunDir(str(directory))
+    run.write_text("vocab.txt", "\n".join(VOCAB) + "\n")
+    tf.train.CheckpointManager(tf.train.Checkpoint(model=backbone), run.checkpoint_dir, max_to_keep=1).save()
+    preprocessor = bert_run_preprocessor(BertTokenizer(run.file("vocab.txt")), backbone.config)
+    run.write_config("bert", "backbone", "custom", backbone, {"lower_case": True}, assets={"vocab": "vocab.txt"},
+                     preprocessor=preprocessor)
+    return str(directory)

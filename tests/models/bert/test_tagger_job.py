@@ -1,0 +1,85 @@
+"""finetune_bert_tagger on hand-made CoNLL files from a tiny hand-made BERT run: trains, scores dev, resumes."""
+import json
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from kerasplm.cli import main
+from kerasplm.models.bert.backbone import BertBackbone, bert_run_preprocessor
+from kerasplm.models.bert.tagger import BertTokenClassifier
+from kerasplm.models.bert.tagger_job import BertTagger, finetune_bert_tagger, load_bert_tagger
+from kerasplm.runs import RunDir, load_run
+from kerasplm.text import BertTokenizer
+from tests.models.bert.test_tagger import TINY, VOCAB
+
+SENTENCES = [
+    [("Johanson", "I-PER"), ("lives", "O"), ("in", "O"), ("New", "I-LOC"), ("York", "I-LOC"), (".", "O")],
+    [("New", "I-LOC"), ("York", "I-LOC"), ("lives", "O"), ("in", "O"), ("1996-08-30", "O")],
+    [("Johanson", "I-PER"), ("in", "O"), ("New", "I-LOC"), ("York", "I-LOC")],
+]
+
+
+def _write_conll(path, sentences):
+    lines = [line for s in sentences for line in [f"{w} NNP I-NP {t}" for w, t in s] + [""]]
+    path.write_text("\n".join(lines) + "\n-DOCSTART- -X- O O")       # the shared files' layout
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def init_run(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("bert_init")
+    keras.utils.set_random_seed(0)
+    backbone = BertBackbone(**TINY)
+    run = RunDir(str(directory))
+    run.write_text("vocab.txt", "\n".join(VOCAB) + "\n")
+    tf.train.CheckpointManager(tf.train.Checkpoint(model=backbone), run.checkpoint_dir, max_to_keep=1).save()
+    preprocessor = bert_run_preprocessor(BertTokenizer(run.file("vocab.txt")), backbone.config)
+    run.write_config("bert", "backbone", "custom", backbone, {"lower_case": True}, assets={"vocab": "vocab.txt"},
+                     preprocessor=preprocessor)
+    return str(directory), backbone
+
+
+def test_finetune_scores_dev_resumes_and_loads(tmp_path, init_run, capsys):
+    train = _write_conll(tmp_path / "train.conll", SENTENCES * 4)
+    dev = _write_conll(tmp_path / "dev.conll", SENTENCES)
+    out = str(tmp_path / "run")
+    summary = finetune_bert_tagger(out, train=train, dev=dev, init=init_run[0], steps=25, schedule_steps=30,
+                                   batch_size=4, learning_rate=3e-3, sequence_length=16, verbose=0, jit_compile=False)
+    tagger = summary["tagger"]
+    assert summary["step"] == 25 and tagger.labels == ["O", "B-LOC", "I-LOC", "B-PER"]
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    # 25 steps of a large learning rate on 3 repeated sentences: dev (= train) entities are learned
+    assert metrics["dev_entity_f1"] == summary["dev_entity_f1"] >= 80.0
+    assert set(metrics["dev_per_type_f1"]) == {"LOC", "PER"}
+    spans = tagger.tag(["Johanson lives in New York."])
+    assert b"New York" in spans["entity_text"][0].numpy().tolist()
+    # resume through the CLI: same RUN options, to step 30 where the recorded schedule ends; the init run is not
+    # needed any more
+    assert main(["finetune", "bert-tagger", "--out", out, "--train", train, "--dev", dev, "--steps", "30",
+                 "--quiet", "--no-jit"]) == 0
+    assert "dev entity F1" in capsys.readouterr().out
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["step"] == 30 and metrics["steps_this_run"] == 5
+    loaded = load_bert_tagger(out)
+    assert isinstance(loaded, BertTagger) and loaded.labels == tagger.labels
+    model = load_run(out)    # the labels are the model's config; its preprocessor is attached
+    assert isinstance(model, BertTokenClassifier) and model.labels == tagger.labels
+    assert model.preprocessor.sequence_length == 16
+    np.testing.assert_array_equal(loaded.tag(["Johanson lives in New York."])["start"].to_list(),
+                                  tagger.tag(["Johanson lives in New York."])["start"].to_list())
+    with pytest.raises(ValueError, match="--init"):
+        finetune_bert_tagger(str(tmp_path / "other"), train=train, steps=1)
+
+
+def test_crf_tagger_trains_a_few_steps_and_loads(tmp_path, init_run):
+    train = _write_conll(tmp_path / "train.conll", SENTENCES * 4)
+    out = str(tmp_path / "run")
+    assert main(["finetune", "bert-tagger", "--out", out, "--train", train, "--init", init_run[0], "--crf",
+                 "--steps", "3", "--batch-size", "4", "--sequence-length", "16", "--quiet", "--no-jit"]) == 0
+    history = json.loads((tmp_path / "run" / "history.json").read_text())
+    assert history["step"][-1] == 3 and all(loss > 0 for loss in history["loss"])       # an NLL: positive
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["options"]["crf"] is True
+    loaded = load_bert_tagger(out)      # the CRF's weights come back from the checkpoint (export: test_tagger_export)
+    assert loaded.model.crf is not None and np.abs(loaded.model.crf.transitions.numpy()).sum() > 0
