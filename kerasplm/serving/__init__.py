@@ -32,7 +32,7 @@ predict/classify/regress/metadata core both APIs share), :mod:`~kerasplm.serving
 :mod:`~kerasplm.serving.metrics` (Prometheus text), :mod:`~kerasplm.serving.http` (the HTTP layer),
 :mod:`~kerasplm.serving.server` (:class:`ModelServer`, :func:`serve`).  Only the standard library,
 ``tensorflow``, ``tensorflow_text``, ``grpcio`` and ``tensorflow-serving-api`` (its generated protos and
-stubs) are used.
+stubs; config files are parsed into its messages by protobuf's ``text_format``) are used.
 
     from kerasplm.serving import ModelServer
     with ModelServer("export/translator", "translator", rest_api_port=0, grpc_port=0) as server:

@@ -3,8 +3,12 @@ signature of the same loaded version merged into one signature call, as TensorFl
 session does.
 
 **Parameters** (:class:`BatchingParameters`) come from ``--batching_parameters_file``, TF Serving's
-text-format ``BatchingParameters`` (the proto is not shipped with ``tensorflow-serving-api``, so
-:func:`parse_batching_parameters` reads the format itself, strictly)::
+text-format ``tensorflow.serving.BatchingParameters``, parsed by ``google.protobuf.text_format`` (through
+:func:`kerasplm.serving.config.parse_text_proto`: one-line ``FILE:LINE: problem`` errors).
+``tensorflow-serving-api`` does not ship that proto (``session_bundle_config_pb2``), so this module
+declares the message with TF Serving's field names, numbers and types, for the fields kerasplm serve
+implements; a field of newer TF Serving versions (``enable_large_batch_splitting``...) is an error naming
+it::
 
     max_batch_size { value: 32 }          # rows per merged call (TF Serving's default 1000)
     batch_timeout_micros { value: 2000 }  # how long an open batch waits for more rows (default 0)
@@ -50,6 +54,7 @@ arrays and calls the function it is given.
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import threading
@@ -58,7 +63,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kerasplm.serving.config import _Parser, _Schema, read_text_file
+from kerasplm.serving.config import parse_text_proto, read_text_file
 from kerasplm.serving.api import RequestError
 
 QUEUE_FULL_MESSAGE = "The batch scheduling queue to which this task was submitted is full"
@@ -121,55 +126,73 @@ class BatchingParameters:
 # The text format
 
 _WRAPPED_INTS = ("max_batch_size", "batch_timeout_micros", "max_enqueued_batches", "num_batch_threads")
-_FIELDS = {**{name: False for name in _WRAPPED_INTS}, "thread_pool_name": False,
-           "allowed_batch_sizes": True, "pad_variable_length_inputs": False}
 # Fields of newer TF Serving versions that kerasplm serve does not implement: named in the error.
-_UNSUPPORTED = ("enable_large_batch_splitting", "max_execution_batch_size", "enable_lazy_split",
-                "batch_padding_policy", "mixed_priority_batching_policy", "experimental_fixed_input_tensors")
-_TRUE, _FALSE = ("true", "True", "t", "1"), ("false", "False", "f", "0")
+_UNSUPPORTED = dict.fromkeys(("enable_large_batch_splitting", "max_execution_batch_size", "enable_lazy_split",
+                              "batch_padding_policy", "mixed_priority_batching_policy",
+                              "experimental_fixed_input_tensors"))
+_MESSAGE = "tensorflow.serving.BatchingParameters"
 
 
-class _BatchingParser(_Parser):
-    def error(self, line: int, problem: str) -> BatchingParametersError:
-        return BatchingParametersError(f"{self.filename}:{line}: {problem}")
+@functools.lru_cache(maxsize=None)
+def _batching_parameters_proto():
+    """TF Serving's ``tensorflow.serving.BatchingParameters`` message class, the fields kerasplm serve
+    implements (1-7, as in ``tensorflow_serving/servables/tensorflow/session_bundle_config.proto``).
+
+    ``tensorflow-serving-api`` ships the API and config protos but not ``session_bundle_config_pb2``, so
+    the message is declared here, with TF Serving's names, numbers and types, in a descriptor pool of its
+    own (no clash with a real ``session_bundle_config_pb2``)."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, wrappers_pb2
+
+    field_type = descriptor_pb2.FieldDescriptorProto
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(wrappers_pb2.DESCRIPTOR.serialized_pb)
+    file = descriptor_pb2.FileDescriptorProto(
+        name="tensorflow_serving/servables/tensorflow/session_bundle_config.proto", package="tensorflow.serving",
+        syntax="proto3", dependency=["google/protobuf/wrappers.proto"])
+    message = file.message_type.add(name="BatchingParameters")
+    for number, name in enumerate(_WRAPPED_INTS + ("thread_pool_name",), start=1):
+        message.field.add(name=name, number=number, label=field_type.LABEL_OPTIONAL, type=field_type.TYPE_MESSAGE,
+                          type_name=".google.protobuf." + ("StringValue" if number == 5 else "Int64Value"))
+    message.field.add(name="allowed_batch_sizes", number=6, label=field_type.LABEL_REPEATED, type=field_type.TYPE_INT64)
+    message.field.add(name="pad_variable_length_inputs", number=7, label=field_type.LABEL_OPTIONAL,
+                      type=field_type.TYPE_BOOL)
+    pool.Add(file)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(_MESSAGE))
 
 
 def parse_batching_parameters(text: str, filename: str = "<batching parameters>") -> BatchingParameters:
-    """Parse TF Serving's text-format ``BatchingParameters``; :class:`BatchingParametersError`
-    (``filename:line: problem``) for an unknown field, a repeated one, a bad or out-of-range value."""
-    parser = _BatchingParser(text, filename)
-    schema = _Schema(parser)
-    parsed = parser.parse_message(None)
-    for f in parsed:
-        if f.name in _UNSUPPORTED:
-            raise parser.error(f.line, f"'{f.name}' is not supported by kerasplm serve")
-    fields = schema.fields(parsed, "BatchingParameters", _FIELDS)
+    """Parse TF Serving's text-format ``BatchingParameters`` (with ``google.protobuf.text_format``);
+    :class:`BatchingParametersError` (``filename:line: problem``) for a syntax error, an unknown or
+    unsupported field, a repeated one, a bad or out-of-range value."""
+    proto = _batching_parameters_proto()()
+    root = parse_text_proto(text, proto, filename, BatchingParametersError,
+                            {_MESSAGE: ("BatchingParameters", None)}, _UNSUPPORTED)
+
+    def error(line: int, problem: str) -> BatchingParametersError:
+        return BatchingParametersError(f"{filename}:{line}: {problem}")
+
     values, lines = {}, {}
-    for name, (f, *_) in ((n, fs) for n, fs in fields.items() if not _FIELDS[n]):
-        lines[name] = f.line
-        if name == "pad_variable_length_inputs":
-            token = f.value
-            if isinstance(token, list) or token.text not in _TRUE + _FALSE:
-                shown = "a message" if isinstance(token, list) else repr(token.text)
-                raise parser.error(f.line, f"'{name}' must be true or false, got {shown}")
-            values[name] = token.text in _TRUE
+    for name in _WRAPPED_INTS + ("thread_pool_name",):
+        site = root.first(name)
+        if site is None:
             continue
-        if not isinstance(f.value, list):
-            raise parser.error(f.line, f"'{name}' is a wrapper message: write {name} {{ value: ... }}")
-        inner = schema.fields(f.value, name, {"value": False})
-        if "value" not in inner:
-            raise parser.error(f.line, f"'{name}' needs a 'value'")
-        (value,) = inner["value"]
-        values[name] = schema.string(value) if name == "thread_pool_name" else schema.integer(value, minimum=0)
-    sizes = fields.get("allowed_batch_sizes", [])
-    values["allowed_batch_sizes"] = tuple(schema.integer(f, minimum=1) for f in sizes)
-    if sizes:
-        lines["allowed_batch_sizes"] = sizes[-1].line
+        lines[name] = site.line
+        if site.first("value") is None:  # `name { }`: the wrapper is set, its value is not
+            raise error(site.line, f"'{name}' needs a 'value'")
+        values[name] = getattr(proto, name).value
+        if name != "thread_pool_name" and values[name] < 0:
+            raise error(site.first("value").line, f"'value' must be an integer in [0, 2^63), got {values[name]}")
+    for size, site in zip(proto.allowed_batch_sizes, root.all("allowed_batch_sizes")):
+        if size < 1:
+            raise error(site.line, f"'allowed_batch_sizes' must be an integer in [1, 2^63), got {size}")
+        lines["allowed_batch_sizes"] = site.line
+    values["allowed_batch_sizes"] = tuple(proto.allowed_batch_sizes)
+    values["pad_variable_length_inputs"] = proto.pad_variable_length_inputs
     try:
         return BatchingParameters(**values)
     except ValueError as e:  # the message names the field first: report that field's line
         named = re.search(r"'(\w+)'", str(e))
-        raise parser.error(lines.get(named.group(1) if named else "", 1), str(e)) from None
+        raise error(lines.get(named.group(1) if named else "", 1), str(e)) from None
 
 
 def read_batching_parameters_file(path: str) -> BatchingParameters:

@@ -1,7 +1,7 @@
 """Which models to serve: TensorFlow Serving's text-format ``ModelServerConfig``, or one base path.
 
-The file format is the one ``tensorflow_model_server --model_config_file`` reads (a text protobuf), for
-the fields kerasplm serve implements::
+The file format is the one ``tensorflow_model_server --model_config_file`` reads, a text protobuf of
+``tensorflow.serving.ModelServerConfig``; kerasplm serve implements these fields of it::
 
     model_config_list {
       config {
@@ -14,13 +14,22 @@ the fields kerasplm serve implements::
       config { ... }
     }
 
-``tensorflow_serving``'s own proto classes are not installed with TensorFlow, so this module parses the
-format itself: comments (``#``), ``field: value`` and ``field { ... }`` (also ``field: { ... }`` and
-``< ... >``), quoted strings with escapes (adjacent strings concatenate), integers, list values
-(``versions: [1, 3]``) and optional ``,`` / ``;`` separators.  The parser is strict: an unknown or
-unsupported field (``logging_config``, ``custom_model_config``...), a repeated singular field, a bad
-value or a duplicate model name is an error naming the file, the line and the problem
-(:class:`ModelConfigError`, a ``ValueError``).
+The file is parsed by protobuf's own text-format parser (``google.protobuf.text_format``) into TF
+Serving's own message (``tensorflow_serving.config.model_server_config_pb2.ModelServerConfig``, from
+``tensorflow-serving-api``), so every spelling TF Serving accepts is read the same way: comments,
+``field { ... }`` / ``field: { ... }`` / ``field < ... >``, list values (``versions: [1, 3]``), adjacent
+strings, ``,`` / ``;`` separators.  text_format keeps no positions, so :func:`parse_text_proto` then walks
+the (already valid) text once with text_format's tokenizer to note the line of every field as written
+(:class:`Site`), for error messages.
+
+Every problem is one line naming the file and the line (:class:`ModelConfigError`, a ``ValueError``,
+``FILE:LINE: problem``): a syntax error or a value of the wrong type (text_format's own message, with the
+column), an unknown field (``unknown field 'nmae' in config; expected one of: ...``), a singular field
+given twice, and what kerasplm serve checks beyond the proto: a field TF Serving knows that kerasplm
+serve does not implement (``logging_config``, ``model_type``, ``custom_model_config``), a missing or empty
+``name`` / ``base_path``, a model name that is not one URL path segment, a duplicate model name, a
+``model_platform`` other than ``tensorflow``, an explicit ``num_versions: 0``, ``specific {}`` with no
+versions, a negative version, a version label without its key or value or given twice.
 
 **Relative base paths** are resolved against the directory of the config file, not the working
 directory (TensorFlow Serving takes them as given, i.e. relative to its working directory): the same
@@ -31,6 +40,9 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+
+from google.protobuf import text_format
+from tensorflow_serving.config import model_server_config_pb2
 
 VALID_MODEL_NAME = re.compile(r"[^/:?#\s]+")  # a model name is one URL path segment
 
@@ -102,148 +114,212 @@ def _check_model_name(name: str, error):
 
 
 # --------------------------------------------------------------------------------------------
-# Tokenizer and generic text-format parser
+# Text-format protos: text_format.Parse, one-line errors, and where each field was written
 
-_TOKEN_RE = re.compile(
-    r"""(?P<space>[ \t\r\f\v]+|\#[^\n]*)
-      | (?P<newline>\n)
-      | (?P<ident>[A-Za-z_][A-Za-z0-9_]*)
-      | (?P<number>[-+]?(?:0[xX][0-9a-fA-F]+|[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?))
-      | (?P<string>"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')
-      | (?P<punct>[{}<>:\[\],;])
-    """,
-    re.VERBOSE,
+
+@dataclass
+class Site:
+    """Where a field was written in a text-format file: its ``line`` and, for a message, the sites of its
+    own fields by name in file order (``fields``); for a scalar, ``value`` is the value as written (bytes
+    for a string, else the token's text).  An element of a list value (``versions: [1, 3]``) is a site
+    of its own."""
+
+    line: int
+    fields: dict = field(default_factory=dict)
+    value: object = None
+
+    def all(self, name: str) -> list:
+        return self.fields.get(name, [])
+
+    def first(self, name: str) -> "Site | None":
+        sites = self.fields.get(name)
+        return sites[0] if sites else None
+
+
+def _sites(text: str) -> Site:
+    """The :class:`Site` tree of ``text``, which text_format has parsed already (so its syntax is valid):
+    text_format's own tokenizer walked with text_format's grammar, recording lines instead of values."""
+    tokenizer = text_format.Tokenizer(text.split("\n"))
+
+    def line() -> int:  # the current token's line (1-based), through the tokenizer's public API
+        return tokenizer.ParseError("").GetLine()
+
+    def message(site: Site, end: str | None):
+        while not (tokenizer.AtEnd() if end is None else tokenizer.TryConsume(end)):
+            if tokenizer.AtEnd():
+                return
+            where = line()
+            name = tokenizer.token
+            tokenizer.NextToken()
+            if name == "[":  # an extension or Any type URL: [type.googleapis.com/pkg.Message]
+                while not tokenizer.AtEnd() and not tokenizer.LookingAt("]"):
+                    name += tokenizer.token
+                    tokenizer.NextToken()
+                name += "]"
+                tokenizer.TryConsume("]")
+            tokenizer.TryConsume(":")
+            sites = site.fields.setdefault(name, [])
+            if tokenizer.TryConsume("["):  # list value: name: [v1, v2] or name: [{...}, {...}]
+                while not tokenizer.AtEnd() and not tokenizer.TryConsume("]"):
+                    sites.append(value(line()))
+                    tokenizer.TryConsume(",")
+            else:
+                sites.append(value(where))
+            if not tokenizer.TryConsume(","):
+                tokenizer.TryConsume(";")
+
+    def value(where: int) -> Site:
+        for opening, closing in (("{", "}"), ("<", ">")):
+            if tokenizer.TryConsume(opening):
+                site = Site(where)
+                message(site, closing)
+                return site
+        if tokenizer.token[:1] in ("'", '"'):
+            return Site(where, value=tokenizer.ConsumeByteString())  # adjacent strings concatenated
+        token = tokenizer.token
+        tokenizer.NextToken()
+        return Site(where, value=token)
+
+    root = Site(1)
+    message(root, None)
+    return root
+
+
+_MAX_DEPTH = 64  # messages nested deeper are an error ("Message too deep"), not a RecursionError
+
+# text_format's messages that kerasplm rewords (the rest are shown as they are, with the column).
+_NO_FIELD = re.compile(r'Message type "([\w.]+)" has no field named "([^"]+)"\.')
+_TWICE = re.compile(r'Message type "([\w.]+)" should not have multiple "([^"]+)" fields\.')
+_ONEOF = re.compile(r'Field "(\w+)" is specified along with field "(\w+)", another member of oneof "(\w+)" '
+                    r'for message type "([\w.]+)"\.')
+_VALUE_PROBLEMS = (  # problem with a field's value -> message naming the field ({name}, {value})
+    (re.compile(r"Couldn't parse integer: (.*)"), "'{name}' must be an integer, got '{value}'"),
+    (re.compile(r"Expected string but found: '?(.*?)'?"), "'{name}' must be a quoted string, got {value}"),
+    (re.compile(r'Expected "true" or "false"\.'), "'{name}' must be true or false, got '{value}'"),
+    (re.compile(r"Value out of range: (.*)"), "'{name}' is out of range for its type, got {value}"),
 )
-_ESCAPE_RE = re.compile(r"\\(x[0-9a-fA-F]{1,2}|[0-7]{1,3}|.)")
-_SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "a": "\a",
-                   "b": "\b", "f": "\f", "v": "\v", "?": "?"}
+_FIELD_BEFORE = re.compile(r"(\w+)\s*:\s*(?:\[[^\[\]]*)?$")  # "name:" or "name: [1, " before a value
+_TOKEN_AT = re.compile(r"[^\s,;\]}>]*")
 
 
-@dataclass
-class _Token:
-    kind: str  # ident, number, string, punct, end
-    text: str
-    line: int
+def _message_types(descriptor, seen=None) -> dict:
+    """Every message type reachable from ``descriptor``, by full name."""
+    seen = {} if seen is None else seen
+    if descriptor.full_name not in seen:
+        seen[descriptor.full_name] = descriptor
+        for f in descriptor.fields:
+            if f.message_type is not None:
+                _message_types(f.message_type, seen)
+    return seen
 
 
-@dataclass
-class _Field:
-    """``name: value`` or ``name { ... }`` as parsed; ``value`` is a token or a list of fields."""
+def _field_named(types: dict, name: str):
+    """A field called ``name`` of one of ``types`` (descriptors), or None."""
+    for descriptor in types.values():
+        if name in descriptor.fields_by_name:
+            return descriptor.fields_by_name[name]
+    return None
 
-    name: str
-    value: object
-    line: int
+
+def _reword(problem: str, line_text: str, column: int, root, names: dict, unsupported: dict) -> str:
+    """A clearer wording of text_format's ``problem`` (found at ``column`` of ``line_text``)."""
+    types = _message_types(root.DESCRIPTOR)
+
+    def message_name(full_name):
+        return names.get(full_name, (full_name.rsplit(".", 1)[-1], None))[0]
+
+    match = _NO_FIELD.fullmatch(problem)
+    if match:
+        type_name, name = match.groups()
+        if name in unsupported:
+            reason = unsupported[name]
+            return f"'{name}' is not supported by kerasplm serve" + (f" ({reason})" if reason else "")
+        expected = names.get(type_name, (None, None))[1]
+        if expected is None:
+            expected = [f.name for f in types[type_name].fields] if type_name in types else []
+        return (f"unknown field '{name}' in {message_name(type_name)}; "
+                + (f"expected one of: {', '.join(expected)}" if expected else "it takes no fields"))
+    match = _TWICE.fullmatch(problem)
+    if match:
+        return f"'{match.group(2)}' given twice in {message_name(match.group(1))}"
+    match = _ONEOF.fullmatch(problem)
+    if match:
+        second, first, oneof, type_name = match.groups()
+        choices = [f.name for f in types[type_name].oneofs_by_name[oneof].fields] if type_name in types else []
+        return f"{message_name(type_name)} takes one of {'/'.join(choices)}, got {first} and {second}"
+    if problem == 'Expected ":".':
+        name = re.search(r"(\w+)\s*$", line_text[: max(column - 1, 0)])
+        if name:
+            return f"expected ':' after '{name.group(1)}' (column {column})"
+    before = _FIELD_BEFORE.search(line_text[: max(column - 1, 0)])
+    if before:
+        name = before.group(1)
+        if problem == 'Expected "{".':
+            f = _field_named(types, name)
+            if f is not None and f.message_type is not None and f.message_type.full_name.startswith(
+                    "google.protobuf.") and f.message_type.full_name.endswith("Value"):
+                return f"'{name}' is a wrapper message: write {name} {{ value: ... }}"
+            return f"'{name}' is a message: write {name} {{ ... }}"
+        for pattern, wording in _VALUE_PROBLEMS:
+            match = pattern.fullmatch(problem)
+            if match:
+                found = match.group(1) if pattern.groups else _TOKEN_AT.match(line_text, column - 1).group()
+                return wording.format(name=name, value=found)
+    return f"{problem.rstrip('.')} (column {column})"
 
 
-class _Parser:
-    """Recursive descent over the token list: message := field* ; field := NAME [':'] (block | value)."""
+def parse_text_proto(text: str, message, filename: str, error=None, names: dict | None = None,
+                     unsupported: dict | None = None) -> Site:
+    """Parse the text-format ``text`` into the proto ``message`` with ``google.protobuf.text_format``
+    and return where its fields were written (the root :class:`Site`).
 
-    def __init__(self, text: str, filename: str):
-        self.filename = filename
-        self.tokens = self._tokenize(text)
-        self.pos = 0
-
-    def error(self, line: int, problem: str) -> ModelConfigError:
-        return ModelConfigError(f"{self.filename}:{line}: {problem}")
-
-    def _tokenize(self, text: str) -> list:
-        tokens, line, pos = [], 1, 0
-        while pos < len(text):
-            match = _TOKEN_RE.match(text, pos)
-            if match is None:
-                raise self.error(line, f"unexpected character {text[pos]!r}")
-            kind = match.lastgroup
-            if kind == "newline":
-                line += 1
-            elif kind != "space":
-                tokens.append(_Token(kind, match.group(), line))
-            pos = match.end()
-        tokens.append(_Token("end", "end of file", line))
-        return tokens
-
-    def peek(self) -> _Token:
-        return self.tokens[self.pos]
-
-    def take(self) -> _Token:
-        token = self.tokens[self.pos]
-        self.pos += 1
-        return token
-
-    def expect(self, text: str) -> _Token:
-        token = self.take()
-        if token.text != text:
-            raise self.error(token.line, f"expected '{text}', found '{token.text}'")
-        return token
-
-    def parse_message(self, closing: str | None) -> list:
-        fields = []
-        while True:
-            token = self.peek()
-            if closing is not None and token.text == closing:
-                self.take()
-                return fields
-            if token.kind == "end":
-                if closing is not None:
-                    raise self.error(token.line, f"missing '{closing}' before end of file")
-                return fields
-            if token.kind != "ident":
-                raise self.error(token.line, f"expected a field name, found '{token.text}'")
-            self.take()
-            fields.extend(self.parse_field_value(token))
-            if self.peek().text in (",", ";"):
-                self.take()
-
-    def parse_field_value(self, name: _Token) -> list:
-        colon = self.peek().text == ":"
-        if colon:
-            self.take()
-        token = self.peek()
-        if token.text in ("{", "<"):
-            self.take()
-            return [_Field(name.text, self.parse_message("}" if token.text == "{" else ">"), name.line)]
-        if not colon:
-            raise self.error(token.line, f"expected ':' or '{{' after '{name.text}', found '{token.text}'")
-        if token.text == "[":  # list value: name: [v1, v2]
-            self.take()
-            values = []
-            while self.peek().text != "]":
-                values.append(_Field(name.text, self.parse_scalar(), name.line))
-                if self.peek().text == ",":
-                    self.take()
-                elif self.peek().text != "]":
-                    raise self.error(self.peek().line, f"expected ',' or ']', found '{self.peek().text}'")
-            self.take()
-            return values
-        return [_Field(name.text, self.parse_scalar(), name.line)]
-
-    def parse_scalar(self) -> _Token:
-        token = self.take()
-        if token.kind == "string":  # adjacent string literals concatenate, as in C
-            parts = [self.unquote(token)]
-            while self.peek().kind == "string":
-                parts.append(self.unquote(self.take()))
-            return _Token("string", "".join(parts), token.line)
-        if token.kind in ("number", "ident"):
-            return token
-        raise self.error(token.line, f"expected a value, found '{token.text}'")
-
-    def unquote(self, token: _Token) -> str:
-        def replace(match):
-            code = match.group(1)
-            if code[0] == "x":
-                return chr(int(code[1:], 16))
-            if code[0] in "01234567":
-                return chr(int(code, 8))
-            if code in _SIMPLE_ESCAPES:
-                return _SIMPLE_ESCAPES[code]
-            raise self.error(token.line, f"unknown escape '\\{code}' in string")
-
-        return _ESCAPE_RE.sub(replace, token.text[1:-1])
+    A text that does not parse raises ``error`` (default :class:`ModelConfigError`) with one line,
+    ``FILENAME:LINE: problem``, text_format's problem reworded where kerasplm knows a clearer one:
+    ``names`` maps a message's full name to ``(how it is written, the fields kerasplm implements)``
+    for "unknown field 'x' in config; expected one of: ..."; ``unsupported`` maps a field name the
+    message lacks but TF Serving knows to why kerasplm serve does not implement it (or None).
+    """
+    error = error or ModelConfigError
+    names, unsupported = names or {}, unsupported or {}
+    try:
+        text_format.Parse(text, message, max_recursion_depth=_MAX_DEPTH)
+    except text_format.ParseError as e:
+        line, column = e.GetLine(), e.GetColumn() or 1
+        problem = str(e)
+        if line is None:
+            raise error(f"{filename}: {problem}") from None
+        lines = text.split("\n")
+        line_text = lines[line - 1] if line <= len(lines) else ""
+        problem = problem.removeprefix(f"{line}:{e.GetColumn()} : ").removeprefix(f"{line} : ")
+        closing = re.fullmatch(r'Expected "([}>])"\.', problem)  # unprefixed: the text ended inside a message
+        problem = problem.removeprefix(f"'{line_text}': ").removeprefix("'': ")
+        rest = "\n".join([line_text[column - 1:], *lines[line:]])
+        if closing:
+            problem = f"missing '{closing.group(1)}' before end of file"
+        elif not re.sub(r"#[^\n]*", "", rest).strip():  # nothing but spaces and comments from there on
+            problem = f"{problem.rstrip('.')} before end of file"
+        else:
+            problem = _reword(problem, line_text, column, message, names, unsupported)
+        raise error(f"{filename}:{line}: {problem}") from None
+    return _sites(text)
 
 
 # --------------------------------------------------------------------------------------------
-# The ModelServerConfig schema (the supported subset)
+# The ModelServerConfig file (the supported subset)
 
+_POLICY = "tensorflow.serving.FileSystemStoragePathSourceConfig.ServableVersionPolicy"
+# How each message is written in a model config file, and the fields kerasplm serve implements.
+_MESSAGES = {
+    "tensorflow.serving.ModelServerConfig": ("the model server config", ("model_config_list",)),
+    "tensorflow.serving.ModelConfigList": ("model_config_list", ("config",)),
+    "tensorflow.serving.ModelConfig": ("config", ("name", "base_path", "model_platform", "model_version_policy",
+                                                  "version_labels")),
+    _POLICY: ("model_version_policy", ("latest", "all", "specific")),
+    _POLICY + ".Latest": ("latest", ("num_versions",)),
+    _POLICY + ".All": ("all", ()),
+    _POLICY + ".Specific": ("specific", ("versions",)),
+    "tensorflow.serving.ModelConfig.VersionLabelsEntry": ("version_labels", ("key", "value")),
+}
 # Fields TF Serving knows but kerasplm serve does not implement: named in the error message.
 _UNSUPPORTED = {
     "custom_model_config": "only model_config_list is supported",
@@ -252,129 +328,92 @@ _UNSUPPORTED = {
 }
 
 
-class _Schema:
-    """Checks the parsed fields of one message against the names it allows."""
-
-    def __init__(self, parser: _Parser):
-        self.parser = parser
-
-    def fields(self, fields: list, message: str, allowed: dict) -> dict:
-        """``{name: [fields]}`` after checking names and counts; ``allowed`` maps name -> repeated?"""
-        grouped: dict = {}
-        for f in fields:
-            if f.name not in allowed:
-                reason = _UNSUPPORTED.get(f.name)
-                problem = (f"'{f.name}' is not supported by kerasplm serve ({reason})" if reason else
-                           f"unknown field '{f.name}' in {message}; expected one of: {', '.join(allowed)}")
-                raise self.parser.error(f.line, problem)
-            grouped.setdefault(f.name, []).append(f)
-        for name, repeated in allowed.items():
-            if not repeated and len(grouped.get(name, [])) > 1:
-                raise self.parser.error(grouped[name][1].line, f"'{name}' given twice in {message}")
-        return grouped
-
-    def message(self, f: _Field) -> list:
-        if not isinstance(f.value, list):
-            raise self.parser.error(f.line, f"'{f.name}' must be a message {{ ... }}, not a value")
-        return f.value
-
-    def string(self, f: _Field) -> str:
-        if isinstance(f.value, list) or f.value.kind != "string":
-            raise self.parser.error(f.line, f"'{f.name}' must be a quoted string")
-        return f.value.text
-
-    def integer(self, f: _Field, minimum: int) -> int:
-        token = f.value
-        if isinstance(token, list) or token.kind != "number" or not re.fullmatch(r"[-+]?[0-9]+", token.text):
-            shown = "a message" if isinstance(token, list) else repr(token.text)
-            raise self.parser.error(f.line, f"'{f.name}' must be an integer, got {shown}")
-        value = int(token.text)
-        if not minimum <= value < 2**63:
-            raise self.parser.error(f.line, f"'{f.name}' must be an integer in [{minimum}, 2^63), got {value}")
-        return value
-
-
 def parse_model_config(text: str, filename: str = "<model config>", base_dir: str | None = None) -> list:
     """Parse a text-format ``ModelServerConfig`` into a list of :class:`ModelConfig`.
 
     Relative ``base_path`` values are joined to ``base_dir`` (default: the working directory).
     Raises :class:`ModelConfigError` (``filename:line: problem``).
     """
-    parser = _Parser(text, filename)
-    schema = _Schema(parser)
-    top = schema.fields(parser.parse_message(None), "the model server config", {"model_config_list": False})
-    if "model_config_list" not in top:
-        raise parser.error(1, "no 'model_config_list { config { ... } }' found")
-    (config_list,) = top["model_config_list"]
-    entries = schema.fields(schema.message(config_list), "model_config_list", {"config": True})
-    if not entries.get("config"):
-        raise parser.error(config_list.line, "model_config_list holds no 'config { ... }' entry")
+    config = model_server_config_pb2.ModelServerConfig()
+    root = parse_text_proto(text, config, filename, ModelConfigError, _MESSAGES, _UNSUPPORTED)
+
+    def error(line: int, problem: str) -> ModelConfigError:
+        return ModelConfigError(f"{filename}:{line}: {problem}")
+
+    if config.WhichOneof("config") == "custom_model_config":
+        raise error(root.first("custom_model_config").line,
+                    f"'custom_model_config' is not supported by kerasplm serve ({_UNSUPPORTED['custom_model_config']})")
+    if config.WhichOneof("config") is None:
+        raise error(1, "no 'model_config_list { config { ... } }' found")
+    config_list = root.first("model_config_list")
+    entries = config_list.all("config")
+    if not entries:
+        raise error(config_list.line, "model_config_list holds no 'config { ... }' entry")
     models, seen = [], {}
-    for entry in entries["config"]:
-        model = _model_config(schema, entry, base_dir)
+    for proto, site in zip(config.model_config_list.config, entries):
+        model = _model_config(proto, site, error, filename, base_dir)
         if model.name in seen:
-            raise parser.error(entry.line, f"model name '{model.name}' already used on line {seen[model.name]}")
-        seen[model.name] = entry.line
+            raise error(site.line, f"model name '{model.name}' already used on line {seen[model.name]}")
+        seen[model.name] = site.line
         models.append(model)
     return models
 
 
-def _model_config(schema: _Schema, entry: _Field, base_dir: str | None) -> ModelConfig:
-    allowed = {"name": False, "base_path": False, "model_platform": False,
-               "model_version_policy": False, "version_labels": True}
-    fields = schema.fields(schema.message(entry), "config", allowed)
-    error = schema.parser.error
+def _model_config(proto, site: Site, error, filename: str, base_dir: str | None) -> ModelConfig:
+    supported = _MESSAGES["tensorflow.serving.ModelConfig"][1]
+    for name, (written, *_) in site.fields.items():
+        if name not in supported:  # text_format accepted it: a field TF Serving knows
+            reason = _UNSUPPORTED.get(name)
+            raise error(written.line,
+                        f"'{name}' is not supported by kerasplm serve" + (f" ({reason})" if reason else ""))
     for required in ("name", "base_path"):
-        if required not in fields:
-            raise error(entry.line, f"config is missing '{required}'")
-    name = schema.string(fields["name"][0])
-    _check_model_name(name, lambda problem: error(fields["name"][0].line, problem))
-    base_path = schema.string(fields["base_path"][0])
+        if site.first(required) is None:
+            raise error(site.line, f"config is missing '{required}'")
+    _check_model_name(proto.name, lambda problem: error(site.first("name").line, problem))
+    base_path = proto.base_path
     if not base_path:
-        raise error(fields["base_path"][0].line, "'base_path' is empty")
+        raise error(site.first("base_path").line, "'base_path' is empty")
     if not os.path.isabs(base_path):
         base_path = os.path.join(base_dir or os.getcwd(), base_path)
-    for platform in fields.get("model_platform", []):
-        if schema.string(platform) != "tensorflow":
-            raise error(platform.line, f"model_platform '{schema.string(platform)}' is not supported; "
-                                       "only 'tensorflow' (SavedModels)")
+    if site.first("model_platform") is not None and proto.model_platform != "tensorflow":
+        raise error(site.first("model_platform").line, f"model_platform '{proto.model_platform}' is not supported; "
+                                                       "only 'tensorflow' (SavedModels)")
     policy = VersionPolicy()
-    if "model_version_policy" in fields:
-        policy = _version_policy(schema, fields["model_version_policy"][0])
+    if site.first("model_version_policy") is not None:
+        policy = _version_policy(proto.model_version_policy, site.first("model_version_policy"), error)
     labels = {}
-    for label in fields.get("version_labels", []):
-        pair = schema.fields(schema.message(label), "version_labels", {"key": False, "value": False})
-        if set(pair) != {"key", "value"}:
+    for label in site.all("version_labels"):  # the proto's map keeps only the last of equal keys
+        if label.first("key") is None or label.first("value") is None:
             raise error(label.line, "version_labels needs both 'key' and 'value'")
-        key = schema.string(pair["key"][0])
+        key = label.first("key").value.decode("utf-8")
         _check_model_name(key, lambda problem: error(label.line, problem.replace("model name", "label")))
         if key in labels:
             raise error(label.line, f"version label '{key}' given twice")
-        labels[key] = schema.integer(pair["value"][0], minimum=0)
-    return ModelConfig(name=name, base_path=os.path.normpath(base_path), version_policy=policy,
-                       version_labels=labels, source=f"{schema.parser.filename}:{entry.line}")
+        labels[key] = value = proto.version_labels[key]
+        if value < 0:
+            raise error(label.first("value").line, f"'value' must be an integer in [0, 2^63), got {value}")
+    return ModelConfig(name=proto.name, base_path=os.path.normpath(base_path), version_policy=policy,
+                       version_labels=labels, source=f"{filename}:{site.line}")
 
 
-def _version_policy(schema: _Schema, f: _Field) -> VersionPolicy:
-    kinds = schema.fields(schema.message(f), "model_version_policy",
-                          {"latest": False, "all": False, "specific": False})
-    if len(kinds) > 1:
-        raise schema.parser.error(f.line, f"model_version_policy takes one of latest/all/specific, got "
-                                          f"{' and '.join(kinds)}")
-    if not kinds:  # an empty policy is TF Serving's default
+def _version_policy(proto, site: Site, error) -> VersionPolicy:
+    kind = proto.WhichOneof("policy_choice")
+    if kind is None:  # an empty policy is TF Serving's default
         return VersionPolicy()
-    ((kind, (body,)),) = kinds.items()
     if kind == "all":
-        schema.fields(schema.message(body), "all", {})
         return VersionPolicy("all")
+    body = site.first(kind)
     if kind == "latest":
-        fields = schema.fields(schema.message(body), "latest", {"num_versions": False})
-        num = schema.integer(fields["num_versions"][0], minimum=1) if "num_versions" in fields else 1
-        return VersionPolicy("latest", num_versions=num)
-    fields = schema.fields(schema.message(body), "specific", {"versions": True})
-    versions = tuple(schema.integer(v, minimum=0) for v in fields.get("versions", []))
+        num = body.first("num_versions")
+        if num is not None and proto.latest.num_versions < 1:  # unset: TF Serving's default, 1
+            raise error(num.line, f"'num_versions' must be an integer in [1, 2^32), got {proto.latest.num_versions}")
+        return VersionPolicy("latest", num_versions=max(1, proto.latest.num_versions))
+    versions = proto.specific.versions
     if not versions:
-        raise schema.parser.error(body.line, "specific { } lists no 'versions'")
+        raise error(body.line, "specific { } lists no 'versions'")
+    for version, where in zip(versions, body.all("versions")):
+        if version < 0:
+            raise error(where.line, f"'versions' must be an integer in [0, 2^63), got {version}")
     return VersionPolicy("specific", versions=tuple(sorted(set(versions))))
 
 

@@ -99,6 +99,39 @@ def test_errors_name_the_file_line_and_field(text, line, problem):
     assert "\n" not in message
 
 
+def test_every_spelling_tf_serving_accepts_is_read_identically():
+    spelled = """# protobuf's text format as TF Serving reads it: colon and angle-bracket forms, separators, lists
+max_batch_size: { value: 8 }, batch_timeout_micros < value: 2500 >;
+max_enqueued_batches { value: 3 } num_batch_threads { value: 2 }  # two on one line
+thread_pool_name { value: "my_batch" '_threads' }
+allowed_batch_sizes: [2, 4]
+allowed_batch_sizes: 8
+pad_variable_length_inputs: True
+"""
+    assert parse_batching_parameters(spelled, "b.config") == parse_batching_parameters(FULL, "b.config")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("max_batch_size { value: 8 }\n# a comment\nbatch_timeout_micros { value 5 }",
+     "3: expected ':' after 'value' (column 30)"),
+    ('max_batch_size { value: 8 }\nthread_pool_name { value: "x }',
+     "2: String missing ending quote: '\"x }' (column 27)"),
+    ("max_batch_size { value: 8 } }", "1: Expected identifier or number, got } (column 29)"),
+    ("max_batch_size { value: 8 }\nnum_batch_threads { valeu: 2 }",
+     "2: unknown field 'valeu' in Int64Value; expected one of: value"),
+    ("max_batch_size { value: 8 }\n\nmax_batch_sise { value: 8 }",
+     "3: unknown field 'max_batch_sise' in BatchingParameters; expected one of: max_batch_size, batch_timeout_micros, "
+     "max_enqueued_batches, num_batch_threads, thread_pool_name, allowed_batch_sizes, pad_variable_length_inputs"),
+    ("max_batch_size { value: 8 }\nmax_execution_batch_size { value: 8 }",
+     "2: 'max_execution_batch_size' is not supported by kerasplm serve"),
+    ("allowed_batch_sizes: [2, x]", "1: 'allowed_batch_sizes' must be an integer, got 'x'"),
+])
+def test_syntax_errors_and_unknown_fields_name_the_line(text, message):
+    with pytest.raises(BatchingParametersError) as info:
+        parse_batching_parameters(text, "b.config")
+    assert str(info.value) == f"b.config:{message}"
+
+
 # --------------------------------------------------------------------------------------------
 # Merging, splitting, the batch-safe rule
 

@@ -1,4 +1,5 @@
-"""kerasplm.serving.config: TF Serving's text-format model_config_list, parsed strictly."""
+"""kerasplm.serving.config: TF Serving's text-format model_config_list, parsed by protobuf's text_format
+into TF Serving's ModelServerConfig, then checked; every error one line naming the file and the line."""
 import os
 
 import pytest
@@ -95,10 +96,12 @@ def test_read_resolves_relative_paths_against_the_file(tmp_path):
         ("custom_model_config { }", 1, "'custom_model_config' is not supported"),
         ("model_config_list { config { name: \"a\" base_path: \"/x\"\n"
          " version_labels { key: \"s\" } } }", 2, "needs both 'key' and 'value'"),
-        ("model_config_list {\n config { name: \"a\" base_path: \"/x\" }\n", 3, "missing '}' before end of file"),
-        ("model_config_list {\n config { name: \"a\" base_path: \"/x }\n}", 2, "unexpected character '\"'"),
-        ("model_config_list {\n config { name \"a\" } }", 2, "expected ':' or '{' after 'name'"),
-        ("model_config_list {\n config { name: \"a\\q\" base_path: \"/x\" } }", 2, "unknown escape"),
+        ("model_config_list {\n config { name: \"a\" base_path: \"/x\" }\n", 2, "missing '}' before end of file"),
+        ("model_config_list {\n config { name: \"a\" base_path: \"/x }\n}", 2,
+         "String missing ending quote: '\"/x }' (column 32)"),
+        ("model_config_list {\n config { name \"a\" } }", 2, "expected ':' after 'name' (column 16)"),
+        ("model_config_list {\n config { name: \"a\\xff\" base_path: \"/x\" } }", 2,
+         "Couldn't parse string: 'utf-8' codec"),
         ("model_config_list { config { name: \"a\" base_path: \"\" } }", 1, "'base_path' is empty"),
     ],
 )
@@ -109,6 +112,99 @@ def test_errors_name_file_line_and_problem(text, line, fragment):
     assert message.startswith(f"bad.config:{line}: "), message
     assert fragment in message, message
     assert "\n" not in message
+
+
+# What TF Serving itself reads (protobuf's text_format): comments, the block, colon, angle-bracket and list forms
+# of a message, separators, every version policy, version_labels map entries (block and list forms).
+TF_SERVING_SPELLINGS = """# comments anywhere
+# a second comment line
+model_config_list {
+  config {  # the block form
+    name: "translator"
+    base_path: "/models/translator"
+    model_platform: "tensorflow"
+    model_version_policy { specific { versions: 1 versions: 2 } }
+    version_labels { key: "stable" value: 1 }
+    version_labels { key: "canary" value: 2 }
+  }
+  config: {  # the colon form
+    name: 'newest_two'
+    base_path: '/models/newest_two'
+    model_version_policy: { latest: { num_versions: 2 } }
+  }
+  config <
+    name: "every"; base_path: "/models/every",
+    model_version_policy < all {} >
+  >
+  config: [{ name: "listed" base_path: "/models/listed" version_labels: [{key: "a" value: 3}, {key: "b", value: 4}] }]
+}
+"""
+
+
+def test_every_spelling_tf_serving_accepts_is_read_identically():
+    from google.protobuf import text_format
+    from tensorflow_serving.config import model_server_config_pb2
+
+    proto = text_format.Parse(TF_SERVING_SPELLINGS, model_server_config_pb2.ModelServerConfig())  # TF Serving's read
+    models = parse_model_config(TF_SERVING_SPELLINGS, "models.config")
+    assert models == [
+        ModelConfig("translator", "/models/translator", VersionPolicy("specific", versions=(1, 2)),
+                    {"stable": 1, "canary": 2}),
+        ModelConfig("newest_two", "/models/newest_two", VersionPolicy("latest", 2)),
+        ModelConfig("every", "/models/every", VersionPolicy("all")),
+        ModelConfig("listed", "/models/listed", VersionPolicy(), {"a": 3, "b": 4}),
+    ]
+    assert models == model_configs_from_proto(proto)  # as a reload request carrying the same config
+    assert [m.source for m in models] == [f"models.config:{line}" for line in (4, 12, 17, 21)]
+    # text_format's own rendering of the message (one canonical spelling) reads the same
+    assert parse_model_config(text_format.MessageToString(proto), "canonical.config") == models
+
+
+def test_a_syntax_error_names_the_file_and_line(tmp_path, capsys):
+    path = tmp_path / "models.config"
+    path.write_text(TF_SERVING_SPELLINGS.replace("name: 'newest_two'", "name 'newest_two'"))
+    with pytest.raises(ModelConfigError) as info:
+        read_model_config_file(str(path))
+    assert str(info.value) == f"{path}:13: expected ':' after 'name' (column 10)"
+    # kerasplm serve: that one line, exit status 2, no traceback
+    assert cli.main(["serve", "--model_config_file", str(path), "--rest_api_port", "0", "--port", "0"]) == 2
+    assert capsys.readouterr().err == f"kerasplm: error: {info.value}\n"
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ("    base_path: '/models/newest_two'", "    base_path: '/models/newest_two",
+     "14: String missing ending quote: \"'/models/newest_two\" (column 16)"),
+    ("}]\n}\n", "}]\n", "21: missing '}' before end of file"),
+    ("}]\n}\n", "}]\n}\n}\n", "23: Expected identifier or number, got } (column 1)"),
+    ("versions: 1 versions: 2", "versions: 1 versions: two", "8: 'versions' must be an integer, got 'two'"),
+    ("num_versions: 2", "num_versions: -2", "15: 'num_versions' is out of range for its type, got -2"),
+    ('"stable" value: 1', "stable value: 1", "9: 'key' must be a quoted string, got stable"),
+])
+def test_syntax_and_type_errors_name_the_line(old, new, message):
+    assert old in TF_SERVING_SPELLINGS
+    with pytest.raises(ModelConfigError) as info:
+        parse_model_config(TF_SERVING_SPELLINGS.replace(old, new, 1), "models.config")
+    assert str(info.value) == f"models.config:{message}"
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ("model_platform:", "model_platfrom:", "7: unknown field 'model_platfrom' in config; expected one of: name, "
+                                           "base_path, model_platform, model_version_policy, version_labels"),
+    ("latest: { num_versions", "latest: { num_version", "15: unknown field 'num_version' in latest; "
+                                                         "expected one of: num_versions"),
+    ("all {}", "all { versions: 1 }", "19: unknown field 'versions' in all; it takes no fields"),
+    ("{key: \"a\" value: 3}", "{key: \"a\" val: 3}", "21: unknown field 'val' in version_labels; "
+                                                            "expected one of: key, value"),
+    ("model_config_list {", "model_config_lists {", "3: unknown field 'model_config_lists' in the model server "
+                                                    "config; expected one of: model_config_list"),
+    ("    model_platform", "    model_type: TENSORFLOW\n    model_platform",
+     "7: 'model_type' is not supported by kerasplm serve (deprecated in TF Serving; use model_platform)"),
+])
+def test_an_unknown_field_names_the_field_and_line(old, new, message):
+    assert old in TF_SERVING_SPELLINGS
+    with pytest.raises(ModelConfigError) as info:
+        parse_model_config(TF_SERVING_SPELLINGS.replace(old, new, 1), "models.config")
+    assert str(info.value) == f"models.config:{message}"
 
 
 def test_cli_malformed_config_is_one_line_exit_2(tmp_path, capsys):
