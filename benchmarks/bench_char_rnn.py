@@ -2,7 +2,7 @@
 
 Both sides are trained by their own jobs (``kerasplm train char-rnn``, ``kerasplm train gpt``) on the same corpus
 (default: tiny-shakespeare) with the same held-out split (the last ``--valid-fraction``, cut at a line boundary:
-``kerasplm.models.gpt.job.read_corpus``, which both jobs use), each for ``--time-budget`` seconds of training
+``kerasplm.data.corpus.read_corpus``, which both jobs use), each for ``--time-budget`` seconds of training
 (one after the other, so each has the machine to itself). Then both score the same held-out text, cut into chunks
 of about ``--chunk-chars`` characters at line boundaries, through ``TextGenerator.score`` (the ``kerasplm score``
 code): log P(chunk | <|endoftext|>) in nats, summed over the chunks and divided by their characters:
@@ -82,7 +82,8 @@ def main(argv=None):
         parser.error(f"no corpus at {args.corpus} (tiny-shakespeare lives in ../shared/data; give --corpus FILE)")
 
     from kerasplm.models.char_rnn.job import train_char_rnn
-    from kerasplm.models.gpt.job import read_corpus, train_gpt
+    from kerasplm.data.corpus import read_corpus
+    from kerasplm.models.gpt.job import train_gpt
 
     out = args.out or tempfile.mkdtemp(prefix="bench_char_rnn_")
     budget = dict(steps=args.steps) if args.steps else dict(time_budget=args.time_budget)

@@ -74,8 +74,9 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser():
     """The whole command line: the registry's commands, ``serve`` and ``presets``."""
-    parser = _Parser(prog="kerasplm", description="kerasplm: the Transformer, BERT, GPT and ELMo in TensorFlow/Keras, "
-                                                  "from training to TensorFlow Serving.")
+    parser = _Parser(prog="kerasplm", description="kerasplm: the pretrained language models of the classic "
+                                                  "papers in TensorFlow/Keras, one folder per family (kerasplm "
+                                                  "presets lists them), from training to TensorFlow Serving.")
     parser.add_argument("--version", action="version", version=f"kerasplm {_version()}")
     parser.add_argument("--verbose", dest=_VERBOSE_DEST, action="store_true", help=_VERBOSE_HELP)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

@@ -1,5 +1,9 @@
-"""The house's rules, checked: import-linter's layering contracts and a command line that starts without TensorFlow."""
+"""The house's rules, checked: import-linter's layering contracts (the family ones made from the manifests), no
+family reaching into another's private names, module-level imports, and a command line that starts without
+TensorFlow."""
+import ast
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -7,7 +11,12 @@ import time
 
 import pytest
 
+from tests import layering_contracts
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE = pathlib.Path(ROOT, "kerasplm")
+# Imported inside functions on purpose: packages that only some commands need (weights readers, Faiss, plots).
+OPTIONAL_PACKAGES = {"torch", "safetensors", "h5py", "faiss", "sentencepiece", "matplotlib", "google", "tensorflow_text"}
 
 
 def _lint_imports():
@@ -22,6 +31,67 @@ def test_layering_contracts_hold():
     result = subprocess.run([_lint_imports(), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert "0 broken" in result.stdout
+
+
+def test_family_contracts_follow_the_manifests():
+    """Each family folder's contract forbids every family but the bases its manifest declares; a new family
+    or a changed ``BASES`` is one `python -m tests.layering_contracts --write` away."""
+    with open(layering_contracts.PATH, encoding="utf-8") as f:
+        current = f.read()
+    assert current == layering_contracts.expected_file(current), \
+        "run `python -m tests.layering_contracts --write`: .importlinter's family contracts are out of date"
+    bases = layering_contracts.family_bases()
+    assert {"bert", "electra", "gpt", "elmo", "ulmfit", "transformer", "rnn_seq2seq", "translator", "char_rnn",
+            "distilbert", "sentence_embedding"} <= set(bases)
+    assert "bert" in bases["electra"]
+
+
+def _imports(tree):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node, node.module, [a.name for a in node.names]
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node, alias.name, []
+
+
+def _family(module):
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["kerasplm", "models"] and parts[2] not in (
+        "base", "presets") else None
+
+
+def test_no_family_imports_another_familys_private_names():
+    found = []
+    for path in sorted(PACKAGE.joinpath("models").rglob("*.py")):
+        own = path.relative_to(PACKAGE).parts[1]
+        for node, module, names in _imports(ast.parse(path.read_text())):
+            other = _family(module)
+            if other and other != own and (any(n.startswith("_") for n in names)
+                                           or any(p.startswith("_") for p in module.split(".")[3:])):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {module} {names}")
+    assert not found, f"private names of another family: {found}"
+
+
+def test_kerasplm_is_imported_at_module_level():
+    """Function-level imports hide cycles and cost: they are kept for optional packages and for the command
+    line's start-up (the CLI and the server import a command's modules when it runs)."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(ROOT).as_posix()
+        startup = relative == "kerasplm/cli.py" or relative.startswith("kerasplm/serving/")
+        tree = ast.parse(path.read_text())
+        for function in ast.walk(tree):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node, module, _ in _imports(function):
+                top = module.split(".")[0]
+                if top in OPTIONAL_PACKAGES or (top in ("kerasplm", "tensorflow") and startup):
+                    continue
+                if module == "tensorflow.python.saved_model":   # a SavedModel's fingerprint: the one TF-internal use
+                    continue
+                found.append(f"{relative}:{node.lineno} {module}")
+    assert not found, f"function-level imports: {found}"
 
 
 def test_a_back_arrow_breaks_a_contract(tmp_path):
@@ -81,5 +151,5 @@ def test_an_unreadable_family_manifest_is_one_line():
                             timeout=120, cwd=ROOT, env={**os.environ, "KERASPLM_FAMILIES": "no_such_family_module"})
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.strip().splitlines() == [
-        "kerasplm: error: family manifest 'no_such_family_module' (from KERASPLM_FAMILIES or kerasplm.families) "
+        "kerasplm: error: family manifest 'no_such_family_module' (from KERASPLM_FAMILIES or kerasplm.models) "
         "cannot be imported (No module named 'no_such_family_module')"]

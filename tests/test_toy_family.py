@@ -1,7 +1,10 @@
-"""A model family defined only under tests/ (tests/toy_family) reaches every rail through the real command line:
-`kerasplm train toy`, `load_run`, `kerasplm export toy`, `kerasplm serve`, with no edit under kerasplm/."""
+"""A model family that is one folder outside the package reaches every rail through the real command line:
+`kerasplm presets`, `kerasplm train toy`, `load_run`, `kerasplm export toy`, `kerasplm serve`, with no edit under
+kerasplm/. The folder (tests/toy_family) is copied out of the repository under another name first, so nothing of it
+may lean on where it lives."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import urllib.request
@@ -15,20 +18,29 @@ from kerasplm.runs import load_run
 from tests.serving.client import CLIServer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FOLDER = os.path.join(ROOT, "tests", "toy_family")
 MANIFEST = "tests.toy_family.manifest"
-ENV = {**os.environ, "PYTHONPATH": ROOT, "KERASPLM_FAMILIES": MANIFEST}
 
 
-def kerasplm(*args):
-    return subprocess.run([sys.executable, "-m", "kerasplm.cli", *args], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT, env=ENV)
+def test_the_toy_family_is_one_folder(tmp_path, monkeypatch):
+    outside = tmp_path / "elsewhere"
+    shutil.copytree(FOLDER, outside / "toyfamily", ignore=shutil.ignore_patterns("__pycache__"))
+    manifest = "toyfamily.manifest"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, str(outside)]), "KERASPLM_FAMILIES": manifest}
 
+    def kerasplm(*args, **extra):
+        return subprocess.run([sys.executable, "-m", "kerasplm.cli", *args], capture_output=True, text=True,
+                              timeout=300, cwd=tmp_path, env={**env, **extra})
 
-def test_the_toy_family_is_one_place(tmp_path, monkeypatch):
     listed = kerasplm("train", "--help")
     assert listed.returncode == 0 and "toy" in listed.stdout and "the toy regression family" in listed.stdout
-    assert "toy" not in subprocess.run([sys.executable, "-m", "kerasplm.cli", "train", "--help"], capture_output=True,
-                                       text=True, cwd=ROOT, env={**ENV, "KERASPLM_FAMILIES": ""}).stdout
+    assert "toy" not in kerasplm("train", "--help", KERASPLM_FAMILIES="").stdout
+
+    presets = kerasplm("presets")
+    assert presets.returncode == 0, presets.stderr
+    rows = {line.split()[1]: line.split() for line in presets.stdout.splitlines()[1:]}
+    assert rows["toy_linear"][0] == "toy" and rows["toy_linear"][2] == "2" and rows["toy_wide"][2] == "6"
+    assert "bert_base" in rows   # the package's own families are still listed beside it
 
     run_dir = str(tmp_path / "run")
     trained = kerasplm("train", "toy", "--steps", "300", "--out", run_dir, "--seed", "3")
@@ -39,8 +51,9 @@ def test_the_toy_family_is_one_place(tmp_path, monkeypatch):
     metrics = json.loads(open(os.path.join(run_dir, "metrics.json")).read())
     assert metrics["step"] == 300 and 0 < metrics["median_step_seconds"] < metrics["train_seconds"]
 
-    monkeypatch.setenv("KERASPLM_FAMILIES", MANIFEST)
-    model = load_run(run_dir)                       # the loader the manifest declares
+    monkeypatch.setenv("KERASPLM_FAMILIES", manifest)
+    monkeypatch.syspath_prepend(str(outside))
+    model = load_run(run_dir)                       # kerasplm's one loader, nothing registered for the toy
     lengths = np.array([[0.3], [0.7], [1.1]], np.float32)           # 3, 7 and 11 bytes
     np.testing.assert_allclose(model(lengths).numpy()[:, 0] * 10, [7, 15, 23], atol=0.5)
 
@@ -52,6 +65,7 @@ def test_the_toy_family_is_one_place(tmp_path, monkeypatch):
     assert exported.returncode == 0, exported.stderr
     assert exported.stdout.strip() == os.path.join(base, "1")
 
+    monkeypatch.delenv("KERASPLM_FAMILIES")    # serving knows SavedModels only: no family code in its process
     server = CLIServer(["--model-base-path", base, "--model-name", "toy", "--quiet"], tmp_path / "serve.log")
     try:
         server.wait_ready()

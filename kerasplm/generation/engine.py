@@ -49,7 +49,7 @@ from kerasplm.generation.screened_argmax import ScreenedArgmax
 from kerasplm.generation.search import beam_search, greedy_search
 
 __all__ = ["GenerationOutput", "STRATEGIES", "as_seed", "cached_fn", "causal_lm_search", "generate",
-           "generate_uncached", "join_prompt_and_tokens", "make_generate_fn", "run_search", "validate_options"]
+           "join_prompt_and_tokens", "make_generate_fn", "run_search", "validate_options"]
 SCREEN_MIN_ROWS = 2  # screened greedy decoding from this many prompts per call on (see causal_lm_search)
 
 GenerationOutput = collections.namedtuple("GenerationOutput", ["tokens", "lengths", "sequences", "scores"])
@@ -281,23 +281,3 @@ def generate(model, prompt_ids, prompt_lengths=None, *, max_new_tokens, seed=DEF
                    temperature=temperature, top_k=top_k, top_p=top_p, beam_size=beam_size, alpha=alpha,
                    stop_ids=tuple(stop_ids), pad_id=pad_id, jit_compile=jit_compile, screened_greedy=screened_greedy)
     return fn(prompt_ids, prompt_lengths, seed)
-
-
-def generate_uncached(model, prompt_ids, prompt_lengths=None, *, max_new_tokens, stop_ids=(), pad_id=0):
-    """Reference greedy generation that re-runs ``model(token_ids)`` on the whole sequence for every
-    token (eager, no cache); same stopping rule and outputs as ``generate(..., strategy="greedy")``."""
-    prompt_ids, prompt_lengths = _check_prompts(prompt_ids, prompt_lengths, pad_id)
-    rows = []
-    for ids, length in zip(prompt_ids.numpy().tolist(), prompt_lengths.numpy().tolist()):
-        seq, out = ids[:length], []
-        for _ in range(max_new_tokens):
-            logits = model(tf.constant([seq], tf.int32), training=False)[0, -1].numpy()
-            if pad_id >= 0:
-                logits[pad_id] = -float("inf")
-            token = int(logits.argmax())
-            seq, out = seq + [token], out + [token]
-            if token in stop_ids:
-                break
-        rows.append(out)
-    width = max(len(r) for r in rows)
-    return tf.constant([r + [pad_id] * (width - len(r)) for r in rows], tf.int32)

@@ -224,27 +224,6 @@ def beam_search_decode(model, src_ids, beam_size=DEFAULT_BEAM_SIZE, alpha=DEFAUL
                       end_id=end_id, pad_id=pad_id, jit_compile=jit_compile)(src_ids)
 
 
-def greedy_decode_uncached(model, src_ids, max_length=None, max_length_ratio=DEFAULT_RATIO,
-                           max_length_offset=DEFAULT_OFFSET, start_id=2, end_id=3, pad_id=0):
-    """Reference greedy decoding that re-runs the full model on the whole prefix for every token (eager,
-    like the seed's ``evaluate`` but batched, same length rule and stopping as ``greedy_decode``).
-    The model's own masks treat id 0 as padding."""
-    src_ids = _as_source(src_ids)
-    cap = cache_length(model, src_ids.shape[1], max_length, max_length_ratio, max_length_offset)
-    max_lengths = source_max_lengths(src_ids, cap, max_length_ratio, max_length_offset, pad_id)
-    out = tf.fill([src_ids.shape[0], 1], start_id)
-    finished = tf.zeros([src_ids.shape[0]], tf.bool)
-    for step in range(cap):
-        if bool(tf.reduce_all(finished)):
-            break
-        logits, _ = model((src_ids, out), training=False)
-        token = tf.argmax(_log_probs(logits[:, -1], pad_id), axis=-1, output_type=tf.int32)
-        token = tf.where(finished, pad_id, token)
-        out = tf.concat([out, token[:, tf.newaxis]], axis=1)
-        finished = finished | tf.equal(token, end_id) | (step + 1 >= max_lengths)
-    return out
-
-
 def attention_for(model, src_ids, tgt_ids):
     """Attention weights for plotting: one teacher-forced pass over ``tgt_ids (batch, tar_len)`` (e.g. a
     decoder output, [START] first) -> ``{"decoder_layer{i}_block{1,2}": (batch, heads, tar_len, ...)}``."""

@@ -18,10 +18,10 @@ What they hold, so that a family's job module holds only its family's specifics:
   (``--discriminative-lr 2.6``): :class:`kerasplm.training.optimizers.LayerwiseAdamW` over layer groups (BERT's
   depths: :func:`bert_layer_group`; a family may give its own);
   clip 1, a checkpoint every 500 steps, the loss logged every 25;
-* **the pretrained backbone**: :func:`bert_init_parts` (the BERT run a job starts from), :meth:`copy_init_assets`
-  (its tokenizer files into the new run; both at once for a BERT run: :meth:`start_from_bert`),
+* **the pretrained backbone**: :meth:`copy_init_assets` (the ``--init`` run's tokenizer files into the new run),
   :meth:`starting_backbone` / :meth:`with_starting_weights` (the model on the pretrained backbone for a new run;
-  a resume restores its checkpoint);
+  a resume restores its checkpoint). A family reads its own init run: BERT's jobs stand on
+  :mod:`kerasplm.models.bert.finetuning` (``start_from_bert``), GPT's, ELMo's and ULMFiT's read theirs;
 * **scoring**: :meth:`FineTuningJob.score` (the family's held-out figures) and :meth:`dev_report` (their log
   line), timed and added to the summary, ``planned_steps`` (the schedule's length), the closing report
   ("trained to step S of T planned ...", then the dev line).
@@ -35,6 +35,8 @@ makes the schedule; then the family's init run or resumed config, ``self.backbon
 The classification-data helpers (:func:`read_classification_tsv`, :func:`label_ids`,
 :func:`make_classification_dataset`, :func:`classification_scores`) serve :class:`ClassificationJob` and any other
 user of such files.
+
+This module imports no family (``kerasplm.models.<family>``): families build on it.
 """
 import math
 import os
@@ -45,27 +47,23 @@ import numpy as np
 import keras
 import tensorflow as tf
 
-from kerasplm.models.sentence_embedding.embedder_export import bert_run_parts
 from kerasplm.jobs.job import Job, provisional_total_steps
-from kerasplm.models.bert.classifier import classification_metrics
 from kerasplm.options import DEFAULT_LENGTH_BUCKET, DEFAULT_SORTISH, resolve_options
 from kerasplm.runs import RunDir
 from kerasplm.text.preprocessing import trim_to_bucket
 from kerasplm.training import BudgetSchedule, SlantedTriangular
-from kerasplm.text.bert_tokenizer import BertTokenizer
+from kerasplm.training.metrics import classification_metrics
 # LayerwiseAdamW lives with the optimizers; importable from here as before.
 from kerasplm.training.optimizers import (FusedAdamW, LayerwiseAdamW, discriminative_decay,  # noqa: F401
                                           layer_group_multiplier)
 
-__all__ = ["FineTuningJob", "ClassificationJob", "LayerwiseAdamW", "bert_init_parts", "bert_layer_group",
+__all__ = ["FineTuningJob", "ClassificationJob", "LayerwiseAdamW", "bert_layer_group",
            "classification_scores", "layerwise_decay",
            "fine_tuning_schedule", "cut_padding", "label_ids", "layer_decay_multiplier", "make_classification_dataset",
            "make_optimizer", "read_classification_tsv", "token_lengths"]
 
 # The schedule length of a resumed run recorded before ``schedule_steps`` existed, when it gives no steps either.
 LEGACY_SCHEDULE_STEPS = 1000
-# The assets of a run fine-tuned from a BERT run: its vocabulary.
-BERT_ASSETS = {"vocab": "vocab.txt"}
 
 
 # ------------------------------------------------------------------------------------------------ classification data
@@ -210,7 +208,7 @@ def cut_padding(dataset, length_bucket, mask_key="padding_mask"):
 
 def classification_scores(model, dataset, regression, num_labels):
     """A classifier's figures over a whole labelled ``dataset`` (exact, not averaged over batches): accuracy, F1
-    and MCC (:func:`kerasplm.models.bert.classifier.classification_metrics`), or for regression MSE and Pearson's r."""
+    and MCC (:func:`kerasplm.training.metrics.classification_metrics`), or for regression MSE and Pearson's r."""
     predictions, targets = [], []
     for inputs, labels in dataset:
         logits = model(inputs, training=False).numpy()
@@ -292,20 +290,6 @@ def make_optimizer(o, schedule, num_layers, layer_group=None, top_group=None, **
         optimizer = LayerwiseAdamW(layer_group_multiplier(layer_group, top_group, decay), **kwargs)
     optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
     return optimizer
-
-
-# ------------------------------------------------------------------------------------------------ the init run
-def bert_init_parts(init, length, length_option="max_length"):
-    """``(backbone, tokenizer, options)`` of the BERT run ``init`` that a fine-tuning job starts from (converted,
-    pretrained or fine-tuned: :func:`kerasplm.models.sentence_embedding.embedder_export.bert_run_parts`); one-line errors for a missing
-    --init and for a sequence length beyond the model's positions."""
-    if init is None:
-        raise ValueError("give the BERT run to start from (init / --init)")
-    backbone, tokenizer, options = bert_run_parts(init)
-    positions = backbone.config.max_positions - backbone.config.position_offset
-    if length > positions:
-        raise ValueError(f"{length_option}={length} exceeds the model's {positions} positions")
-    return backbone, tokenizer, options
 
 
 # ------------------------------------------------------------------------------------------------ the jobs
@@ -411,33 +395,6 @@ class FineTuningJob(Job):
             for key, name in assets.items():
                 shutil.copyfile(init_run.asset(init_config, key), self.run_dir.file(name))
         return assets, init_config
-
-    def start_from_bert(self, length, length_option="max_length", wordpiece_only=False):
-        """A new run from the ``--init`` BERT run (:func:`bert_init_parts`): ``init_backbone`` and
-        ``backbone_config`` set, its vocabulary copied into the run (asset ``vocab``, :data:`BERT_ASSETS`; a converted
-        RoBERTa's or ALBERT's tokenizer files under their own assets), the assets the new run records in
-        ``init_assets``. ``wordpiece_only``: a job reading WordPiece offsets refuses another tokenizer in one line.
-        Returns ``(its tokenizer over the new run's copy of the vocabulary, the init run's config)``."""
-        backbone, tokenizer, _ = bert_init_parts(self.options.init, length, length_option)
-        self.init_backbone, self.backbone_config = backbone, backbone.config
-        if not isinstance(tokenizer, BertTokenizer):
-            if wordpiece_only:
-                raise ValueError(f"{self.options.init}: this job needs a WordPiece (BERT) tokenizer, and the run's is "
-                                 f"a {type(tokenizer).__name__}")
-            self.init_assets, init_config = self.copy_init_assets()
-            names = set(self.init_assets.values())
-            if self.run_dir.writer:   # the tokenizer's files named in the new run
-                tokenizer = type(tokenizer).from_config({
-                    key: self.run_dir.file(os.path.basename(value))
-                    if isinstance(value, str) and os.path.basename(value) in names else value
-                    for key, value in tokenizer.get_config().items()})
-            return tokenizer, init_config
-        self.init_assets = BERT_ASSETS
-        _, init_config = self.copy_init_assets(BERT_ASSETS)
-        if self.run_dir.writer:   # the run's config names its own file, not the init run's
-            tokenizer = type(tokenizer).from_config({**tokenizer.get_config(),
-                                                     "vocabulary": self.run_dir.file(BERT_ASSETS["vocab"])})
-        return tokenizer, init_config
 
     def starting_backbone(self, backbone_class):
         """The backbone to build the model on: a new run's ``init_backbone`` itself, or on a resume a fresh

@@ -83,7 +83,7 @@ def open_run(out, family, options_cls, options=None, overrides=None, what=None, 
     try:
         config, history = None, {}
         if run.exists():
-            config = run.read_config(family=family, what=what or family)
+            config = run.read_config(family=family, what=what or (family if isinstance(family, str) else family[0]))
             if check_config is not None:
                 check_config(run, config)
             history = run.read_history()
@@ -201,6 +201,7 @@ class Job:
     """The base of every training and fine-tuning job (see the module docstring for the hooks)."""
 
     family = None          # the run family written to config.json (load_run's family= names it)
+    former_families = ()   # run families this job wrote before (runs of those resume too)
     task = None            # config.json's "task"
     options_class = None   # a TrainingOptions subclass (declared in the family's manifest)
     what = None            # how messages name the run ("translator", "BERT classifier")
@@ -313,7 +314,7 @@ class Job:
                      or "default")
         overrides = self.plan(self.given_options, dict(self.overrides))
         self.run_dir, self.options, self.stored_config, previous_history = open_run(
-            self.out, self.family, self.options_class, self.given_options, overrides, what=self.what,
+            self.out, (self.family, *self.former_families), self.options_class, self.given_options, overrides, what=self.what,
             check_config=self.check_config, legacy_options=self.legacy_options)
         self.config = self.stored_config
         o = self.options

@@ -123,7 +123,8 @@ class WeightDropLSTM(keras.layers.Layer):
     ``initial_state`` ``(h, c)`` (default zeros) -> ``(outputs (batch, time, H), (h_T, c_T))``; equations in
     :func:`lstm_scan`. In training U is replaced by ``U ⊙ M / (1 - p)`` with one mask M per call.
     :meth:`recurrent_weights` and :meth:`run` split the two, so that a caller reading a long text in pieces
-    (BPT3C) draws the mask once and uses it for every piece.
+    (BPT3C) draws the mask once and uses it for every piece. The AWD-LSTM needs its own layer because Keras' LSTM
+    gives no way to replace its recurrent kernel per call (the DropConnect mask), nor to keep one mask across pieces.
     """
 
     def __init__(self, units, weight_dropout=0.0, seed=None, **kwargs):

@@ -257,7 +257,8 @@ class RunDir:
         return payload
 
     def read_config(self, family=None, what="kerasplm", legacy=False):
-        """config.json in the current format, its shape checked; ``family`` (if given) must match.
+        """config.json in the current format, its shape checked; ``family`` (a run family or a tuple of them; if
+        given) must match.
 
         A run of an earlier format is refused with the command that converts it, unless ``legacy`` (the
         converter's own reading: format 1 is then returned as format 2).
@@ -285,8 +286,9 @@ class RunDir:
                                               f"got {_json_type(type(config[key]))}")
         if not isinstance(config.setdefault("assets", {}), dict):
             raise self.error(self.CONFIG, "'assets' must be a JSON object")
-        if family is not None and config["family"] != family:
-            raise self.error(self.CONFIG, f"a {config['family']} run, not a {family} run")
+        families = (family,) if isinstance(family, str) else family
+        if families and config["family"] not in families:
+            raise self.error(self.CONFIG, f"a {config['family']} run, not a {' or '.join(families)} run")
         return config
 
     def build(self, config, preprocessor=None):

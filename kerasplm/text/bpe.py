@@ -36,7 +36,8 @@ from kerasplm.runs.serialization import asset_name, asset_path, serializable
 from kerasplm.text.vocabulary import VocabularyLookup
 from kerasplm.text.wordpiece import sanitize_utf8
 
-__all__ = ["BytePairTokenizer", "GPT2_SPLIT_PATTERN", "byte_alphabet", "read_bpe_merges", "read_bpe_vocab"]
+__all__ = ["BPE_ASSETS", "BytePairTokenizer", "GPT2_SPLIT_PATTERN", "bpe_tokenizer_files", "byte_alphabet",
+           "read_bpe_merges", "read_bpe_vocab"]
 
 # GPT-2's pre-tokenization pattern (Python `regex` syntax): contractions, letters, digits, other symbols,
 # each optionally after one space, then whitespace.
@@ -135,6 +136,33 @@ def read_bpe_merges(path):
         merges.append((lineno, *pair))
     return merges
 
+
+
+# A run directory's byte-level BPE files (its preprocessor, a BytePairTokenizer, reads them): asset -> file name.
+BPE_ASSETS = {"bpe_vocab": "vocab.json", "bpe_merges": "merges.txt"}
+
+
+def bpe_tokenizer_files(source, model_vocab_size):
+    """{file name: text} of the byte-level BPE tokenizer in the directory ``source`` (``vocab.json`` and
+    ``merges.txt``, checked: they parse, and the vocabulary's ids fit a model of ``model_vocab_size``), to copy
+    into a run directory (assets :data:`BPE_ASSETS`); {} when ``source`` has neither file."""
+    paths = {name: os.path.join(source, name) for name in BPE_ASSETS.values()}
+    present = [name for name, path in paths.items() if os.path.exists(path)]
+    if not present:
+        return {}
+    if len(present) < len(paths):
+        missing = next(path for name, path in paths.items() if name not in present)
+        raise ValueError(f"{missing}: not found (a GPT-2 tokenizer needs both vocab.json and merges.txt)")
+    vocab_size = len(read_bpe_vocab(paths["vocab.json"]))
+    read_bpe_merges(paths["merges.txt"])
+    if vocab_size > model_vocab_size:
+        raise ValueError(f"{paths['vocab.json']}: {vocab_size} tokens, but the model embeds only "
+                         f"{model_vocab_size}: not this model's tokenizer")
+    files = {}
+    for name, path in paths.items():
+        with open(path, encoding="utf-8", newline="") as f:
+            files[name] = f.read()
+    return files
 
 def _merge_table(merges_txt, ids, vocab_json):
     """(keys, values) of the merge table: the pair of symbol ids (left * V + right) -> rank * V + the id of

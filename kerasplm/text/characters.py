@@ -25,6 +25,8 @@ import os
 import tensorflow as tf
 
 from kerasplm.runs.serialization import asset_name, asset_path, serializable
+# The word-vocabulary files are every family's (kerasplm.text.word_vocab); importable from here as before.
+from kerasplm.text.word_vocab import read_word_list, word_vocab_text, write_word_vocab
 
 __all__ = ["BOS_CHAR", "EOS_CHAR", "BOW_CHAR", "EOW_CHAR", "PAD_CHAR", "NUM_CHARACTERS", "MAX_CHARACTERS",
            "BOS_TOKEN", "EOS_TOKEN", "UNK_TOKEN", "SPECIAL_TOKENS", "ElmoPreprocessor", "word_char_ids",
@@ -89,16 +91,6 @@ def add_sentence_boundaries(char_ids):
 
 
 # ------------------------------------------------------------------------------------------------ word vocabulary
-def word_vocab_text(vocab):
-    """A word vocabulary file's text: one token per line."""
-    return "".join(w + "\n" for w in vocab)
-
-
-def write_word_vocab(vocab, path):
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(word_vocab_text(vocab))
-
-
 def check_word_vocab(vocab, source="the vocabulary"):
     """``vocab`` (a list of tokens) if it holds ``<S>``, ``</S>``, ``<UNK>`` once each and no token twice."""
     missing = [s for s in SPECIAL_TOKENS if s not in vocab]
@@ -110,14 +102,9 @@ def check_word_vocab(vocab, source="the vocabulary"):
 
 
 def read_word_vocab(path):
-    """bilm-tf's vocabulary file (one token per line), checked by :func:`check_word_vocab`. A ValueError names
-    the file (also for text that is not UTF-8)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            vocab = [line.rstrip("\n") for line in f]
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}); the file is damaged") from None
-    return check_word_vocab(vocab, path)
+    """bilm-tf's vocabulary file (one token per line: :func:`kerasplm.text.word_vocab.read_word_list`), checked by
+    :func:`check_word_vocab`. A ValueError names the file (also for text that is not UTF-8)."""
+    return check_word_vocab(read_word_list(path), path)
 
 
 @serializable

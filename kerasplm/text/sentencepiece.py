@@ -234,7 +234,7 @@ class AlbertSentencePieceTokenizer(SentencePieceTokenizer):
         lower case                                   when lower_case
 
     Ids equal HuggingFace's on accents, CJK ideographs, emoji, control characters, long words and empty text
-    (``tests/models/bert/test_convert_variants.py``). One known difference: Hangul. NFKD splits a syllable into jamo;
+    (``tests/models/albert/test_convert.py``). One known difference: Hangul. NFKD splits a syllable into jamo;
     SentencePiece's normalizer composes them again (so does ALBERT's original Python tokenizer), while HuggingFace's
     ``tokenizers`` applies the same character map grapheme by grapheme and leaves them apart (an unknown piece).
     Special tokens written in the text (``[MASK]``) are not recognised: they are SentencePiece control symbols.

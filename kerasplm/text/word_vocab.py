@@ -12,6 +12,10 @@ whitespace. Ids come from a static hash table:
 The vocabulary file holds one token per line (:func:`write_word_vocab`; read back with
 :func:`kerasplm.text.wordpiece.read_vocab`, which names file and line of a damaged one).
 
+The word-vocabulary helpers are every family's (one of each): :func:`build_word_vocab` (ULMFiT's, and with its
+``special_tokens`` and ``split`` ELMo's biLM and classifier vocabularies), :func:`word_vocab_text` /
+:func:`write_word_vocab` (one token per line) and :func:`read_word_list` (a file's lines, as written).
+
 :class:`WordSequencePreprocessor` turns strings into ``<bos> w_1 ... w_n`` ids cut to ``sequence_length``, right
 padded, with their padding mask; ``reverse`` reads each text backwards (``w_n ... w_1 <bos>``):
 the input of a backward language model and of its classifier.
@@ -25,7 +29,7 @@ from kerasplm.text.vocabulary import VocabularyLookup
 from kerasplm.text.wordpiece import read_vocab, sanitize_utf8
 
 __all__ = ["PAD", "UNK", "BOS", "EOS", "SPECIAL_TOKENS", "WordTokenizer", "WordSequencePreprocessor",
-           "build_word_vocab", "write_word_vocab"]
+           "build_word_vocab", "read_word_list", "word_vocab_text", "write_word_vocab"]
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<bos>", "<eos>"
 SPECIAL_TOKENS = (PAD, UNK, BOS, EOS)
@@ -42,31 +46,61 @@ def split_words(strings, lowercase=True):
     return tf.strings.split(text)
 
 
-def build_word_vocab(lines, max_size=None, min_count=1, lowercase=True, batch=4096):
-    """The four special tokens, then the words of ``lines`` seen at least ``min_count`` times, most frequent first
-    (ties alphabetical), at most ``max_size`` tokens in all. Words are split as :class:`WordTokenizer` splits them.
-    ``<unk>`` in the text (WikiText's) counts as the special token, not as a word."""
+def build_word_vocab(lines, max_size=None, min_count=1, lowercase=True, batch=4096, special_tokens=SPECIAL_TOKENS,
+                     split="words", max_words=None):
+    """``special_tokens`` (default: :class:`WordTokenizer`'s four), then the words of ``lines`` seen at least
+    ``min_count`` times, most frequent first (ties alphabetical); at most ``max_size`` tokens in all (special tokens
+    included) and at most ``max_words`` words. A special token in the text (WikiText's ``<unk>``) counts as the
+    special token, not as a word.
+
+    ``split``: how a line becomes words: ``"words"``, as :class:`WordTokenizer` splits it (in graph, ``lowercase``,
+    ``batch`` lines per call); ``"whitespace"``, ``str.split`` (ELMo's classifier); None, each line is already a
+    list of words (ELMo's tokenized sentences)."""
     counts = collections.Counter()
-    lines = list(lines)
-    for i in range(0, len(lines), batch):
-        words = split_words(tf.constant(lines[i:i + batch], tf.string), lowercase).flat_values.numpy()
-        counts.update(w.decode("utf-8") for w in words)
-    for token in SPECIAL_TOKENS:
+    if split == "words":
+        lines = list(lines)
+        for i in range(0, len(lines), batch):
+            words = split_words(tf.constant(lines[i:i + batch], tf.string), lowercase).flat_values.numpy()
+            counts.update(w.decode("utf-8") for w in words)
+    elif split == "whitespace":
+        for line in lines:
+            counts.update(line.split())
+    elif split is None:
+        for words in lines:
+            counts.update(words)
+    else:
+        raise ValueError(f"split must be 'words', 'whitespace' or None, got {split!r}")
+    for token in special_tokens:
         counts.pop(token, None)
     words = sorted((w for w, n in counts.items() if n >= min_count), key=lambda w: (-counts[w], w))
-    vocab = list(SPECIAL_TOKENS) + words
+    vocab = list(special_tokens) + (words if max_words is None else words[:max_words])
     if max_size is not None:
-        if max_size <= len(SPECIAL_TOKENS):
-            raise ValueError(f"max_size={max_size} leaves no room for a word after the {len(SPECIAL_TOKENS)} special "
+        if max_size <= len(special_tokens):
+            raise ValueError(f"max_size={max_size} leaves no room for a word after the {len(special_tokens)} special "
                              f"tokens")
         vocab = vocab[:max_size]
     return vocab
 
 
+def word_vocab_text(vocab):
+    """A word vocabulary file's text: one token per line (line i, 0-based, is token i)."""
+    return "".join(token + "\n" for token in vocab)
+
+
 def write_word_vocab(vocab, path):
-    """One token per line, UTF-8."""
+    """One token per line, UTF-8 (:func:`word_vocab_text`)."""
     with open(path, "w", encoding="utf-8") as f:
-        f.write("".join(token + "\n" for token in vocab))
+        f.write(word_vocab_text(vocab))
+
+
+def read_word_list(path):
+    """The tokens of a word vocabulary file, one per line, as written (no check: a family checks its own special
+    tokens); a ValueError names the file when it is not UTF-8."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return [line.rstrip("\n") for line in f]
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}); the file is damaged") from None
 
 
 @serializable

@@ -63,7 +63,7 @@ def write_tiny_classifier_run(path, labels=("negative", "positive"), sequence_le
     """A ``bert_classifier`` run directory at ``path`` (what `kerasplm finetune bert-classifier` writes: the QA
     toy's tiny BERT with a random head, its vocabulary, ``labels`` as class names) written without training;
     returns ``path``."""
-    from kerasplm.jobs.finetuning import BERT_ASSETS
+    from kerasplm.models.bert.finetuning import BERT_ASSETS
     from kerasplm.models.bert.backbone import BertBackbone
     from kerasplm.models.bert.classifier import BertClassifier
     from kerasplm.runs import RunDir

@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kerasplm.generation import (causal_lm_search, filter_logits, generate, generate_uncached, greedy_search,
-                                 make_generate_fn, make_sampler, make_translate_fn, request_checks, resolve_request,
-                                 sequence_log_probs)
+from kerasplm.generation import (causal_lm_search, filter_logits, generate, greedy_search, make_generate_fn, make_sampler,
+                                 make_translate_fn, request_checks, resolve_request, sequence_log_probs)
 from kerasplm.generation.sampling import nucleus_mask
 from kerasplm.models.gpt import CausalLM
 from kerasplm.models.transformer import Transformer
+from tests.reference_loops import generate_uncached
 
 # Right-padded prompts of lengths 3, 1 and 5.
 PROMPTS = tf.constant([[5, 6, 7, 0, 0], [9, 0, 0, 0, 0], [4, 8, 12, 16, 20]])

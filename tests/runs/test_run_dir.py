@@ -1,4 +1,5 @@
 """The run directory (one format, one loader), job options, and the run-file items of issue 15."""
+import importlib.util
 import json
 import os
 import re
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kerasplm import cli
+from kerasplm import cli, registry
 from kerasplm.options import OptionsConflict, resolve_options
 from kerasplm.runs import RunDir, RunDirError, load_run
 from kerasplm.models.translator.job import TranslatorOptions, load_translator, train_translator
@@ -292,6 +293,27 @@ def test_a_moved_run_directory_still_loads(run2, tmp_path):
         assert load_translator(moved).translate(["Hola."]) == expected
     finally:
         os.rename(hidden, run2)
+
+
+def test_a_run_written_before_the_family_folders_loads(run2, tmp_path):
+    """config.json names the module of each class; runs written when the Transformer lived in
+    ``kerasplm.models.transformer`` (a module then, a folder now) load through the manifests' FORMER_MODULES, and
+    resume rewrites nothing but what a resume always rewrites."""
+    old = copy_run(run2, tmp_path, "old")
+    path = os.path.join(old, "config.json")
+    text = open(path, encoding="utf-8").read()
+    assert '"module": "kerasplm.models.transformer.model"' in text
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text.replace('"module": "kerasplm.models.transformer.model"', '"module": "kerasplm.models.transformer"'))
+    assert load_translator(old).translate(["Hola."]) == load_translator(run2).translate(["Hola."])
+
+
+def test_every_former_module_names_a_module_that_exists():
+    moved = registry.former_modules()
+    assert {"kerasplm.models.bert", "kerasplm.models.bert_tasks", "kerasplm.text.gpt_inputs",
+            "kerasplm.models.awd_lstm", "kerasplm.models.elmo_classifier"} <= set(moved)
+    for old, new in moved.items():
+        assert importlib.util.find_spec(new) is not None, (old, new)
 
 
 def _old_config(new, version):

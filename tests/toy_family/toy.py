@@ -1,19 +1,36 @@
-"""The toy family's model, job and exporter, on kerasplm's rails (runs, Trainer, jobs.job, export.base)."""
+"""The toy family's config, presets, model, job and exporter, on kerasplm's rails (the preset registry, runs, the
+Trainer, jobs.job, export.base)."""
+import dataclasses
+
 import keras
 import numpy as np
 import tensorflow as tf
 
 from kerasplm.export.base import ExportModule, save_version
 from kerasplm.jobs.job import Job
+from kerasplm.models.presets import get_preset, register_presets
 from kerasplm.runs import load_run
-from tests.toy_family.manifest import ToyOptions
 
-FAMILY = "toy"
+from .manifest import FAMILY, ToyOptions
 
 
-def make_model():
-    """text length (bytes, scaled by 1/10) -> one score: a single Dense unit."""
-    return keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)], name="toy")
+@dataclasses.dataclass(frozen=True)
+class ToyConfig:
+    """``outputs`` scores per text (the first is the one trained)."""
+    outputs: int = 1
+
+
+def num_parameters(config):
+    return 2 * config.outputs      # one weight and one bias per output
+
+
+def make_model(config):
+    """text length (bytes, scaled by 1/10) -> scores: a single Dense layer."""
+    return keras.Sequential([keras.Input((1,)), keras.layers.Dense(config.outputs)], name="toy")
+
+
+PRESETS = {"toy_linear": ToyConfig(), "toy_wide": ToyConfig(outputs=3)}
+register_presets(FAMILY, make_model, PRESETS, num_parameters=num_parameters)
 
 
 def features(texts):
@@ -30,7 +47,7 @@ def dataset(options):
 
 def loss_sums(model, batch, training):
     x, y = batch
-    error = model(x, training=training) - y
+    error = model(x, training=training)[:, :1] - y
     return {"loss": tf.reduce_sum(tf.square(error)), "weight": tf.cast(tf.shape(x)[0], tf.float32)}
 
 
@@ -39,11 +56,11 @@ class ToyJob(Job):
 
     def build_data(self):
         if not self.resumed:
-            self.write_config("toy")
+            self.write_config(self.options.preset)
         self.train_dataset = dataset(self.options)
 
     def build_model(self):
-        return make_model()
+        return make_model(get_preset(self.options.preset))
 
     def build_optimizer(self):
         return keras.optimizers.Adam(self.options.learning_rate)

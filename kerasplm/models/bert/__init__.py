@@ -4,8 +4,9 @@
 ``tagger.py``, ``question_answering.py``, ``multiple_choice.py``; jobs ``pretraining_job.py``,
 ``classifier_job.py``, ``tagger_job.py``, ``question_answering_job.py`` (metrics: ``ner_metrics.py``,
 ``squad_metrics.py``); exports ``fill_mask.py``, ``tagger_export.py``, ``question_answering_export.py`` (the
-classifier's is the shared :mod:`kerasplm.export.classifier`); ``convert.py`` (HF and Google checkpoints),
-``convert_variants.py`` (HF DistilBERT, ELECTRA, RoBERTa, ALBERT as ``bert`` runs), ``legacy.py``, ``manifest.py``.
+classifier's is the shared :mod:`kerasplm.export.classifier`); ``convert.py`` (HF and Google checkpoints, and
+the weight plans and run writing the variants' converters share: ``distilbert``, ``electra``, ``roberta``,
+``albert``), ``legacy.py``, ``manifest.py``.
 """
 from kerasplm.lazy import lazy_exports
 
@@ -16,6 +17,8 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "tagger": ["BertTokenClassifier", "BertTaggerPreprocessor"],
     "question_answering": ["BertQuestionAnswerer", "QuestionAnswerPreprocessor"],
     "multiple_choice": ["BertMultipleChoice", "BertMultipleChoicePreprocessor"],
+    "runs": ["bert_run_parts"],
+    "finetuning": ["BertFineTuningJob", "BertClassificationJob"],
     "pretraining_job": ["BertPretrainingJob", "train_bert"],
     "classifier_job": ["BertClassifierJob", "finetune_bert_classifier", "load_bert_classifier"],
     "tagger_job": ["BertTagger", "finetune_bert_tagger", "load_bert_tagger"],
@@ -24,5 +27,4 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "tagger_export": ["TaggerModule", "export_tagger", "export_tagger_run"],
     "question_answering_export": ["QAModule", "export_qa", "export_qa_run"],
     "convert": ["load_hf_bert", "load_hf_bert_pretrainer", "load_tf_bert", "save_tf_bert", "convert_bert_to_run"],
-    "convert_variants": ["load_hf_distilbert", "load_hf_electra", "load_hf_roberta", "load_hf_albert"],
 })

@@ -7,8 +7,8 @@
 * :class:`BertClassifier`: sequence classification of a sentence or a sentence pair on the pooled ``[CLS]``
   output, ``logits = Drop(pooled) W + b`` (section 4.1), or on the mean of the real tokens' hidden states
   (``pooling="mean"``); cross-entropy, or mean squared error when ``num_labels == 1`` (regression, e.g. STS-B);
-* :func:`classification_metrics`: accuracy, F1 (binary, or macro over classes) and Matthews' correlation
-  coefficient, exact over a whole evaluation set (they are not means of per-batch values).
+* :func:`classification_metrics` (:mod:`kerasplm.training.metrics`, importable here as before): accuracy, F1
+  (binary, or macro over classes) and Matthews' correlation coefficient, exact over a whole evaluation set.
 """
 import keras
 import numpy as np
@@ -18,6 +18,8 @@ from kerasplm.layers.dropout import Dropout
 from kerasplm.models.base import Task
 from kerasplm.models.bert.backbone import BertBackbone, ChecksBackboneVocabulary
 from kerasplm.training.losses import classification_loss_sums
+# The classifiers' figures live on the training floor (every family's classifier jobs use them).
+from kerasplm.training.metrics import classification_metrics  # noqa: F401
 
 POOLINGS = ("cls", "mean", "max")
 # sentence-transformers' pooling modes (``1_Pooling/config.json``: what the converter records and the embedder
@@ -215,37 +217,3 @@ def logits_for_texts(task, texts, pairs=None, batch_size=64):
         pair = None if pairs is None else tf.constant(list(pairs[start:start + batch_size]), tf.string)
         outputs.append(task(task.preprocessor(chunk, pair), training=False).numpy())
     return np.concatenate(outputs) if outputs else np.zeros((0, task.num_labels), np.float32)
-
-
-def classification_metrics(labels, predictions, num_labels):
-    """Exact accuracy, F1 and Matthews' correlation of integer ``predictions`` against ``labels``.
-
-    F1 is that of class 1 for two classes (GLUE's), else the macro average over classes (a class absent
-    from both gives F1 0 and is skipped). MCC is the multi-class R_K statistic (Gorodkin 2004), which for two
-    classes is (TP·TN − FP·FN) / sqrt((TP+FP)(TP+FN)(TN+FP)(TN+FN)); 0 when a denominator is 0.
-    Returns ``{"accuracy", "f1", "mcc", "examples"}``.
-    """
-    labels, predictions = np.asarray(labels, np.int64), np.asarray(predictions, np.int64)
-    if labels.shape != predictions.shape or labels.ndim != 1:
-        raise ValueError(f"labels and predictions must be vectors of one length, got {labels.shape} and "
-                         f"{predictions.shape}")
-    n = len(labels)
-    confusion = np.zeros((num_labels, num_labels), np.float64)   # rows: true class, columns: predicted
-    np.add.at(confusion, (labels, predictions), 1.0)
-    true_positives = np.diag(confusion)
-    predicted, actual = confusion.sum(axis=0), confusion.sum(axis=1)
-
-    def f1(c):
-        denominator = predicted[c] + actual[c]
-        return 2.0 * true_positives[c] / denominator if denominator else 0.0
-
-    if num_labels == 2:
-        f1_value = f1(1)
-    else:
-        present = [c for c in range(num_labels) if predicted[c] + actual[c]]
-        f1_value = float(np.mean([f1(c) for c in present])) if present else 0.0
-    correct = true_positives.sum()
-    covariance = correct * n - float(predicted @ actual)
-    denominator = np.sqrt((n * n - float(predicted @ predicted)) * (n * n - float(actual @ actual)))
-    return {"accuracy": float(correct / n) if n else 0.0, "f1": float(f1_value),
-            "mcc": float(covariance / denominator) if denominator else 0.0, "examples": int(n)}

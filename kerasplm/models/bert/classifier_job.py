@@ -35,11 +35,11 @@ import keras
 
 from kerasplm.models.bert.manifest import (BERT_BASE_WIDTH, NARROW_BACKBONE_PEAK_RATE, PAPER_PEAK_RATE,
                                     BertClassifierOptions)
-from kerasplm.jobs.finetuning import ClassificationJob
 # Their home is kerasplm.jobs.finetuning (the fine-tuning rail); importable from here as before.
 from kerasplm.jobs.finetuning import LayerwiseAdamW, layer_decay_multiplier, read_classification_tsv
 from kerasplm.models.bert.backbone import BertBackbone
 from kerasplm.models.bert.classifier import BertClassifier, recorded_pooling
+from kerasplm.models.bert.finetuning import BertClassificationJob
 from kerasplm.runs import load_run
 from kerasplm.text.bert_tokenizer import BertPreprocessor
 
@@ -56,7 +56,7 @@ def load_bert_classifier(run_dir):
 
 
 # ------------------------------------------------------------------------------------------------ job
-class BertClassifierJob(ClassificationJob):
+class BertClassifierJob(BertClassificationJob):
     """``kerasplm finetune bert-classifier``: the pooled ``[CLS]`` (or mean) → dropout → dense on a BERT run."""
 
     family, task, options_class, what = FAMILY, "sequence_classification", BertClassifierOptions, "BERT classifier"

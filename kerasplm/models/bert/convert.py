@@ -10,11 +10,22 @@ Two layouts are read:
 Every weight goes through one explicit name map (:func:`weight_map`): each backbone variable with its
 name in both layouts. Unknown, missing and mis-shaped tensors are collected and reported in one
 ``ValueError``; nothing is assigned unless every tensor fits.
+
+The variants' converters (``kerasplm convert distilbert|electra|roberta|albert``, each in its family's folder)
+write ``bert`` runs with the public helpers of the last section: a weight plan ``[(HuggingFace name, variable,
+transposed)]`` (:func:`dense_plan`, :func:`norm_plan`, :func:`bert_plan`, :func:`pooler_plan`,
+:func:`mlm_head_plan`) assigned by :func:`assign_plan` (unknown, missing and mis-shaped tensors reported together
+in one ``ValueError``, nothing assigned unless all fit), and :func:`write_converted_run`, which copies the
+tokenizer files (:func:`wordpiece_preprocessor`, or the family's own) and writes nothing unless model and
+tokenizer both load. A pooler the source lacks is drawn fresh from the seed 0 (:func:`fresh_backbone`) and
+recorded in the run's options (``fresh_pooler``): fine-tuning trains it like the task's head.
 """
 import dataclasses
 import json
 import os
+import shutil
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -137,7 +148,8 @@ def assign_weights(backbone, tensors, name_fn, transpose_kernels, source):
     return backbone
 
 
-def _read_json(path):
+def read_json(path):
+    """The JSON object in ``path``; a missing or damaged file is a one-line ``ValueError`` naming it."""
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
@@ -188,7 +200,7 @@ def load_hf_bert(directory, allow_pickle=False, **config_overrides):
 
     ``config_overrides``: BertConfig fields to change (e.g. ``dropout=0.0``).
     """
-    config = config_from_hf(_read_json(os.path.join(directory, "config.json")))
+    config = config_from_hf(read_json(os.path.join(directory, "config.json")))
     config = dataclasses.replace(config, **config_overrides).validate()
     backbone = BertBackbone.from_config_object(config)
     return assign_weights(backbone, read_hf_tensors(directory, allow_pickle), hf_name, True, directory)
@@ -228,7 +240,7 @@ def load_hf_bert_pretrainer(directory, allow_pickle=False, **config_overrides):
 
 def load_tf_bert(directory, checkpoint_prefix="bert_model.ckpt", **config_overrides):
     """A :class:`BertBackbone` from Google's TF layout (``bert_config.json``, ``bert_model.ckpt.*``)."""
-    config = config_from_hf(_read_json(os.path.join(directory, "bert_config.json")))
+    config = config_from_hf(read_json(os.path.join(directory, "bert_config.json")))
     config = dataclasses.replace(config, **config_overrides).validate()
     prefix = os.path.join(directory, checkpoint_prefix)
     try:
@@ -267,17 +279,17 @@ def _sentence_embedding_options(directory):
     modules_path = os.path.join(directory, "modules.json")
     if not os.path.exists(modules_path):
         return None
-    modules = _read_json(modules_path)
+    modules = read_json(modules_path)
     types = [m.get("type", "") for m in modules] if isinstance(modules, list) else []
     options = {"normalize": any(t.endswith(".Normalize") for t in types)}
     for module in modules if isinstance(modules, list) else []:
         if module.get("type", "").endswith(".Pooling"):
-            pooling = _read_json(os.path.join(directory, module.get("path", ""), "config.json"))
+            pooling = read_json(os.path.join(directory, module.get("path", ""), "config.json"))
             options["pooling"] = sorted(k[len("pooling_mode_"):] for k, v in pooling.items()
                                         if k.startswith("pooling_mode_") and v is True)
     sbert_path = os.path.join(directory, "sentence_bert_config.json")
     if os.path.exists(sbert_path):
-        options["max_seq_length"] = _read_json(sbert_path).get("max_seq_length")
+        options["max_seq_length"] = read_json(sbert_path).get("max_seq_length")
     return options
 
 
@@ -304,7 +316,7 @@ def convert_bert_to_run(source, out, allow_pickle=False):
     lower_case = True
     tokenizer_config = os.path.join(source, "tokenizer_config.json")
     if os.path.exists(tokenizer_config):
-        lower_case = bool(_read_json(tokenizer_config).get("do_lower_case", True))
+        lower_case = bool(read_json(tokenizer_config).get("do_lower_case", True))
     options = {"source": os.path.abspath(source), "format": "google" if google else "huggingface",
                "lower_case": lower_case}
     sentence = _sentence_embedding_options(source)
@@ -321,3 +333,153 @@ def convert_bert_to_run(source, out, allow_pickle=False):
 def convert_bert_command(source, out, allow_pickle=False):
     """``kerasplm convert bert``: prints the new run directory."""
     print(convert_bert_to_run(source, out, allow_pickle=allow_pickle).path)
+
+
+# ---------------------------------------------------------------------------- shared with the variants' converters
+_PLAN_BUFFERS = ("position_ids", "token_type_ids")   # registered buffers some checkpoints save, not weights
+
+
+def dense_plan(name, layer):
+    """The plan entries of a ``Dense`` layer stored as PyTorch's ``Linear`` ``name`` (weight transposed)."""
+    return [(f"{name}.weight", layer.kernel, True), (f"{name}.bias", layer.bias, False)]
+
+
+def norm_plan(name, layer):
+    """The plan entries of a ``LayerNormalization`` stored as PyTorch's ``LayerNorm`` ``name``."""
+    return [(f"{name}.weight", layer.gamma, False), (f"{name}.bias", layer.beta, False)]
+
+
+def assign_plan(plan, tensors, source, optional=()):
+    """Assigns ``tensors`` (name -> array) through ``plan`` (``[(name, variable, transposed)]``: PyTorch's
+    ``Linear`` stores (out, in), a Keras kernel (in, out)). Names in ``optional`` may be absent (their variables
+    keep their values). Returns the absent optional names; one ValueError names every problem."""
+    tensors = {k: v for k, v in tensors.items() if not k.endswith(_PLAN_BUFFERS)}
+    problems, assignments, absent = [], [], []
+    for name, variable, transposed in plan:
+        if name not in tensors:
+            (absent if name in optional else problems).append(name if name in optional
+                                                               else f"missing {name} {tuple(variable.shape)}")
+            continue
+        value = np.asarray(tensors[name])
+        value = value.T if transposed else value
+        if value.shape != tuple(variable.shape):
+            problems.append(f"shape of {name}: {value.shape}{' (transposed)' if transposed else ''}, expected "
+                            f"{tuple(variable.shape)}")
+            continue
+        assignments.append((variable, value))
+    known = {name for name, _, _ in plan}
+    problems += [f"unknown {name} {np.shape(tensors[name])}" for name in sorted(set(tensors) - known)]
+    if problems:
+        raise ValueError(f"{source}: {len(problems)} weight problem(s):\n  " + "\n  ".join(problems))
+    for variable, value in assignments:
+        variable.assign(value.astype(variable.dtype))
+    return absent
+
+
+def split_prefix(tensors, prefix):
+    """(backbone tensors without ``prefix``, the other tensors: a task's heads). A bare backbone (no name with
+    the prefix) is all backbone."""
+    if not any(k.startswith(prefix) for k in tensors):
+        return tensors, {}
+    return ({k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)},
+            {k: v for k, v in tensors.items() if not k.startswith(prefix)})
+
+
+def check_activation(hf, key, allowed):
+    """``hf[key]`` (default ``allowed[0]``), refused in one line unless it is one of ``allowed``."""
+    act = hf.get(key, allowed[0])
+    if act not in allowed:
+        raise ValueError(f"{key}={act!r} is not supported (expected one of {list(allowed)})")
+    return act
+
+
+def pooler_plan(backbone):
+    """The pooler's plan entries (BERT's ``pooler.dense``)."""
+    return dense_plan("pooler.dense", backbone.pooler)
+
+
+def bert_plan(backbone, projection="embeddings_project"):
+    """BERT's HuggingFace names for ``backbone`` (pooler included), the E -> H projection named ``projection``."""
+    plan = []
+    for path, kind, variable in weight_map(backbone):
+        name = hf_name(path, kind)
+        if name.startswith("encoder.embedding_hidden_mapping_in."):
+            name = name.replace("encoder.embedding_hidden_mapping_in", projection)
+        plan.append((name, variable, kind == "kernel"))
+    return plan
+
+
+def mlm_head_plan(head, prefix, names):
+    """An MLM head's weights under ``prefix`` with ``names`` = (dense, layer norm, bias)."""
+    dense, norm, bias = names
+    return (dense_plan(f"{prefix}{dense}", head.dense) + norm_plan(f"{prefix}{norm}", head.layer_norm)
+            + [(f"{prefix}{bias}", head.bias, False)])
+
+
+def tied_decoder(heads, name, tensors, directory):
+    """Drops the decoder ``name`` from ``heads`` after checking it is the word-embedding table."""
+    decoder = heads.pop(name, None)
+    if decoder is not None and not np.array_equal(decoder, tensors["embeddings.word_embeddings.weight"]):
+        raise ValueError(f"{directory}: {name} differs from the word embeddings (only a tied decoder is supported)")
+
+
+def fresh_backbone(config):
+    """A backbone of ``config`` whose weights the source does not hold (the pooler) are seeded draws."""
+    keras.utils.set_random_seed(0)
+    return BertBackbone.from_config_object(config)
+
+
+def wordpiece_preprocessor(source, run, config):
+    """The source's ``vocab.txt`` copied into the run and a BERT preprocessor over it (casing from
+    ``tokenizer_config.json``, default uncased): a ``tokenizer_files`` of :func:`write_converted_run`."""
+    vocab_path = os.path.join(source, "vocab.txt")
+    if not os.path.exists(vocab_path):
+        raise ValueError(f"{vocab_path}: not found (the run needs the model's WordPiece vocabulary)")
+    lower_case = True
+    tokenizer_config = os.path.join(source, "tokenizer_config.json")
+    if os.path.exists(tokenizer_config):
+        lower_case = bool(read_json(tokenizer_config).get("do_lower_case", True))
+    with open(vocab_path, encoding="utf-8") as f:
+        text = f.read()
+    return {"vocab.txt": text}, {"vocab": "vocab.txt"}, {"lower_case": lower_case}, (
+        lambda: bert_run_preprocessor(BertTokenizer(run.file("vocab.txt"), lower_case=lower_case), config))
+
+
+def write_converted_run(source, out, load, kind, tokenizer_files):
+    """Writes the run: ``load()`` -> ``(model, task, options)``; ``tokenizer_files(source, run, config)`` ->
+    ``(files, assets, options, make_preprocessor)``. Nothing is written unless both succeed."""
+    run = RunDir(out)
+    if run.exists():
+        raise FileExistsError(f"{run.config_path} exists: {out} already holds a run (choose another --out)")
+    model, task, options = load()
+    backbone = getattr(model, "backbone", model)
+    files, assets, tokenizer_options, make_preprocessor = tokenizer_files(source, run, backbone.config)
+    created = not os.path.exists(run.path)
+    try:
+        for name, content in files.items():
+            if isinstance(content, bytes):
+                os.makedirs(run.path, exist_ok=True)
+                with open(run.file(name), "wb") as f:
+                    f.write(content)
+            else:
+                run.write_text(name, content)
+        preprocessor = make_preprocessor()
+        backbone.check_preprocessor(preprocessor)
+    except BaseException:
+        if created:   # a failed conversion leaves no directory behind
+            shutil.rmtree(run.path, ignore_errors=True)
+        raise
+    tf.train.CheckpointManager(tf.train.Checkpoint(model=model), run.checkpoint_dir, max_to_keep=1).save()
+    options = {"source": os.path.abspath(source), "format": "huggingface", "model": kind, **options,
+               **tokenizer_options}
+    run.write_config(RUN_FAMILY, task, "custom", model, options, assets=assets, preprocessor=preprocessor)
+    return run
+
+
+def converter_command(convert):
+    """``kerasplm convert NAME``'s function for ``convert(source, out, allow_pickle)``: prints the run directory."""
+    def command(source, out, allow_pickle=False):
+        run = convert(source, out, allow_pickle=allow_pickle)
+        print(run.path)
+    command.__doc__ = f"``kerasplm convert``: {convert.__doc__.splitlines()[0]} Prints the run directory."
+    return command

@@ -1,5 +1,5 @@
 """Format-2 runs of the BERT family: ``bert`` (converted or pretrained), ``bert_classifier``, ``bert_tagger``,
-``bert_simcse``, ``bert_qa``.
+``bert_qa`` (``bert_simcse``: :mod:`kerasplm.models.sentence_embedding.legacy`, on these helpers).
 
 Their ``model`` sections: a ``bert`` run's is the :class:`BertConfig` itself (task ``backbone``: the checkpoint's
 ``model`` is the backbone; task ``pretraining``: the whole :class:`BertPretrainer`, its ``sentence_task`` in the
@@ -11,13 +11,12 @@ has its vocabulary as asset ``vocab``.
 from kerasplm.models.bert.backbone import BertBackbone, BertConfig, bert_run_preprocessor
 from kerasplm.models.bert.pretrainer import PRETRAINING_TASK, BertPretrainer
 from kerasplm.models.bert.question_answering import BertQuestionAnswerer, QuestionAnswerPreprocessor
-from kerasplm.models.sentence_embedding.simcse import BertSimCSE
 from kerasplm.models.bert.tagger import BertTaggerPreprocessor, BertTokenClassifier
 from kerasplm.models.bert.classifier import POOLINGS, BertClassifier
 from kerasplm.text import BertPreprocessor, BertTokenizer, WordPieceTokenizer
 
 
-def _parsed(run, what, parse):
+def parsed_section(run, what, parse):
     """``parse()``, its KeyError/TypeError/ValueError a one-line error naming config.json."""
     try:
         return parse()
@@ -25,13 +24,13 @@ def _parsed(run, what, parse):
         raise run.error(run.CONFIG, f"'model' is not a {what} config ({e})") from None
 
 
-def _backbone(section):
+def legacy_backbone(section):
     return BertBackbone.from_config_object(BertConfig(**section).validate())
 
 
 def build_bert(run, config):
     """A converted run (task ``backbone``) or a pretraining run (task ``pretraining``: the whole pretrainer)."""
-    backbone = _parsed(run, "BERT", lambda: _backbone(config["model"]))
+    backbone = parsed_section(run, "BERT", lambda: legacy_backbone(config["model"]))
     options = config["options"]
     if config.get("task") == PRETRAINING_TASK:
         # The corpus was tokenized by tensorflow-text's WordPiece tokenizer (uncased): fill-mask reads the same.
@@ -49,10 +48,10 @@ def build_classifier(run, config):
         pooling = model.get("pooling", "cls")             # runs written before the option pooled [CLS]
         if pooling not in POOLINGS:
             raise ValueError(f"pooling {pooling!r} is not one of {', '.join(POOLINGS)}")
-        return (_backbone(model["backbone"]), list(model["labels"]), int(model["num_labels"]), float(model["dropout"]),
+        return (legacy_backbone(model["backbone"]), list(model["labels"]), int(model["num_labels"]), float(model["dropout"]),
                 pooling)
 
-    backbone, labels, num_labels, dropout, pooling = _parsed(run, "BERT classifier", parse)
+    backbone, labels, num_labels, dropout, pooling = parsed_section(run, "BERT classifier", parse)
     options = config["options"]
     tokenizer = BertTokenizer(run.asset(config, "vocab"), lower_case=bool(options.get("lower_case", True)))
     preprocessor = BertPreprocessor(tokenizer, int(options.get("max_length", 128)))
@@ -64,9 +63,9 @@ def build_classifier(run, config):
 def build_tagger(run, config):
     def parse():
         model = config["model"]
-        return _backbone(model["backbone"]), list(model["labels"]), bool(model["lower_case"])
+        return legacy_backbone(model["backbone"]), list(model["labels"]), bool(model["lower_case"])
 
-    backbone, labels, lower_case = _parsed(run, "BERT tagger", parse)
+    backbone, labels, lower_case = parsed_section(run, "BERT tagger", parse)
     options = config["options"]
     model = BertTokenClassifier(backbone, len(labels), dropout=options.get("dropout", 0.1),
                                 crf=bool(options.get("crf", False)), labels=labels)
@@ -74,24 +73,12 @@ def build_tagger(run, config):
     return model, BertTaggerPreprocessor(tokenizer, options["sequence_length"])
 
 
-def build_simcse(run, config):
-    def parse():
-        model = config["model"]
-        return _backbone(model["backbone"]), str(model["pooling"]), bool(model["mlp"]), float(model["temperature"])
-
-    backbone, pooling, mlp, temperature = _parsed(run, "SimCSE", parse)
-    options = config["options"]
-    tokenizer = BertTokenizer(run.asset(config, "vocab"), lower_case=bool(options.get("lower_case", True)))
-    preprocessor = BertPreprocessor(tokenizer, int(options.get("max_length", 32)))
-    return BertSimCSE(backbone, pooling, temperature, mlp, preprocessor=preprocessor), preprocessor
-
-
 def build_qa(run, config):
     def parse():
         model = config["model"]
-        return _backbone(model["backbone"]), bool(model["lower_case"])
+        return legacy_backbone(model["backbone"]), bool(model["lower_case"])
 
-    backbone, lower_case = _parsed(run, "BERT question answering", parse)
+    backbone, lower_case = parsed_section(run, "BERT question answering", parse)
     options = config["options"]
     model = BertQuestionAnswerer(backbone, max_answer_length=int(options["max_answer_length"]),
                                  n_best=int(options["n_best"]))
@@ -101,5 +88,4 @@ def build_qa(run, config):
     return model, preprocessor
 
 
-BUILDERS = {"bert": build_bert, "bert_classifier": build_classifier, "bert_tagger": build_tagger,
-            "bert_simcse": build_simcse, "bert_qa": build_qa}
+BUILDERS = {"bert": build_bert, "bert_classifier": build_classifier, "bert_tagger": build_tagger, "bert_qa": build_qa}

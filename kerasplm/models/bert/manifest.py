@@ -1,9 +1,10 @@
-"""BERT (and its variants): the command-line face of the family, declared without TensorFlow.
+"""BERT: the command-line face of the family, declared without TensorFlow.
 
-``kerasplm train bert|electra``; ``finetune bert-classifier|bert-tagger|bert-simcse|bert-sbert|bert-qa``; ``distill``;
-``fill-mask``;
-``export fill-mask|embedder|classifier|tagger|qa``; ``convert bert|distilbert|electra|roberta|albert``. Runs of families ``bert`` (pretrained or
-converted), ``bert_classifier``, ``bert_tagger``, ``bert_simcse``, ``bert_sbert``, ``bert_qa``.
+``kerasplm train bert``; ``finetune bert-classifier|bert-tagger|bert-qa``; ``fill-mask``;
+``export fill-mask|classifier|tagger|qa``; ``convert bert``. Runs of families ``bert`` (pretrained or converted),
+``bert_classifier``, ``bert_tagger``, ``bert_qa``. The variants' families (``electra``, ``distilbert``, ``roberta``,
+``albert``, ``sentence_embedding``) declare their own commands; their manifests import this one's option classes
+and constants.
 """
 import dataclasses
 
@@ -64,21 +65,6 @@ class BertPretrainingOptions(TrainingOptions):
     def check(self):
         if self.masking == "span" and not self.span_separator:
             raise ValueError("masking 'span' needs span_separator (--span-separator): the spans come from the corpus")
-
-
-@dataclasses.dataclass(frozen=True)
-class ElectraPretrainingOptions(BertPretrainingOptions):
-    """Options of ``train_electra`` / ``kerasplm train electra``: BERT pretraining's, with ELECTRA's presets."""
-    preset: str = option("electra_small", "model preset: the discriminator's size (the generator's follows "
-                                          "--generator-size)", choices="kerasplm.models.electra.model:PRESETS")
-    sentence_task: str = option("none", "ELECTRA has no sentence-level objective: single segments of consecutive "
-                                        "sentences", choices=["none"])
-    generator_size: float = option(None, "generator hidden size, FFN size and heads as a fraction of the "
-                                         "discriminator's (default: the preset's; the paper's 1/4 for small, 1/3 "
-                                         "for base)", kind=float, minimum=0, exclusive_minimum=True, maximum=1)
-    rtd_weight: float = option(50.0, "lambda: weight of the replaced-token-detection loss (mean over real tokens) "
-                                     "against the generator's MLM loss (mean over masked pieces)", kind=float,
-                               minimum=0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,78 +145,6 @@ class TaggerOptions(FineTuningOptions):
 
 
 @dataclasses.dataclass(frozen=True)
-class SimCSEOptions(FineTuningOptions):
-    """Options of ``finetune_bert_simcse`` / ``kerasplm finetune bert-simcse`` (declared once)."""
-
-    train: str = option(None, "plain-text file, one sentence per line (empty lines skipped)", file=True,
-                        metavar="TXT")
-    dev: str = option(None, "held-out sentences (one per line): uniformity and mean cosine at the end",
-                      file=True, metavar="TXT")
-    init: str = option(None, "BERT run directory to start from (kerasplm convert bert / train bert)",
-                       metavar="RUN_DIR")
-    pooling: str = option("cls", "sentence representation: [CLS] (the paper's) or the mean over tokens",
-                          choices=["cls", "mean"])
-    mlp: bool = option(True, "no dense+tanh layer on [CLS] during training (cls pooling only)", flag="--no-mlp",
-                       const=False, choices=[True, False])
-    temperature: float = option(0.05, "softmax temperature of the cosine similarities", kind=float, minimum=0,
-                                exclusive_minimum=True)
-    normalize: bool = option(True, "the exported embeddings are not L2-normalized", flag="--no-normalize",
-                             const=False, choices=[True, False])
-    max_length: int = option(32, "word pieces per sentence, [CLS]/[SEP] included", kind=int, minimum=3)
-    length_bucket: int = option(None, LENGTH_BUCKET_HELP.format(length="--max-length"), kind=int, minimum=0)
-    batch_size: int = option(64, "sentences per batch (each the others' negatives)", kind=int, minimum=2)
-    learning_rate: float = option(3e-5, "peak learning rate (AdamW)", kind=float, minimum=0, exclusive_minimum=True)
-    warmup_fraction: float = option(0.0, "share of the steps with linear warmup", kind=float, minimum=0, maximum=1)
-    schedule_steps: int = option(None, SCHEDULE_STEPS_HELP, kind=int, minimum=0, exclusive_minimum=True)
-    weight_decay: float = option(0.0, "AdamW weight decay (not on biases and LayerNorm)", kind=float, minimum=0)
-    layer_decay: float = option(None, "layer-wise learning-rate decay factor (none: off)", kind=float, minimum=0,
-                                maximum=1, exclusive_minimum=True)
-    max_examples: int = option(None, "read at most this many training sentences", kind=int, minimum=2)
-
-
-@dataclasses.dataclass(frozen=True)
-class SentenceBertOptions(FineTuningOptions):
-    """Options of ``finetune_bert_sbert`` / ``kerasplm finetune bert-sbert`` (declared once)."""
-
-    train: str = option(None, "tab-separated examples, no header: sentence1, sentence2, label (classification); "
-                              "sentence1, sentence2, score (regression); anchor, positive, negative (triplet)",
-                        file=True, metavar="TSV")
-    dev: str = option(None, "held-out examples (same columns) scored at the end: accuracy (classification, "
-                            "triplet), Spearman and Pearson of the cosine against the score (regression)",
-                      file=True, metavar="TSV")
-    init: str = option(None, "BERT run directory to start from (kerasplm convert bert / train bert)",
-                       metavar="RUN_DIR")
-    objective: str = option("classification", "softmax over (u, v, |u-v|), MSE of cos(u, v) against the score, or "
-                            "the triplet margin loss", choices="kerasplm.models.sentence_embedding.sbert:OBJECTIVES")
-    pooling: str = option("mean", "sentence vector: [CLS], or the mean or max over the real tokens",
-                          choices="kerasplm.models.bert.classifier:POOLINGS")
-    margin: float = option(1.0, "triplet objective: margin of max(||a-p|| - ||a-n|| + margin, 0)", kind=float,
-                           minimum=0, exclusive_minimum=True)
-    score_scale: float = option(1.0, "regression: gold scores lie in [0, SCALE] and are divided by it (STS-B: 5)",
-                                kind=float, minimum=0, exclusive_minimum=True, metavar="SCALE")
-    header: bool = option(False, "the files' first line is a header (skipped)", flag="--header", const=True,
-                          choices=[True, False])
-    normalize: bool = option(True, "the exported embeddings are not L2-normalized", flag="--no-normalize",
-                             const=False, choices=[True, False])
-    max_length: int = option(128, "word pieces per sentence, [CLS]/[SEP] included", kind=int, minimum=3)
-    length_bucket: int = option(None, LENGTH_BUCKET_HELP.format(length="--max-length"), kind=int, minimum=0)
-    batch_size: int = option(16, "examples per batch (the paper's 16)", kind=int, minimum=1)
-    epochs: float = option(1.0, "epochs over the training file (the paper's 1): the run's length without --steps, "
-                                "and the most a --time-budget run trains",
-                           kind=float, minimum=0, exclusive_minimum=True)
-    learning_rate: float = option(2e-5, "peak learning rate (AdamW; the paper's 2e-5)", kind=float, minimum=0,
-                                  exclusive_minimum=True)
-    warmup_fraction: float = option(0.1, "share of the steps with linear warmup (the paper's 10%%)", kind=float,
-                                    minimum=0, maximum=1)
-    schedule_steps: int = option(None, SCHEDULE_STEPS_HELP, kind=int, minimum=0, exclusive_minimum=True)
-    weight_decay: float = option(0.01, "AdamW weight decay (not on biases and LayerNorm)", kind=float, minimum=0)
-    layer_decay: float = option(None, "layer-wise learning-rate decay factor (none: off)", kind=float, minimum=0,
-                                maximum=1, exclusive_minimum=True)
-    max_examples: int = option(None, "read at most this many training examples", kind=int, minimum=1)
-    eval_batch_size: int = option(128, "sentences per batch when scoring --dev", kind=int, minimum=1, scope=SESSION)
-
-
-@dataclasses.dataclass(frozen=True)
 class BertQAOptions(FineTuningOptions):
     """Options of ``finetune_bert_qa`` (keywords) and ``kerasplm finetune bert-qa`` (flags), declared once."""
 
@@ -273,67 +187,6 @@ class BertQAOptions(FineTuningOptions):
 
 
 @dataclasses.dataclass(frozen=True)
-class DistillOptions(FineTuningOptions):
-    """Options of ``distill`` / ``kerasplm distill``: a classifier or tagger run (the teacher) distilled into a
-    smaller student run of the same family (kerasplm.models.distilbert.distillation)."""
-
-    teacher: str = option(None, "the fine-tuned run to distil (finetune bert-classifier or bert-tagger)",
-                          metavar="RUN_DIR")
-    student_preset: str = option(None, "the student's shape (default with --student-init teacher: the teacher's, "
-                                       "at half its depth)", choices="kerasplm.models.bert.backbone:PRESETS")
-    student_layers: int = option(None, "the student's blocks (overrides the preset's depth)", kind=int, minimum=1)
-    student_init: str = option("teacher", "teacher: the teacher's embeddings, every L_t/L_s-th block (DistilBERT's "
-                                          "every other one), pooler and head (widths must match); random: fresh "
-                                          "weights", choices=["teacher", "random"])
-    temperature: float = option(2.0, "softmax temperature T of the soft targets (the soft loss is T²·KL)",
-                                kind=float, minimum=0, exclusive_minimum=True)
-    alpha: float = option(0.5, "weight of the hard-label loss: loss = alpha·hard + (1 − alpha)·soft", kind=float,
-                          minimum=0, maximum=1)
-    hidden_loss: bool = option(False, "add TinyBERT's MSE between mapped hidden states (a learned projection when "
-                                      "the widths differ)", flag="--hidden-loss", const=True, choices=[True, False])
-    attention_loss: bool = option(False, "add TinyBERT's MSE between mapped attention maps (equal head counts)",
-                                  flag="--attention-loss", const=True, choices=[True, False])
-    layer_map: str = option(None, "student:teacher block pairs of the intermediate losses, 0-based, e.g. 0:1,1:3 "
-                                  "(default: uniform, student block i <-> teacher block ceil((i+1)·L_t/L_s) − 1)",
-                            metavar="S:T,...")
-    augment: float = option(0.0, "classifier: the fraction of training rows replaced by a variant the teacher "
-                                 "labels (Tang et al. 2019: pieces masked with probability 0.1, then with "
-                                 "probability 0.25 only a random n-gram of 1-5 pieces kept); those rows carry the "
-                                 "soft targets only (0: off)", kind=float, minimum=0, maximum=1)
-    train: str = option(None, "training examples: tab-separated (classifier) or CoNLL-2003 (tagger)", file=True,
-                        metavar="FILE")
-    dev: str = option(None, "held-out examples scored after training (as --train)", file=True, metavar="FILE")
-    text_col: str = option("sentence", "classifier: column of the (first) text, a header name or a 0-based index")
-    pair_col: str = option(None, "classifier: column of the second text of a pair")
-    label_col: str = option("label", "classifier: column of the label")
-    header: bool = option(True, "classifier: the files have no header line", flag="--no-header", const=False,
-                          choices=[True, False])
-    tag_scheme: str = option("iob2", "tagger: iob2 or iob1 tags", choices=["iob1", "iob2"])
-    length_bucket: int = option(None, LENGTH_BUCKET_HELP.format(length="the teacher's length"), kind=int, minimum=0)
-    sortish: int = option(None, "classifier: " + SORTISH_HELP, kind=int, minimum=0)
-    batch_size: int = option(32, "examples per batch", kind=int, minimum=1)
-    epochs: float = option(3.0, "epochs over the training file: the run's length without --steps, and the most a "
-                                "--time-budget run trains",
-                           kind=float, minimum=0, exclusive_minimum=True)
-    learning_rate: float = option(5e-5, "peak learning rate (AdamW)", kind=float, minimum=0, exclusive_minimum=True)
-    warmup_fraction: float = option(0.1, "fraction of the steps with linear warmup", kind=float, minimum=0, maximum=1)
-    schedule_steps: int = option(None, SCHEDULE_STEPS_HELP, kind=int, minimum=0, exclusive_minimum=True)
-    weight_decay: float = option(0.01, "AdamW weight decay (not on biases and LayerNorm)", kind=float, minimum=0)
-    layer_decay: float = option(None, "layer-wise learning-rate decay factor (none: off)", kind=float, minimum=0,
-                                maximum=1, exclusive_minimum=True)
-    dropout: float = option(0.1, "dropout before the student's head", kind=float, minimum=0, maximum=1,
-                            exclusive_maximum=True)
-    pooling: str = option(None, "classifier: the student's sentence vector, cls or mean (default: the teacher's)",
-                          choices="kerasplm.models.bert.classifier:POOLINGS")
-    max_examples: int = option(None, "classifier: read at most this many training examples", kind=int, minimum=1)
-    eval_batch_size: int = option(128, "examples per batch when scoring --dev", kind=int, minimum=1, scope=SESSION)
-
-    def check(self):
-        if self.student_init == "random" and self.student_preset is None:
-            raise ValueError("--student-init random needs --student-preset (the student's shape)")
-
-
-@dataclasses.dataclass(frozen=True)
 class FillMaskOptions(JobOptions):
     """``kerasplm fill-mask``."""
     texts: tuple = option((), 'texts containing [MASK], e.g. "the [MASK] sat on the mat"', positional=True,
@@ -355,26 +208,6 @@ class ClassifierExportOptions(ExportOptions):
     ensemble_with: str = option(None, "another classifier run with the same labels (ULMFiT: the backward classifier "
                                 "of a forward one): the export answers the average of both runs' probabilities",
                                 metavar="RUN_DIR")
-
-
-@dataclasses.dataclass(frozen=True)
-class EmbedderExportOptions(ExportOptions):
-    """``kerasplm export embedder``."""
-    pooling: str = option(None, "cls, mean or max pooling (default: the run's recorded sentence-transformers "
-                          "pooling, else mean)", choices="kerasplm.models.bert.classifier:POOLINGS")
-    normalize: bool = option(None, "L2-normalize the embeddings (default: as the run records, else yes)", kind=bool)
-    sequence_length: int = option(None, "cap on tokens per text, [CLS]/[SEP] included (default: the run's "
-                                  "max_seq_length, else the model's positions)", kind=int, minimum=3)
-    whitening: str = option(None, "fit BERT-whitening (Su et al. 2021) on this corpus, one sentence per line, and "
-                            "apply it in the export after the pooling, before the normalization", file=True,
-                            metavar="CORPUS")
-    whitening_dim: int = option(None, "whitened dimensions kept: the k of largest variance (default: all)", kind=int,
-                                minimum=1, metavar="K")
-
-    def check(self):
-        if self.whitening_dim is not None and self.whitening is None:
-            raise ValueError("option whitening_dim needs --whitening CORPUS")
-
 
 
 # The families whose public modules this one imports (the layering contracts check it).
@@ -400,13 +233,6 @@ COMMANDS = [
             description="Pretrain a BERT from raw text (one sentence per line, blank line between documents; or "
                         "WikiText). Resumes an existing run in --out with its stored options.",
             out_default="runs/bert", default_time_budget=DEFAULT_TIME_BUDGET),
-    Command("train", "electra", "pretrain ELECTRA (generator MLM + replaced-token detection) on a plain-text corpus",
-            ElectraPretrainingOptions, "kerasplm.models.electra.pretraining_job:train_electra",
-            description="Pretrain ELECTRA from raw text (BERT's corpus formats): a small generator fills the masked "
-                        "pieces with samples, the discriminator tells every token replaced or original; the run's "
-                        "discriminator is a BERT backbone every fine-tuning job takes as --init. Resumes an "
-                        "existing run in --out with its stored options.",
-            out_default="runs/electra", default_time_budget=DEFAULT_TIME_BUDGET),
     Command("finetune", "bert-classifier", "sentence (pair) classification or regression on a BERT run",
             BertClassifierOptions, "kerasplm.models.bert.classifier_job:finetune_bert_classifier",
             description="Fine-tune a BERT run (--init) on tab-separated examples; prints the dev accuracy, F1 and "
@@ -415,39 +241,17 @@ COMMANDS = [
             "kerasplm.models.bert.tagger_job:finetune_bert_tagger",
             description="Fine-tune a BERT run (--init) on CoNLL-2003 files; prints the dev entity F1 (conlleval) "
                         "and writes it to metrics.json. " + _RESUMABLE),
-    Command("finetune", "bert-simcse", "unsupervised SimCSE sentence embeddings on a BERT run", SimCSEOptions,
-            "kerasplm.models.sentence_embedding.simcse_job:finetune_bert_simcse",
-            description="Train sentence embeddings with unsupervised SimCSE (dropout noise, in-batch negatives) from "
-                        "a BERT run (--init) on a text file, one sentence per line; export the run with `kerasplm "
-                        "export embedder`. " + _RESUMABLE),
-    Command("finetune", "bert-sbert", "Sentence-BERT: siamese / triplet sentence embeddings on a BERT run",
-            SentenceBertOptions, "kerasplm.models.sentence_embedding.sbert_job:finetune_bert_sbert",
-            description="Train sentence embeddings with Sentence-BERT (Reimers & Gurevych 2019) from a BERT run "
-                        "(--init) on tab-separated pairs with a label (NLI: softmax over (u, v, |u-v|)) or a score "
-                        "(STS: cosine regression), or on triplets (margin loss); cls, mean or max pooling; export "
-                        "the run with `kerasplm export embedder`. " + _RESUMABLE),
     Command("finetune", "bert-qa", "extractive question answering (SQuAD v1.1 JSON) on a BERT run", BertQAOptions,
             "kerasplm.models.bert.question_answering_job:finetune_bert_qa",
             description="Fine-tune a BERT run (--init) on SQuAD v1.1 files; prints the held-out exact match and F1 "
                         "(--dev, or --holdout-fraction of --train's articles) and writes them to metrics.json. "
                         + _RESUMABLE),
-    Command("", "distill", "distil a classifier or tagger run into a smaller student run", DistillOptions,
-            "kerasplm.models.distilbert.distillation_job:distill", job=True,
-            description="Train a student (--student-preset, --student-layers; from the teacher's every other block "
-                        "or at random) on the teacher run's soft targets at --temperature mixed with the hard labels "
-                        "by --alpha, optionally TinyBERT's hidden-state and attention losses. The student is an "
-                        "ordinary run of the teacher's family: export and serve it like one. " + _RESUMABLE),
     Command("", "fill-mask", "predict the [MASK] tokens of texts with a pretraining run", FillMaskOptions,
             "kerasplm.models.bert.fill_mask:print_fill_mask",
             description="Print the top-k tokens and probabilities for every [MASK]."),
     Command("export", "fill-mask", "export a BERT pretraining run as a fill-mask model", FillMaskExportOptions,
             "kerasplm.models.bert.fill_mask:export_fill_mask_run",
             description="Export a fill-mask SavedModel (text with [MASK] -> top-k tokens)."),
-    Command("export", "embedder", "export a BERT run as a sentence-embedding SavedModel", EmbedderExportOptions,
-            "kerasplm.models.sentence_embedding.embedder_export:export_embedder_run",
-            description="Export a BERT run (converted, pretrained or fine-tuned): `text` strings -> `embedding` "
-                        "vectors, pooled and normalized as the run records; --whitening CORPUS fits BERT-whitening "
-                        "on the corpus and applies it in graph."),
     Command("export", "classifier", "export a fine-tuned BERT, GPT or ULMFiT classifier run", ClassifierExportOptions,
             "kerasplm.export.classifier:export_classifier_run",
             description="Export a `kerasplm finetune bert-classifier`, `gpt-classifier` or `ulmfit-classifier` run: "
@@ -463,23 +267,4 @@ COMMANDS = [
             "kerasplm.models.bert.convert:convert_bert_command",
             description="Convert a HuggingFace BERT directory (config.json, model.safetensors, vocab.txt) or "
                         "Google's layout (bert_config.json, bert_model.ckpt.*, vocab.txt) into a run directory."),
-    Command("convert", "distilbert", "a HuggingFace DistilBERT directory", WeightsDirectoryOptions,
-            "kerasplm.models.bert.convert_variants:convert_distilbert_command",
-            description="Convert a HuggingFace DistilBERT directory (config.json, model.safetensors, vocab.txt) into "
-                        "a BERT run directory (no token types; the pooler, which DistilBERT lacks, drawn fresh)."),
-    Command("convert", "electra", "a HuggingFace ELECTRA discriminator or generator directory",
-            WeightsDirectoryOptions, "kerasplm.models.bert.convert_variants:convert_electra_command",
-            description="Convert a HuggingFace ELECTRA directory (config.json, model.safetensors, vocab.txt) into a "
-                        "BERT run directory: the discriminator with its replaced-token-detection head, or the "
-                        "generator as an MLM-only pretraining run."),
-    Command("convert", "roberta", "a HuggingFace RoBERTa directory", WeightsDirectoryOptions,
-            "kerasplm.models.bert.convert_variants:convert_roberta_command",
-            description="Convert a HuggingFace RoBERTa directory (config.json, model.safetensors, vocab.json, "
-                        "merges.txt) into a BERT run directory: byte-level BPE, <s> A </s></s> B </s>, positions "
-                        "from padding_idx + 1; a RobertaForMaskedLM keeps its MLM head."),
-    Command("convert", "albert", "a HuggingFace ALBERT directory", WeightsDirectoryOptions,
-            "kerasplm.models.bert.convert_variants:convert_albert_command",
-            description="Convert a HuggingFace ALBERT directory (config.json, model.safetensors, spiece.model) into a "
-                        "BERT run directory: factorized embedding, one shared block, SentencePiece vocabulary; "
-                        "AlbertForPreTraining / AlbertForMaskedLM keep their MLM (and SOP) heads."),
 ]

@@ -79,7 +79,7 @@ class BertMaskedLMHead(keras.layers.Layer):
                 **({"activation": self.activation} if self.activation != "gelu" else {})}
 
 
-def _cross_entropy_sums(labels, logits, weights):
+def cross_entropy_sums(labels, logits, weights):
     """(Σ w·CE, Σ w, Σ w·[argmax = label]) over every position, float32."""
     labels = tf.cast(labels, tf.int32)
     ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
@@ -141,12 +141,12 @@ class BertPretrainer(UntrackedPreprocessor, ChecksBackboneVocabulary, Task):
         """``{"losses": {"mlm": (S, C), "nsp"|"sop": (S, C)}, "mlm_accuracy": (s, c), "nsp_accuracy": ...}``."""
         outputs = self(batch, training=training)
         weights = tf.cast(batch["masked_weights"], tf.float32)
-        mlm_loss, mlm_count, mlm_correct = _cross_entropy_sums(batch["masked_ids"], outputs["mlm_logits"], weights)
+        mlm_loss, mlm_count, mlm_correct = cross_entropy_sums(batch["masked_ids"], outputs["mlm_logits"], weights)
         results = {"losses": {"mlm": (mlm_loss, mlm_count)}, "mlm_accuracy": (mlm_correct, mlm_count)}
         if self.sentence_head is not None:
             labels = batch["next_sentence_label"]
             ones = tf.ones(tf.shape(labels), tf.float32)
-            loss, count, correct = _cross_entropy_sums(labels, outputs["sentence_logits"], ones)
+            loss, count, correct = cross_entropy_sums(labels, outputs["sentence_logits"], ones)
             results["losses"][self.sentence_task] = (loss, count)
             results[f"{self.sentence_task}_accuracy"] = (correct, count)
         return results

@@ -26,9 +26,10 @@ import tensorflow as tf
 
 from kerasplm.data.squad import read_squad, split_by_article
 from kerasplm.models.bert.manifest import BertQAOptions
-from kerasplm.jobs.finetuning import BERT_ASSETS, FineTuningJob, cut_padding
+from kerasplm.jobs.finetuning import cut_padding
 from kerasplm.models.bert.squad_metrics import squad_scores
 from kerasplm.models.bert.backbone import BertBackbone
+from kerasplm.models.bert.finetuning import BERT_ASSETS, BertFineTuningJob
 from kerasplm.models.bert.question_answering import INPUT_KEYS, BertQuestionAnswerer, QuestionAnswerPreprocessor, answer_questions
 from kerasplm.runs import load_run
 
@@ -110,7 +111,7 @@ def evaluate_qa(qa, examples, batch_size=32):
     return squad_scores(predictions, {e.id: [g.text for g in e.answers] for e in examples}), predictions
 
 
-class BertQAJob(FineTuningJob):
+class BertQAJob(BertFineTuningJob):
     """``kerasplm finetune bert-qa``: start/end logits over SQuAD windows on a BERT run, scored with EM/F1."""
 
     family, task, options_class, what, result_key = (FAMILY, "question_answering", BertQAOptions,

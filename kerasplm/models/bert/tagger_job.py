@@ -20,9 +20,10 @@ import tensorflow as tf
 
 from kerasplm.data.conll import label_vocabulary, read_conll
 from kerasplm.models.bert.manifest import TaggerOptions
-from kerasplm.jobs.finetuning import BERT_ASSETS, FineTuningJob, cut_padding
+from kerasplm.jobs.finetuning import cut_padding
 from kerasplm.models.bert.ner_metrics import conlleval
 from kerasplm.models.bert.backbone import BertBackbone
+from kerasplm.models.bert.finetuning import BERT_ASSETS, BertFineTuningJob
 from kerasplm.models.bert.tagger import INPUT_KEYS, BertTaggerPreprocessor, BertTokenClassifier, piece_tags, tag_texts
 from kerasplm.runs import load_run
 from kerasplm.text.wordpiece import WordPieceTokenizer
@@ -85,7 +86,7 @@ def predict_tags(model, preprocessor, sentences, labels, batch_size=64):
     return predicted
 
 
-class BertTaggerJob(FineTuningJob):
+class BertTaggerJob(BertFineTuningJob):
     """``kerasplm finetune bert-tagger``: a linear (or CRF) head on each word's first piece, scored with conlleval's
     entity F1."""
 

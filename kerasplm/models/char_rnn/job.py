@@ -1,6 +1,7 @@
 """``kerasplm train char-rnn``: a character-level RNN language model (seed ``001_*`` §2.2) on a text file.
 
-The language-modelling rails are the GPT job's (:mod:`kerasplm.models.gpt.job`): the held-out text is
+The language-modelling rails are the GPT job's (:mod:`kerasplm.models.gpt.job`; its corpus helpers are the data
+floor's, :mod:`kerasplm.data.corpus`): the held-out text is
 ``--valid-corpus`` or the last ``valid_fraction`` of the corpus (:func:`read_corpus`), the stream
 ``<|endoftext|> text`` is cut into windows of ``seq_len + 1`` characters at a seeded offset and in a seeded order
 per epoch (:func:`make_lm_dataset`: a resumed run sees the batches an uninterrupted one would), the held-out
@@ -25,9 +26,9 @@ import time
 
 import keras
 
+from kerasplm.data.corpus import encode_text, make_lm_dataset, read_corpus
 from kerasplm.models.char_rnn.manifest import CharRNNOptions
 from kerasplm.jobs.job import Job
-from kerasplm.models.gpt.job import encode_text, make_lm_dataset, read_corpus
 from kerasplm.models.char_rnn.model import CharRNNBackbone, CharRNNLanguageModel
 from kerasplm.models.gpt.generator import TextGenerator
 from kerasplm.models.presets import get_preset

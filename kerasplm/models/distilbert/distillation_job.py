@@ -28,7 +28,7 @@ import shutil
 import keras
 import tensorflow as tf
 
-from kerasplm.models.bert.manifest import DistillOptions
+from kerasplm.models.distilbert.manifest import DistillOptions
 from kerasplm.models.bert.classifier_job import BertClassifierJob
 from kerasplm.models.bert.tagger_job import BertTagger, BertTaggerJob
 from kerasplm.models.bert.backbone import BertBackbone

@@ -51,7 +51,7 @@ from kerasplm.layers.embedding import SharedEmbedding
 from kerasplm.models.bert import backbone as bert
 from kerasplm.models.base import Task
 from kerasplm.models.bert.backbone import BertBackbone, BertConfig, ChecksBackboneVocabulary, UntrackedPreprocessor
-from kerasplm.models.bert.pretrainer import BertPretrainer, _cross_entropy_sums
+from kerasplm.models.bert.pretrainer import BertPretrainer, cross_entropy_sums
 from kerasplm.models.presets import get_preset, register_presets
 
 # config.json's task of a converted ELECTRA discriminator run (family ``bert``).
@@ -324,7 +324,7 @@ class ElectraPretrainer(UntrackedPreprocessor, ChecksBackboneVocabulary, Task):
         real token."""
         outputs = self(batch, training=training)
         weights = tf.cast(batch["masked_weights"], tf.float32)
-        mlm_loss, mlm_count, mlm_correct = _cross_entropy_sums(batch["masked_ids"], outputs["mlm_logits"], weights)
+        mlm_loss, mlm_count, mlm_correct = cross_entropy_sums(batch["masked_ids"], outputs["mlm_logits"], weights)
         rtd = rtd_sums(outputs["rtd_logits"], outputs["rtd_labels"], batch["padding_mask"])
         return {"losses": {"mlm": (mlm_loss, mlm_count), "rtd": (*rtd["loss"], self.rtd_weight)},
                 "mlm_accuracy": (mlm_correct, mlm_count), "rtd_accuracy": rtd["accuracy"],

@@ -7,7 +7,7 @@ pretrainer: the generator (MLM at the masked pieces, width ``generator_size`` of
 with samples, the discriminator labels every real token replaced or original; loss = MLM + λ·RTD
 (``rtd_weight``, 50).
 
-The run directory is a ``bert`` run with task ``"electra_pretraining"``: config.json's ``model`` is the
+The run directory is an ``electra`` run (``bert`` before; those resume too) with task ``"electra_pretraining"``: config.json's ``model`` is the
 :class:`ElectraPretrainer` (the discriminator's backbone, ``generator_size``, ``rtd_weight``), its preprocessor a
 :class:`kerasplm.text.BertPreprocessor` over the corpus' vocabulary, its checkpoints the whole pretrainer. So
 ``load_run(run)`` gives the pretrainer and ``load_run(run).backbone`` the discriminator's :class:`BertBackbone`:
@@ -20,7 +20,7 @@ accuracy and perplexity.
 ...                         dev_corpus="../shared/data/wikitext2/wiki.test.tokens", preset="electra_small",
 ...                         steps=2000)
 """
-from kerasplm.models.bert.manifest import ElectraPretrainingOptions
+from kerasplm.models.electra.manifest import ElectraPretrainingOptions
 from kerasplm.models.bert.pretraining_job import BertPretrainingJob
 from kerasplm.models.bert.backbone import BertBackbone
 from kerasplm.models.electra.model import PRETRAINING_TASK, ElectraPretrainer
@@ -34,7 +34,8 @@ RTD_METRICS = ("rtd_loss", "rtd_accuracy", "rtd_precision", "rtd_recall", "repla
 class ElectraPretrainingJob(BertPretrainingJob):
     """``kerasplm train electra``: generator MLM + discriminator replaced-token detection on a plain-text corpus."""
 
-    task, options_class, what = PRETRAINING_TASK, ElectraPretrainingOptions, "ELECTRA pretraining"
+    family, task, options_class, what = "electra", PRETRAINING_TASK, ElectraPretrainingOptions, "ELECTRA pretraining"
+    former_families = ("bert",)   # ELECTRA runs were recorded as bert runs before (the task check tells them apart)
 
     def preset_overrides(self):
         o = self.options

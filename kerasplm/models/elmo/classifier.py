@@ -31,20 +31,13 @@ from kerasplm.models.base import Task
 from kerasplm.models.elmo.model import ElmoEmbedder
 from kerasplm.runs.serialization import asset_name, asset_path, serializable
 from kerasplm.text.characters import MAX_CHARACTERS, sentence_char_ids
+# A word vocabulary file's lines (the shared reader; importable from here as before).
+from kerasplm.text.word_vocab import read_word_list
 from kerasplm.training.losses import classification_loss_sums
 
 PAD, UNK = "<PAD>", "<UNK>"
 
 __all__ = ["ElmoClassifier", "ClassifierPreprocessor", "PAD", "UNK", "read_word_list"]
-
-
-def read_word_list(path):
-    """A word vocabulary file: one word per line (a ValueError names the file when it is not UTF-8)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return [line.rstrip("\n") for line in f]
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}); the file is damaged") from None
 
 
 @serializable

@@ -8,7 +8,7 @@ tokenized and lower-cased). The word vocabulary is ``<PAD> <UNK>`` + the trainin
 out-of-vocabulary words. With ``--elmo RUN_DIR`` (an ``elmo`` run: ``kerasplm train elmo`` / ``convert elmo``)
 the biLM is frozen and only its scalar mix(es) train, with the classifier; ``--no-elmo`` is the static baseline.
 Adam (learning rate 1e-3), gradients clipped to norm 5, dev accuracy/F1/MCC
-(:func:`kerasplm.models.bert.classifier.classification_metrics`) printed and in ``metrics.json``.
+(:func:`kerasplm.training.metrics.classification_metrics`) printed and in ``metrics.json``.
 
 Run directory: family ``elmo_classifier``; ``model`` = the :class:`ElmoClassifier`'s Keras config (its sizes,
 ``labels`` and its embedder: the biLM's ``ElmoConfig`` fields, ``num_mixes``, ``layer_norm``; null without ELMo),
@@ -20,7 +20,6 @@ asset ``words.txt``). The checkpoint holds the whole model, biLM included, so th
 ...                                    elmo="runs/elmo", steps=1000)
 >>> summary["dev"]["accuracy"]
 """
-import collections
 import os
 
 from kerasplm.models.elmo.manifest import ElmoClassifierOptions
@@ -29,18 +28,16 @@ from kerasplm.models.elmo.model import ElmoConfig, ElmoEmbedder
 from kerasplm.models.elmo.classifier import PAD, UNK, ClassifierPreprocessor, ElmoClassifier
 from kerasplm.models.elmo.runs import load_elmo
 from kerasplm.runs import attach_run_info, load_run
+from kerasplm.text.word_vocab import build_word_vocab, word_vocab_text
 from kerasplm.training.optimizers import FusedAdam
 
 FAMILY = "elmo_classifier"
 ASSETS = {"vocab": "words.txt"}
 
 
-def build_word_vocab(texts, max_vocab, min_count=1):
-    """``<PAD> <UNK>`` + whitespace words of ``texts`` seen ``min_count``+ times, most frequent first (ties:
-    alphabetical), at most ``max_vocab`` of them."""
-    counts = collections.Counter(w for t in texts for w in t.split() if w not in (PAD, UNK))
-    kept = sorted((kv for kv in counts.items() if kv[1] >= min_count), key=lambda kv: (-kv[1], kv[0]))
-    return [PAD, UNK] + [w for w, _ in kept[:max_vocab]]
+# The word vocabulary (:func:`kerasplm.text.word_vocab.build_word_vocab`): ``<PAD> <UNK>`` + the training texts'
+# whitespace words seen ``min_count``+ times, most frequent first (ties: alphabetical), at most ``max_vocab`` of them.
+VOCABULARY = dict(special_tokens=(PAD, UNK), split="whitespace")
 
 
 def load_elmo_classifier(run_dir):
@@ -76,9 +73,9 @@ class ElmoClassifierJob(ClassificationJob):
                     raise ValueError("give the ELMo run (elmo / --elmo RUN_DIR), or --no-elmo for static embeddings "
                                      "only")
                 self.bilm = load_elmo(o.elmo).bilm
-            vocab = build_word_vocab(self.texts, o.max_vocab, o.min_count)
+            vocab = build_word_vocab(self.texts, max_words=o.max_vocab, min_count=o.min_count, **VOCABULARY)
             if run.writer:   # the preprocessor reads the file back, so the run's config names it
-                run.write_text(ASSETS["vocab"], "".join(w + "\n" for w in vocab))
+                run.write_text(ASSETS["vocab"], word_vocab_text(vocab))
                 vocab = run.file(ASSETS["vocab"])
             max_chars = (self.bilm.config if self.bilm is not None else ElmoConfig()).max_characters_per_token
             preprocessor = ClassifierPreprocessor(vocab, o.max_length, max_chars)

@@ -24,7 +24,7 @@ is rebuilt from its config.json (:meth:`ElmoJob.build_model`).
 >>> elmo = load_elmo("runs/elmo")
 >>> elmo.embed(["the play was good"])["elmo_layers"].shape      # (1, 3, 4, 2P)
 """
-import collections
+import functools
 import math
 import os
 import time
@@ -33,6 +33,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from kerasplm.data.sentences import read_sentence_lines
 from kerasplm.models.elmo.manifest import WIKITEXT_FILES, ElmoOptions
 from kerasplm.jobs.job import Job
 from kerasplm.models.elmo.model import ElmoBiLM, ElmoLanguageModel
@@ -40,32 +41,21 @@ from kerasplm.models.elmo.runs import ASSETS, BOS, EOS, FAMILY, SPECIALS, TASK, 
 from kerasplm.models.presets import get_preset
 from kerasplm.runs import attach_run_info
 from kerasplm.text.characters import BOS_CHAR, EOS_CHAR, ElmoPreprocessor, boundary_row, word_char_ids
+from kerasplm.text.word_vocab import build_word_vocab
 
-__all__ = ["ElmoJob", "ElmoOptions", "WindowedCorpus", "build_vocab", "corpus_splits", "load_elmo", "read_sentences",
+__all__ = ["ElmoJob", "ElmoOptions", "WindowedCorpus", "VOCABULARY", "corpus_splits", "load_elmo", "read_sentences",
            "train_elmo"]
 
 SENTENCE_END = {".", "!", "?"}
 
 
 # ------------------------------------------------------------------------------------------------ data
-def read_sentences(path, max_sentences=None):
-    """Whitespace tokens of ``path``, cut into sentences after ., ! and ? (empty lines skipped)."""
-    sentences = []
-    with open(path, encoding="utf-8") as f:
-        for line_number, line in enumerate(f, 1):
-            current = []
-            for token in line.split():
-                current.append(token)
-                if token in SENTENCE_END:
-                    sentences.append(current)
-                    current = []
-            if current:
-                sentences.append(current)
-            if max_sentences and len(sentences) >= max_sentences:
-                return sentences[:max_sentences]
-    if not sentences:
-        raise ValueError(f"{path}: no text")
-    return sentences
+# ``read_sentences(path, max_sentences=None)``: the whitespace tokens of ``path``, cut into sentences after ., ! and ?
+# (empty lines skipped; :func:`kerasplm.data.sentences.read_sentence_lines`).
+read_sentences = functools.partial(read_sentence_lines, split_after=SENTENCE_END, too_few="no text")
+# The word vocabulary (:func:`kerasplm.text.word_vocab.build_word_vocab` of the training sentences, ``max_words`` the
+# ``vocab_size`` option): ``<S> </S> <UNK>`` + the most frequent words (ties: alphabetical).
+VOCABULARY = dict(special_tokens=SPECIALS, split=None)
 
 
 def corpus_splits(options):
@@ -81,12 +71,6 @@ def corpus_splits(options):
     if cut < 1:
         raise ValueError(f"{o.corpus}: {len(sentences)} sentence(s); need at least 2 to hold some out")
     return sentences[:cut], sentences[cut:]
-
-
-def build_vocab(sentences, vocab_size):
-    """``<S> </S> <UNK>`` + the ``vocab_size`` most frequent words (ties: alphabetical)."""
-    counts = collections.Counter(w for s in sentences for w in s if w not in SPECIALS)
-    return list(SPECIALS) + [w for w, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:vocab_size]]
 
 
 def char_ids_of_types(types, max_characters):
@@ -152,7 +136,7 @@ class ElmoJob(Job):
             stored = self.stored_model()
             self.bilm_config, self.preprocessor = stored.backbone.config, stored.preprocessor
         else:
-            vocab = build_vocab(train_sentences, o.vocab_size)
+            vocab = build_word_vocab(train_sentences, max_words=o.vocab_size, **VOCABULARY)
             if run.writer:   # the vocabulary file, read back (a multi-worker job's other workers keep it in memory)
                 run.write_text(ASSETS["vocab"], vocab_text(vocab))
                 vocab = run.file(ASSETS["vocab"])

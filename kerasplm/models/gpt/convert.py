@@ -29,7 +29,7 @@ import tensorflow as tf
 from kerasplm.models.gpt.model import GPT, GPTBackbone, GPTConfig
 from kerasplm.runs import RunDir
 from kerasplm.runs.serialization import attach_preprocessor
-from kerasplm.text.bpe import BytePairTokenizer, read_bpe_merges, read_bpe_vocab
+from kerasplm.text.bpe import BPE_ASSETS, BytePairTokenizer, bpe_tokenizer_files
 
 __all__ = ["config_from_hf", "load_gpt2", "load_hf_tensors", "set_gpt2_weights"]
 
@@ -161,7 +161,7 @@ def convert_gpt2_to_run(source, out, allow_pickle=False):
     if run.exists():
         raise FileExistsError(f"{run.config_path} exists: convert into a new directory")
     model = load_gpt2(source, allow_pickle=allow_pickle)
-    tokenizer_files = _tokenizer_files(source, model.backbone.config.vocab_size)
+    tokenizer_files = bpe_tokenizer_files(source, model.backbone.config.vocab_size)
     step = tf.Variable(0, dtype=tf.int64)
     tf.train.CheckpointManager(tf.train.Checkpoint(model=model, step=step), run.checkpoint_dir, max_to_keep=1).save()
     for name, text in tokenizer_files.items():
@@ -172,32 +172,6 @@ def convert_gpt2_to_run(source, out, allow_pickle=False):
     run.write_config("gpt", "causal_lm", "gpt2", model, {"converted_from": os.path.abspath(source)},
                      assets=BPE_ASSETS if tokenizer_files else None, preprocessor=tokenizer)
     return attach_preprocessor(model, tokenizer)
-
-
-# The run directory's tokenizer files (its preprocessor, a BytePairTokenizer, reads them).
-BPE_ASSETS = {"bpe_vocab": "vocab.json", "bpe_merges": "merges.txt"}
-
-
-def _tokenizer_files(source, model_vocab_size):
-    """{file name: text} of the byte-level BPE tokenizer in ``source`` (checked: it parses, and its ids fit
-    the model), or {} when ``source`` has neither ``vocab.json`` nor ``merges.txt``."""
-    paths = {name: os.path.join(source, name) for name in BPE_ASSETS.values()}
-    present = [name for name, path in paths.items() if os.path.exists(path)]
-    if not present:
-        return {}
-    if len(present) < len(paths):
-        missing = next(path for name, path in paths.items() if name not in present)
-        raise ValueError(f"{missing}: not found (a GPT-2 tokenizer needs both vocab.json and merges.txt)")
-    vocab_size = len(read_bpe_vocab(paths["vocab.json"]))
-    read_bpe_merges(paths["merges.txt"])
-    if vocab_size > model_vocab_size:
-        raise ValueError(f"{paths['vocab.json']}: {vocab_size} tokens, but the model embeds only "
-                         f"{model_vocab_size}: not this model's tokenizer")
-    files = {}
-    for name, path in paths.items():
-        with open(path, encoding="utf-8", newline="") as f:
-            files[name] = f.read()
-    return files
 
 
 def convert_gpt2_command(source, out, allow_pickle=False):

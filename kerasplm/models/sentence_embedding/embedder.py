@@ -7,7 +7,8 @@ normalization, so that the inner product of two vectors is their cosine. The ind
 and the retriever export embeds its queries with the same module, so both sides of a search share one graph; the
 embedder export (:mod:`kerasplm.models.sentence_embedding.embedder_export`) serves it, optionally without the normalization.
 
-:func:`bert_run_parts` reads any BERT run (converted, pretrained or fine-tuned) with :func:`kerasplm.runs.load_run`;
+:func:`bert_run_parts` (BERT's, :mod:`kerasplm.models.bert.runs`; importable here as before) reads any BERT run
+(converted, pretrained or fine-tuned) with :func:`kerasplm.runs.load_run`;
 :func:`recorded_settings` gives the pooling and length a converted sentence-transformers run records;
 :func:`weights_sha256` fingerprints a backbone's weights, so an index can tell the embedder that built it.
 """
@@ -16,35 +17,14 @@ import hashlib
 import numpy as np
 import tensorflow as tf
 
-from kerasplm.models.bert.backbone import BertBackbone
 from kerasplm.models.bert.classifier import POOLINGS, SENTENCE_TRANSFORMERS_POOLING, pool_sequence, recorded_pooling
-from kerasplm.runs import RunDirError, load_run
-from kerasplm.text.bert_tokenizer import BertPreprocessor, BertTokenizer
-from kerasplm.text.wordpiece import WordPieceTokenizer
+from kerasplm.models.bert.runs import bert_run_parts
+from kerasplm.text.bert_tokenizer import BertPreprocessor
 
 __all__ = ["SentenceEmbedder", "bert_run_parts", "recorded_settings", "weights_sha256", "SENTENCE_TRANSFORMERS_POOLING"]
 
 # Sentences per batch when a corpus is embedded (sorted by length: little padding).
 ENCODE_BATCH_SIZE = 64
-
-
-def bert_run_parts(run_dir):
-    """``(backbone, tokenizer, options)`` of a BERT run (converted, pretrained or fine-tuned), read with
-    :func:`kerasplm.runs.load_run`: the backbone with its checkpoint restored (the run's model, or its
-    ``backbone``), a :class:`kerasplm.text.BertTokenizer` over the run's vocabulary with its casing (the one
-    its preprocessor holds), and the run's stored options."""
-    loaded = load_run(run_dir)
-    backbone = getattr(loaded, "backbone", loaded)
-    config = loaded.run_info.config
-    if not isinstance(backbone, BertBackbone):
-        raise RunDirError(f"{loaded.run_info.path}/config.json: a {config['family']} run, not a BERT run")
-    tokenizer = getattr(getattr(loaded, "preprocessor", None), "tokenizer", None)
-    if tokenizer is None:
-        raise RunDirError(f"{loaded.run_info.path}/config.json: the run stores no preprocessor (no tokenizer)")
-    if isinstance(tokenizer, WordPieceTokenizer) and not isinstance(tokenizer, BertTokenizer):
-        # a tagger's or pretraining run's WordPiece: BERT's own rules (RoBERTa's BPE, ALBERT's SentencePiece: kept)
-        tokenizer = BertTokenizer(tokenizer.vocabulary_file or tokenizer.vocab, lower_case=tokenizer.lower_case)
-    return backbone, tokenizer, config.get("options", {})
 
 
 def recorded_settings(options, pooling=None, normalize=None, sequence_length=None):

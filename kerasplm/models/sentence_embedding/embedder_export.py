@@ -22,7 +22,8 @@ import tensorflow as tf
 
 from kerasplm.data.sentences import read_sentence_lines
 from kerasplm.export.base import ExportModule, save_version
-from kerasplm.models.sentence_embedding.embedder import SentenceEmbedder, bert_run_parts, recorded_settings
+from kerasplm.models.bert.runs import bert_run_parts
+from kerasplm.models.sentence_embedding.embedder import SentenceEmbedder, recorded_settings
 from kerasplm.models.sentence_embedding.whitening import fit_whitening
 
 FAMILY = "bert_embedder"

@@ -10,16 +10,17 @@ over the real tokens), and their run records that pooling in the converter's (se
 starting weights), a resumed one from its config.json. A job's options hold ``init``, ``pooling``, ``normalize`` and
 ``max_length``.
 """
-from kerasplm.jobs.finetuning import FineTuningJob
 from kerasplm.models.bert.classifier import sentence_embedding_record
+from kerasplm.models.bert.finetuning import BertFineTuningJob
 from kerasplm.options import RUN
 from kerasplm.text.bert_tokenizer import BertPreprocessor
 
 __all__ = ["SentenceEmbeddingJob"]
 
 
-class SentenceEmbeddingJob(FineTuningJob):
-    """A :class:`FineTuningJob` whose trained model (summary ``"model"``) is a sentence encoder."""
+class SentenceEmbeddingJob(BertFineTuningJob):
+    """A :class:`kerasplm.models.bert.finetuning.BertFineTuningJob` whose trained model (summary ``"model"``) is a
+    sentence encoder."""
 
     result_key = "model"
 

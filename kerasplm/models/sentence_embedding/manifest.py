@@ -1,12 +1,109 @@
-"""Semantic search: a Faiss index of a corpus embedded by a BERT run, searched in process or through a retriever
-SavedModel. ``kerasplm index build|add``, ``kerasplm search``, ``kerasplm export retriever``."""
+"""Sentence embeddings and semantic search: the command-line face of the family, declared without TensorFlow.
+
+``kerasplm finetune bert-simcse|bert-sbert``, ``export embedder``: sentence embeddings of a BERT run (runs of
+families ``bert_simcse``, ``bert_sbert``); ``kerasplm index build|add``, ``kerasplm search``, ``kerasplm export
+retriever``: a Faiss index of a corpus embedded by a BERT run, searched in process or through a retriever
+SavedModel.
+"""
 import dataclasses
 
-from kerasplm.options import JobOptions, option
+from kerasplm.models.bert.manifest import SCHEDULE_STEPS_HELP
+from kerasplm.options import LENGTH_BUCKET_HELP, SESSION, ExportOptions, FineTuningOptions, JobOptions, option
 from kerasplm.registry import Command
 
 INDEX_TYPES = ["flat", "ivf", "ivfpq"]
 _POOLINGS = "kerasplm.models.bert.classifier:POOLINGS"
+
+
+@dataclasses.dataclass(frozen=True)
+class SimCSEOptions(FineTuningOptions):
+    """Options of ``finetune_bert_simcse`` / ``kerasplm finetune bert-simcse`` (declared once)."""
+
+    train: str = option(None, "plain-text file, one sentence per line (empty lines skipped)", file=True,
+                        metavar="TXT")
+    dev: str = option(None, "held-out sentences (one per line): uniformity and mean cosine at the end",
+                      file=True, metavar="TXT")
+    init: str = option(None, "BERT run directory to start from (kerasplm convert bert / train bert)",
+                       metavar="RUN_DIR")
+    pooling: str = option("cls", "sentence representation: [CLS] (the paper's) or the mean over tokens",
+                          choices=["cls", "mean"])
+    mlp: bool = option(True, "no dense+tanh layer on [CLS] during training (cls pooling only)", flag="--no-mlp",
+                       const=False, choices=[True, False])
+    temperature: float = option(0.05, "softmax temperature of the cosine similarities", kind=float, minimum=0,
+                                exclusive_minimum=True)
+    normalize: bool = option(True, "the exported embeddings are not L2-normalized", flag="--no-normalize",
+                             const=False, choices=[True, False])
+    max_length: int = option(32, "word pieces per sentence, [CLS]/[SEP] included", kind=int, minimum=3)
+    length_bucket: int = option(None, LENGTH_BUCKET_HELP.format(length="--max-length"), kind=int, minimum=0)
+    batch_size: int = option(64, "sentences per batch (each the others' negatives)", kind=int, minimum=2)
+    learning_rate: float = option(3e-5, "peak learning rate (AdamW)", kind=float, minimum=0, exclusive_minimum=True)
+    warmup_fraction: float = option(0.0, "share of the steps with linear warmup", kind=float, minimum=0, maximum=1)
+    schedule_steps: int = option(None, SCHEDULE_STEPS_HELP, kind=int, minimum=0, exclusive_minimum=True)
+    weight_decay: float = option(0.0, "AdamW weight decay (not on biases and LayerNorm)", kind=float, minimum=0)
+    layer_decay: float = option(None, "layer-wise learning-rate decay factor (none: off)", kind=float, minimum=0,
+                                maximum=1, exclusive_minimum=True)
+    max_examples: int = option(None, "read at most this many training sentences", kind=int, minimum=2)
+
+
+@dataclasses.dataclass(frozen=True)
+class SentenceBertOptions(FineTuningOptions):
+    """Options of ``finetune_bert_sbert`` / ``kerasplm finetune bert-sbert`` (declared once)."""
+
+    train: str = option(None, "tab-separated examples, no header: sentence1, sentence2, label (classification); "
+                              "sentence1, sentence2, score (regression); anchor, positive, negative (triplet)",
+                        file=True, metavar="TSV")
+    dev: str = option(None, "held-out examples (same columns) scored at the end: accuracy (classification, "
+                            "triplet), Spearman and Pearson of the cosine against the score (regression)",
+                      file=True, metavar="TSV")
+    init: str = option(None, "BERT run directory to start from (kerasplm convert bert / train bert)",
+                       metavar="RUN_DIR")
+    objective: str = option("classification", "softmax over (u, v, |u-v|), MSE of cos(u, v) against the score, or "
+                            "the triplet margin loss", choices="kerasplm.models.sentence_embedding.sbert:OBJECTIVES")
+    pooling: str = option("mean", "sentence vector: [CLS], or the mean or max over the real tokens",
+                          choices="kerasplm.models.bert.classifier:POOLINGS")
+    margin: float = option(1.0, "triplet objective: margin of max(||a-p|| - ||a-n|| + margin, 0)", kind=float,
+                           minimum=0, exclusive_minimum=True)
+    score_scale: float = option(1.0, "regression: gold scores lie in [0, SCALE] and are divided by it (STS-B: 5)",
+                                kind=float, minimum=0, exclusive_minimum=True, metavar="SCALE")
+    header: bool = option(False, "the files' first line is a header (skipped)", flag="--header", const=True,
+                          choices=[True, False])
+    normalize: bool = option(True, "the exported embeddings are not L2-normalized", flag="--no-normalize",
+                             const=False, choices=[True, False])
+    max_length: int = option(128, "word pieces per sentence, [CLS]/[SEP] included", kind=int, minimum=3)
+    length_bucket: int = option(None, LENGTH_BUCKET_HELP.format(length="--max-length"), kind=int, minimum=0)
+    batch_size: int = option(16, "examples per batch (the paper's 16)", kind=int, minimum=1)
+    epochs: float = option(1.0, "epochs over the training file (the paper's 1): the run's length without --steps, "
+                                "and the most a --time-budget run trains",
+                           kind=float, minimum=0, exclusive_minimum=True)
+    learning_rate: float = option(2e-5, "peak learning rate (AdamW; the paper's 2e-5)", kind=float, minimum=0,
+                                  exclusive_minimum=True)
+    warmup_fraction: float = option(0.1, "share of the steps with linear warmup (the paper's 10%%)", kind=float,
+                                    minimum=0, maximum=1)
+    schedule_steps: int = option(None, SCHEDULE_STEPS_HELP, kind=int, minimum=0, exclusive_minimum=True)
+    weight_decay: float = option(0.01, "AdamW weight decay (not on biases and LayerNorm)", kind=float, minimum=0)
+    layer_decay: float = option(None, "layer-wise learning-rate decay factor (none: off)", kind=float, minimum=0,
+                                maximum=1, exclusive_minimum=True)
+    max_examples: int = option(None, "read at most this many training examples", kind=int, minimum=1)
+    eval_batch_size: int = option(128, "sentences per batch when scoring --dev", kind=int, minimum=1, scope=SESSION)
+
+
+@dataclasses.dataclass(frozen=True)
+class EmbedderExportOptions(ExportOptions):
+    """``kerasplm export embedder``."""
+    pooling: str = option(None, "cls, mean or max pooling (default: the run's recorded sentence-transformers "
+                          "pooling, else mean)", choices="kerasplm.models.bert.classifier:POOLINGS")
+    normalize: bool = option(None, "L2-normalize the embeddings (default: as the run records, else yes)", kind=bool)
+    sequence_length: int = option(None, "cap on tokens per text, [CLS]/[SEP] included (default: the run's "
+                                  "max_seq_length, else the model's positions)", kind=int, minimum=3)
+    whitening: str = option(None, "fit BERT-whitening (Su et al. 2021) on this corpus, one sentence per line, and "
+                            "apply it in the export after the pooling, before the normalization", file=True,
+                            metavar="CORPUS")
+    whitening_dim: int = option(None, "whitened dimensions kept: the k of largest variance (default: all)", kind=int,
+                                minimum=1, metavar="K")
+
+    def check(self):
+        if self.whitening_dim is not None and self.whitening is None:
+            raise ValueError("option whitening_dim needs --whitening CORPUS")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +179,8 @@ class RetrieverExportOptions(JobOptions):
 
 # The families whose public modules this one imports (the layering contracts check it).
 BASES = ("bert",)
+# Builders of this family's runs of format 1-2 (kerasplm convert run).
+LEGACY_BUILDERS = "kerasplm.models.sentence_embedding.legacy:BUILDERS"
 # Where the classes of runs written before the family became one folder live now.
 FORMER_MODULES = {
     "kerasplm.models.bert_sbert": "kerasplm.models.sentence_embedding.sbert",
@@ -91,7 +190,24 @@ FORMER_MODULES = {
     "kerasplm.models.whitening": "kerasplm.models.sentence_embedding.whitening",
 }
 
+_RESUMABLE = "Rerun the same command to resume."
 COMMANDS = [
+    Command("finetune", "bert-simcse", "unsupervised SimCSE sentence embeddings on a BERT run", SimCSEOptions,
+            "kerasplm.models.sentence_embedding.simcse_job:finetune_bert_simcse",
+            description="Train sentence embeddings with unsupervised SimCSE (dropout noise, in-batch negatives) from "
+                        "a BERT run (--init) on a text file, one sentence per line; export the run with `kerasplm "
+                        "export embedder`. " + _RESUMABLE),
+    Command("finetune", "bert-sbert", "Sentence-BERT: siamese / triplet sentence embeddings on a BERT run",
+            SentenceBertOptions, "kerasplm.models.sentence_embedding.sbert_job:finetune_bert_sbert",
+            description="Train sentence embeddings with Sentence-BERT (Reimers & Gurevych 2019) from a BERT run "
+                        "(--init) on tab-separated pairs with a label (NLI: softmax over (u, v, |u-v|)) or a score "
+                        "(STS: cosine regression), or on triplets (margin loss); cls, mean or max pooling; export "
+                        "the run with `kerasplm export embedder`. " + _RESUMABLE),
+    Command("export", "embedder", "export a BERT run as a sentence-embedding SavedModel", EmbedderExportOptions,
+            "kerasplm.models.sentence_embedding.embedder_export:export_embedder_run",
+            description="Export a BERT run (converted, pretrained or fine-tuned): `text` strings -> `embedding` "
+                        "vectors, pooled and normalized as the run records; --whitening CORPUS fits BERT-whitening "
+                        "on the corpus and applies it in graph."),
     Command("index", "build", "embed a corpus with a BERT run into a Faiss index", IndexBuildOptions,
             "kerasplm.models.sentence_embedding.vector_index:build_index_command",
             description="Embed every line of --corpus with the BERT run --embedder (L2-normalized sentence vectors: "

@@ -31,13 +31,13 @@ import numpy as np
 import tensorflow as tf
 
 from kerasplm.data.sentences import read_tsv_rows
-from kerasplm.models.bert.manifest import SentenceBertOptions
+from kerasplm.models.sentence_embedding.manifest import SentenceBertOptions
 from kerasplm.jobs.finetuning import label_ids
 from kerasplm.models.sentence_embedding.job import SentenceEmbeddingJob
 from kerasplm.models.bert.backbone import BertBackbone
 from kerasplm.models.sentence_embedding.sbert import BertSentenceBert, pearson, spearman
-from kerasplm.models.bert.classifier import classification_metrics
 from kerasplm.text.preprocessing import trim_to_bucket
+from kerasplm.training.metrics import classification_metrics
 
 FAMILY = "bert_sbert"
 # The columns of each objective's rows, as messages name them.

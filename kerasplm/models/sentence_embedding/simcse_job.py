@@ -15,10 +15,13 @@ pools as the model was trained. ``kerasplm.runs.load_run`` gives the trained :cl
 ``metrics.json``: the training summary and, with ``--dev``, uniformity and mean pairwise cosine of the
 held-out sentences' embeddings (Wang & Isola 2020). Resumable like every kerasplm job.
 """
+import functools
+
 import numpy as np
 import tensorflow as tf
 
-from kerasplm.models.bert.manifest import SimCSEOptions
+from kerasplm.data.sentences import read_sentence_lines
+from kerasplm.models.sentence_embedding.manifest import SimCSEOptions
 from kerasplm.jobs.finetuning import cut_padding
 from kerasplm.models.sentence_embedding.job import SentenceEmbeddingJob
 from kerasplm.models.bert.backbone import BertBackbone
@@ -31,17 +34,10 @@ _RECORDED_POOLING = {ours: theirs for theirs, ours in SENTENCE_TRANSFORMERS_POOL
 __all__ = ["SimCSEOptions", "finetune_bert_simcse", "read_sentences"]
 
 
-def read_sentences(path, max_examples=None):
-    """The non-empty lines of a UTF-8 text file (stripped); errors name the file."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            sentences = [line.strip() for line in f if line.strip()]
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: not UTF-8 text ({e})") from None
-    sentences = sentences[:max_examples] if max_examples else sentences
-    if len(sentences) < 2:
-        raise ValueError(f"{path}: {len(sentences)} sentence(s); SimCSE needs at least 2 (in-batch negatives)")
-    return sentences
+# ``read_sentences(path, max_examples=None)``: the non-empty lines of a UTF-8 text file (stripped), the first
+# ``max_examples``; errors name the file (:func:`kerasplm.data.sentences.read_sentence_lines`).
+read_sentences = functools.partial(read_sentence_lines, min_sentences=2,
+                                   too_few="{count} sentence(s); SimCSE needs at least 2 (in-batch negatives)")
 
 
 def make_sentence_dataset(preprocessor, sentences, batch_size, seed, length_bucket=0):

@@ -31,8 +31,9 @@ import shutil
 import numpy as np
 
 from kerasplm.data.sentences import read_sentence_lines
-from kerasplm.models.sentence_embedding.embedder import (ENCODE_BATCH_SIZE, SentenceEmbedder, bert_run_parts,
-                                               recorded_settings, weights_sha256)
+from kerasplm.models.bert.runs import bert_run_parts
+from kerasplm.models.sentence_embedding.embedder import (ENCODE_BATCH_SIZE, SentenceEmbedder, recorded_settings,
+                                                         weights_sha256)
 from kerasplm.models.sentence_embedding.whitening import fit_whitening
 
 __all__ = ["INDEX_TYPES", "VectorIndex", "VectorIndexError", "build_index", "add_to_index", "load_index",

@@ -37,6 +37,7 @@ from kerasplm.runs import load_run
 from kerasplm.text.preprocessing import TranslatorPreprocessor
 
 FAMILY = "transformer_translator"
+FAMILIES = (FAMILY, "rnn_translator")
 MAX_BEAM_SIZE = 8
 
 
@@ -219,7 +220,7 @@ def export_translator(translator, model_base_path, version=None, overwrite=False
 
 def export_translator_run(run, to, version=None, overwrite=False, max_beam_size=MAX_BEAM_SIZE, jit_compile=False):
     """``kerasplm export translator``: export the translator run directory ``run``; prints the version path."""
-    translator = load_run(run, family=FAMILY, what="a translator run (kerasplm train translator)")
+    translator = load_run(run, family=FAMILIES, what="a translator run (kerasplm train translator)")
     path = export_translator(translator, to, version=version, overwrite=overwrite, jit_compile=jit_compile,
                              max_beam_size=max_beam_size)
     print(path)

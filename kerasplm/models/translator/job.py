@@ -1,7 +1,8 @@
 """Train, reload and use the translator (the Transformer, or the RNN encoder-decoder of an RNN preset); the
 ``kerasplm train translator`` main job.
 
-Its run directory has the format of :mod:`kerasplm.runs` (family ``transformer_translator``,
+Its run directory has the format of :mod:`kerasplm.runs` (family ``transformer_translator``, or
+``rnn_translator`` for an RNN preset,
 task ``translation``), with the assets ``source_vocab`` = ``src_vocab.txt`` and ``target_vocab`` =
 ``tgt_vocab.txt`` (WordPiece vocabularies, reserved [PAD]=0 [UNK] [START] [END]). The job's options are
 :class:`TranslatorOptions`, declared once for this Python API and the CLI's flags.
@@ -37,6 +38,8 @@ from kerasplm.training.optimizers import FusedAdam
 # (transformer_seed) the seed's CustomSchedule (see kerasplm.models.translator.manifest.SCHEDULES).
 DEFAULT_SCHEDULE = {"pre-LN": "budget", "post-LN": "seed", "rnn": "budget"}
 FAMILY = "transformer_translator"
+RNN_FAMILY = "rnn_translator"           # runs of an RNN preset (written as transformer_translator before)
+FAMILIES = (FAMILY, RNN_FAMILY)
 ASSETS = {"source_vocab": "src_vocab.txt", "target_vocab": "tgt_vocab.txt"}
 SEED_SENTENCES = ["¿Puedo tomar prestado este libro?", "Hace mucho frío aquí.", "Esta es mi vida.",
                   "¿Todavía están en casa?", "Trata de averiguarlo."]
@@ -115,7 +118,7 @@ def load_translator(run_dir):
     """The :class:`Translator` of a run directory (:func:`kerasplm.runs.load_run`: the model, its preprocessor
     and its latest checkpoint). Raises :class:`kerasplm.runs.RunDirError` (a ValueError, one line naming the
     file) for a missing or damaged run file."""
-    return Translator(load_run(run_dir, family=FAMILY, what="a translator run (kerasplm train translator)"))
+    return Translator(load_run(run_dir, family=FAMILIES, what="a translator run (kerasplm train translator)"))
 
 
 def _prepare_data(options):
@@ -208,11 +211,13 @@ class TranslatorJob(Job):
     scored with held-out BLEU."""
 
     family, task, options_class, what, result_key = FAMILY, "translation", TranslatorOptions, "translator", "translator"
+    former_families = (RNN_FAMILY,)    # either family resumes; the preset decides which one the run records
     legacy_options = {"schedule": "seed", "bundled_data": "sample", "vocab_max_sentences": 0}
     checkpoint_every = 1000
 
     def build_data(self):
         o, run, t0 = self.options, self.run_dir, time.time()
+        self.family = RNN_FAMILY if translators.is_recurrent(o.preset) else FAMILY
         if translators.is_recurrent(o.preset):
             # The Trainer XLA-compiles the forward pass alone; an RNN's recurrent loops (tf.scan, Keras' GRU) would
             # hand their TensorLists across to the backward pass outside XLA, which TensorFlow cannot do.

@@ -40,18 +40,18 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from kerasplm.data.corpus import read_corpus
 from kerasplm.data.lm_streams import make_eval_windows, make_stream_dataset
 from kerasplm.models.ulmfit.manifest import ULMFiTClassifierOptions, ULMFiTFineTuneLMOptions, ULMFiTLanguageModelOptions
 from kerasplm.jobs.finetuning import ClassificationJob, FineTuningJob, layerwise_decay
-from kerasplm.models.gpt.job import read_corpus
 from kerasplm.models.ulmfit.awd_lstm import PRESETS, AWDLSTMBackbone, AWDLSTMConfig, AWDLSTMLanguageModel, ULMFiTClassifier
-from kerasplm.models.bert.classifier import classification_metrics
 from kerasplm.models.presets import get_preset
 from kerasplm.runs import RunDir, load_run
 from kerasplm.runs.serialization import attach_preprocessor
 from kerasplm.text.word_vocab import (EOS, SPECIAL_TOKENS, WordSequencePreprocessor, WordTokenizer, build_word_vocab,
                                       split_words, write_word_vocab)
 from kerasplm.training import ScaledSchedule
+from kerasplm.training.metrics import classification_metrics
 from kerasplm.training.optimizers import FusedAdamW, LayerwiseAdamW, gradual_unfreezing, layer_group_multiplier
 
 __all__ = ["ULMFiTLanguageModelJob", "ULMFiTClassifierJob", "train_ulmfit_lm", "finetune_ulmfit_lm",

@@ -7,7 +7,8 @@ import pytest
 import tensorflow as tf
 
 from kerasplm.models.bert.backbone import BertBackbone
-from kerasplm.models.bert.classifier import BertClassifier, classification_metrics, pool_sequence
+from kerasplm.models.bert.classifier import BertClassifier, pool_sequence
+from kerasplm.training.metrics import classification_metrics
 from tests.harness import check_model
 
 INPUTS = {"token_ids": tf.constant([[2, 5, 6, 7, 3], [2, 9, 3, 0, 0]]),

@@ -220,7 +220,7 @@ def test_cli_pairs_and_errors(pair_run, learned_run, toy, tmp_path, capsys):
 
 def test_random_init_keeps_the_architecture_and_vocabulary_but_not_the_weights(toy, tmp_path):
     """--random-init: the baseline without pretraining (same run layout, fresh weights, seeded)."""
-    from kerasplm.models.sentence_embedding.embedder_export import bert_run_parts
+    from kerasplm.models.bert.runs import bert_run_parts
 
     pretrained = bert_run_parts(toy["init"])[0]
     weights = {}

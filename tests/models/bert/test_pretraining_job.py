@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kerasplm.data.pretraining import BERT_SPECIAL_TOKENS
-from kerasplm.models.sentence_embedding.embedder_export import bert_run_parts
+from kerasplm.models.bert.runs import bert_run_parts
 from kerasplm.models.bert.backbone import BertBackbone
 from kerasplm.models.bert.pretrainer import BertPretrainer
 from kerasplm.models.bert.pretraining_job import BertPretrainingOptions, train_bert

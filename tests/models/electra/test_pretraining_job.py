@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from kerasplm.data.pretraining import BERT_SPECIAL_TOKENS
-from kerasplm.models.sentence_embedding.embedder_export import bert_run_parts
+from kerasplm.models.bert.runs import bert_run_parts
 from kerasplm.models.electra.pretraining_job import ElectraPretrainingOptions, train_electra
 from kerasplm.models.bert.backbone import BertBackbone
 from kerasplm.models.electra.model import ElectraPretrainer
@@ -54,7 +54,7 @@ def test_run_metrics_and_loaders(straight):
         assert key in metrics and math.isfinite(metrics[key]), key
     assert 0.0 < metrics["eval_replaced_fraction"] < 0.3 and metrics["step"] == 6
     config = json.loads((out / "config.json").read_text())
-    assert (config["family"], config["task"]) == ("bert", "electra_pretraining")
+    assert (config["family"], config["task"]) == ("electra", "electra_pretraining")
     assert config["options"]["rtd_weight"] == 50.0 and config["options"]["sentence_task"] == "none"
     assert (config["model"]["class_name"], config["model"]["config"]["generator_size"]) == ("ElectraPretrainer", 0.25)
     trained = summary["pretrainer"]
@@ -73,7 +73,10 @@ def test_run_metrics_and_loaders(straight):
 def test_interrupted_and_resumed_run_equals_uninterrupted(straight, corpus, tmp_path):
     out, summary = straight
     run(tmp_path / "resumed", corpus, 3)
+    stored = tmp_path / "resumed" / "config.json"       # recorded as the bert run it was before ELECTRA had a folder
+    stored.write_text(stored.read_text().replace('"family": "electra"', '"family": "bert"'))
     resumed = run(tmp_path / "resumed", corpus, 6)
+    assert json.loads(stored.read_text())["family"] == "bert"      # a resumed run keeps what it recorded
     for a, b in zip(summary["pretrainer"].weights, resumed["pretrainer"].weights):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6, err_msg=a.path)
     m1, m2 = (json.loads((d / "metrics.json").read_text()) for d in (out, tmp_path / "resumed"))

@@ -16,7 +16,8 @@ from kerasplm.cli import main
 from kerasplm.models.elmo.model import ElmoBiLM, ElmoEmbedder
 from kerasplm.models.elmo.classifier import ClassifierPreprocessor, ElmoClassifier
 from kerasplm.models.elmo.runs import save_bilm_run
-from kerasplm.models.elmo.classifier_job import build_word_vocab, finetune_elmo_classifier, load_elmo_classifier
+from kerasplm.models.elmo.classifier_job import VOCABULARY, finetune_elmo_classifier, load_elmo_classifier
+from kerasplm.text.word_vocab import build_word_vocab
 from kerasplm.runs import RunDirError, load_run
 from kerasplm.runs.serialization import deserialize, serialize
 
@@ -48,13 +49,13 @@ def bilm():
 
 @pytest.fixture(scope="module")
 def inputs():
-    vocab = build_word_vocab(["the good movie", "a bad plot ."], max_vocab=10)
+    vocab = build_word_vocab(["the good movie", "a bad plot ."], max_words=10, **VOCABULARY)
     return ClassifierPreprocessor(vocab, max_length=5)(tf.constant(["the good movie", "a bad unseen plot . x y"]))
 
 
 def test_vocabulary_and_preprocessor(inputs):
-    assert build_word_vocab(["b a a", "c a b"], max_vocab=2) == ["<PAD>", "<UNK>", "a", "b"]
-    assert build_word_vocab(["b a a", "c a b"], max_vocab=9, min_count=2) == ["<PAD>", "<UNK>", "a", "b"]
+    assert build_word_vocab(["b a a", "c a b"], max_words=2, **VOCABULARY) == ["<PAD>", "<UNK>", "a", "b"]
+    assert build_word_vocab(["b a a", "c a b"], max_words=9, min_count=2, **VOCABULARY) == ["<PAD>", "<UNK>", "a", "b"]
     # vocab: <PAD> <UNK> . a bad good movie plot the ; 5 tokens kept, "unseen" is <UNK> (1), padding 0
     np.testing.assert_array_equal(inputs["word_ids"], [[8, 5, 6, 0, 0], [3, 4, 1, 7, 2]])
     assert inputs["char_ids"].shape == (2, 5, 50)

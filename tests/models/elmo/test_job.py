@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from kerasplm.cli import main
-from kerasplm.models.elmo.job import WindowedCorpus, build_vocab, read_sentences, train_elmo
+from kerasplm.models.elmo.job import VOCABULARY, WindowedCorpus, read_sentences, train_elmo
+from kerasplm.text.word_vocab import build_word_vocab
 from kerasplm.models.elmo.model import ElmoLanguageModel
 from kerasplm.models.elmo.runs import Elmo, load_elmo
 from kerasplm.options import OptionsConflict
@@ -40,7 +41,7 @@ def test_windows_and_vocabulary(tmp_path):
     (tmp_path / "c.txt").write_text("b a . a zz\n\n = Head =\n")
     assert read_sentences(str(tmp_path / "c.txt")) == [["b", "a", "."], ["a", "zz"], ["=", "Head", "="]]
     sentences = [["b", "a", "."], ["a", "zz"]]
-    vocab = build_vocab(sentences, 2)
+    vocab = build_word_vocab(sentences, max_words=2, **VOCABULARY)
     assert vocab == ["<S>", "</S>", "<UNK>", "a", "."]
     windows = WindowedCorpus(sentences, vocab, window=4, max_characters=50)
     assert windows.num_tokens == 9 and windows.types.shape == (3, 4)

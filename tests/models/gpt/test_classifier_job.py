@@ -15,7 +15,7 @@ from kerasplm.cli import main
 from kerasplm.models.gpt.convert import BPE_ASSETS
 from kerasplm.export import read_metadata
 from kerasplm.export.classifier import export_classifier
-from kerasplm.models.bert.classifier import classification_metrics
+from kerasplm.training.metrics import classification_metrics
 from kerasplm.models.gpt.model import GPT, GPTBackbone
 from kerasplm.models.bert.classifier_job import read_classification_tsv
 from kerasplm.models.gpt.classifier_job import finetune_gpt_classifier, load_gpt_classifier

@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kerasplm.generation import generate_uncached
+
 from kerasplm.models.gpt import GPT, GPTBackbone
 from kerasplm.models import get_preset, list_presets
 from kerasplm.models.gpt import model as gpt
 from tests.harness import check_model
+from tests.reference_loops import generate_uncached
 
 IDS = tf.constant([[5, 6, 7, 8, 9], [10, 11, 0, 0, 0]])
 GPT1_TINY = {"normalize_first": False, "activation": "gelu", "scale_residual_init": False}

@@ -5,11 +5,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kerasplm.generation import beam_search_decode, greedy_decode, greedy_decode_uncached
+from kerasplm.generation import beam_search_decode, greedy_decode
 from kerasplm.generation.engine import run_search
 from kerasplm.generation.seq2seq import source_max_lengths
 from kerasplm.models.rnn_seq2seq import RNNSeq2Seq
 from kerasplm.models import get_preset
+from tests.reference_loops import greedy_decode_uncached
 
 # Three sources of different lengths; with 12 target tokens and random weights some rows end early.
 SRC = tf.constant([[2, 5, 6, 7, 3, 0, 0], [2, 9, 3, 0, 0, 0, 0], [2, 4, 8, 4, 8, 4, 3]])

@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from kerasplm.generation import (attention_for, beam_search_decode, greedy_decode, greedy_decode_uncached,
-                                 length_penalty, make_beam_search_fn, make_greedy_fn, sequence_log_probs)
+from kerasplm.generation import (attention_for, beam_search_decode, greedy_decode, length_penalty, make_beam_search_fn,
+                                 make_greedy_fn, sequence_log_probs)
 from kerasplm.models.transformer import Transformer
+from tests.reference_loops import greedy_decode_uncached
 
 END = 3
 # Sources of different lengths, padded with 0.

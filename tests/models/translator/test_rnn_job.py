@@ -37,7 +37,7 @@ def rnn_run(tmp_path_factory, corpus):
 def test_the_preset_picks_the_rnn_model_and_training_learns(rnn_run):
     out, first, resumed = rnn_run
     config = json.load(open(os.path.join(out, "config.json")))
-    assert config["family"] == "transformer_translator" and config["preset"] == "gru_bahdanau_tiny"
+    assert config["family"] == "rnn_translator" and config["preset"] == "gru_bahdanau_tiny"
     assert config["model"]["class_name"] == "RNNSeq2Seq" and config["model"]["config"]["attention"] == "additive"
     assert config["options"]["schedule"] == "budget"
     assert first["step"] == 40 and resumed["step"] == 60 and resumed["steps_this_run"] == 20
