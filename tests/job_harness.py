@@ -16,7 +16,8 @@
    and only TensorFlow and tensorflow-text are loaded (``tests/export/contract.py``), their outputs returned.
 
 The family's test then asserts what is its own on the returned :class:`JobCheck`. Keep the configuration tiny:
-the job runs three times (``steps``, ``split_at``, and ``steps`` again).
+the job runs three times (``steps``, ``split_at``, and ``steps`` again); ``run=`` hands it a run the test module
+already trained for ``steps`` steps with the same ``train`` (a module fixture), which saves the first.
 """
 import dataclasses
 import json
@@ -34,7 +35,7 @@ class JobCheck:
 
     run: str                 # the uninterrupted run directory
     resumed_run: str         # the run stopped at split_at and resumed
-    summary: dict            # the uninterrupted job's summary (what train_*/finetune_* return)
+    summary: dict            # the uninterrupted job's summary (what train_*/finetune_* return; None: run= given)
     resumed_summary: dict
     model: object            # load_run(run)
     config: dict             # the run's config.json
@@ -42,16 +43,18 @@ class JobCheck:
     export_outputs: list = None
 
 
-def _weights(model):
-    return {v.path: np.asarray(v.numpy()) for v in model.weights}
-
-
-def check_job(train, tmp_path, *, steps, split_at, family=None, export=None, export_calls=None, rtol=1e-5,
-              atol=1e-6):
-    """Run ``train(out, steps)`` as above; ``family``: the run family config.json must record."""
+def check_job(train, tmp_path, *, steps, split_at, run=None, family=None, between=None, export=None,
+              export_calls=None, rtol=1e-5, atol=1e-6):
+    """Run ``train(out, steps)`` as above; ``run``: an uninterrupted run already made by ``train(run, steps)``;
+    ``family``: the run family config.json must record; ``between(run_dir)``: called on the interrupted run
+    before it resumes (to make it look as an older kerasplm wrote it, say)."""
     assert 0 < split_at < steps, (split_at, steps)
-    run, resumed_run = str(tmp_path / "run"), str(tmp_path / "resumed")
-    summary = train(run, steps)
+    resumed_run = str(tmp_path / "resumed")
+    if run is None:
+        run = str(tmp_path / "run")
+        summary = train(run, steps)
+    else:
+        run, summary = str(run), None
     with open(os.path.join(run, "config.json"), encoding="utf-8") as f:
         config = json.load(f)
     if family is not None:
@@ -62,13 +65,17 @@ def check_job(train, tmp_path, *, steps, split_at, family=None, export=None, exp
     assert model.run_info.step == steps, model.run_info.step
 
     train(resumed_run, split_at)
+    if between is not None:
+        between(resumed_run)
     resumed_summary = train(resumed_run, steps)
     resumed = load_run(resumed_run)
     assert resumed.run_info.step == steps
-    expected, actual = _weights(model), _weights(resumed)
-    assert expected.keys() == actual.keys()
-    for name, value in expected.items():
-        np.testing.assert_allclose(actual[name], value, rtol=rtol, atol=atol, err_msg=f"resumed weight {name}")
+    # In order, not by path: a second model of the same name in one process gets uniquified layer names.
+    assert len(model.weights) == len(resumed.weights)
+    for expected, actual in zip(model.weights, resumed.weights):
+        assert expected.shape == actual.shape, expected.path
+        np.testing.assert_allclose(actual.numpy(), expected.numpy(), rtol=rtol, atol=atol,
+                                   err_msg=f"resumed weight {expected.path}")
 
     result = JobCheck(run, resumed_run, summary, resumed_summary, model, config)
     if export is not None:

@@ -11,6 +11,7 @@ from kerasplm.models.char_rnn.job import train_char_rnn
 from kerasplm.models.gpt.generator import load_text_generator
 from kerasplm.options import OptionsConflict
 from kerasplm.text.char_vocab import build_char_vocab
+from tests.job_harness import check_job
 
 CYCLE = "abcdefgh\n"
 TINY = dict(preset="char_rnn_tiny", seq_len=16, batch_size=8, learning_rate=0.03, sample_chars=12, verbose=0,
@@ -65,6 +66,14 @@ def test_the_run_generates_and_scores_through_the_text_generator(tiny_run, capsy
     assert capsys.readouterr().out == "cdefgh\nab\n"
     scored = generator.score(["abcdefgh", "hgfedcba"])
     assert scored[0]["num_tokens"] == 8 and scored[0]["perplexity"] < scored[1]["perplexity"]
+
+
+def test_the_job_road_tiny_run_resume(tiny_run, corpus, tmp_path):
+    """tests/job_harness.py: the module's 80-step run, and the same job stopped at 40 and resumed, agree."""
+    result = check_job(lambda out, steps: train_char_rnn(out, corpus=corpus[0], valid_corpus=corpus[1], steps=steps,
+                                                         log=lambda *_: None, **TINY),
+                       tmp_path, steps=80, split_at=40, run=tiny_run[0], family="char_rnn")
+    assert result.resumed_summary["steps_this_run"] == 40
 
 
 def test_resume_continues_and_refuses_another_model(tiny_run, corpus):

@@ -2,6 +2,7 @@
 a BERT fine-tuning init and embedder export."""
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from kerasplm.models.bert.backbone import BertBackbone
 from kerasplm.models.electra.model import ElectraPretrainer
 from kerasplm.options import OptionsConflict
 from kerasplm.runs import load_run
+from tests.job_harness import check_job
 
 WORDS = ["the", "cat", "dog", "sat", "ran", "on", "mat", "rug", "a", "big", "small", "red", "blue", "and", "then"]
 
@@ -71,18 +73,22 @@ def test_run_metrics_and_loaders(straight):
 
 
 def test_interrupted_and_resumed_run_equals_uninterrupted(straight, corpus, tmp_path):
-    out, summary = straight
-    run(tmp_path / "resumed", corpus, 3)
-    stored = tmp_path / "resumed" / "config.json"       # recorded as the bert run it was before ELECTRA had a folder
-    stored.write_text(stored.read_text().replace('"family": "electra"', '"family": "bert"'))
-    resumed = run(tmp_path / "resumed", corpus, 6)
-    assert json.loads(stored.read_text())["family"] == "bert"      # a resumed run keeps what it recorded
-    for a, b in zip(summary["pretrainer"].weights, resumed["pretrainer"].weights):
-        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6, err_msg=a.path)
-    m1, m2 = (json.loads((d / "metrics.json").read_text()) for d in (out, tmp_path / "resumed"))
+    """tests/job_harness.py, the interrupted run recorded as the bert run it was before ELECTRA had a folder."""
+    def as_before(run_dir):
+        stored = os.path.join(run_dir, "config.json")
+        with open(stored, encoding="utf-8") as f:
+            text = f.read()
+        with open(stored, "w", encoding="utf-8") as f:
+            f.write(text.replace('"family": "electra"', '"family": "bert"'))
+
+    out, _ = straight
+    result = check_job(lambda run_dir, steps: run(run_dir, corpus, steps), tmp_path, steps=6, split_at=3, run=out,
+                       family="electra", between=as_before)
+    assert json.loads(open(os.path.join(result.resumed_run, "config.json")).read())["family"] == "bert"
+    m1, m2 = (json.loads(open(os.path.join(d, "metrics.json")).read()) for d in (result.run, result.resumed_run))
     assert m1["eval_rtd_loss"] == pytest.approx(m2["eval_rtd_loss"], rel=1e-5)
     with pytest.raises(OptionsConflict, match="rtd_weight"):
-        run(tmp_path / "resumed", corpus, 7, rtd_weight=1.0)
+        run(result.resumed_run, corpus, 7, rtd_weight=1.0)
 
 
 def test_the_discriminator_fine_tunes_as_a_classifier_and_exports_as_an_embedder(straight, corpus, tmp_path):
