@@ -1,4 +1,7 @@
-"""Shared test setup: quiet TensorFlow logs, the TensorFlow backend, paths to shared data."""
+"""Shared test setup: quiet TensorFlow logs, the TensorFlow backend, paths to shared data, the fixture modules that
+several test files share, and which worker runs which test file."""
+import ast
+import importlib
 import os
 import pathlib
 import sys
@@ -16,6 +19,15 @@ import pytest  # noqa: E402
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+
+# A test file imports nothing from another test file: the fixtures that several files use live in these modules,
+# loaded for the whole suite (a test asks for them by name), and the constants and helpers in its folder's toy modules.
+pytest_plugins = [
+    "tests.models.bert.fixtures",
+    "tests.models.gpt.fixtures",
+    "tests.models.sentence_embedding.fixtures",
+    "tests.models.translator.fixtures",
+]
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -35,32 +47,97 @@ def shared_data():
     return SHARED_DATA
 
 
+def _parse(path):
+    """The syntax tree of a Python file; None if it cannot be read (its worker reports that when it collects it)."""
+    try:
+        return ast.parse(pathlib.Path(path).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return None
 
-# Test files that use another file's module- or session-scoped fixtures (a trained run, an export) run on the
-# same worker as that file, so the fixture is built once per suite rather than once per worker.
-SAME_WORKER_AS = {
-    "tests/export/test_classifier_export.py": "tests/models/bert/test_classifier_job.py",
-    "tests/models/sentence_embedding/test_embedder_export.py": "tests/models/bert/test_classifier_job.py",
-    "tests/models/sentence_embedding/test_simcse_job.py": "tests/models/bert/test_classifier_job.py",
-    "tests/models/sentence_embedding/test_sbert_job.py": "tests/models/bert/test_classifier_job.py",
-    "tests/models/bert/test_question_answering_export.py": "tests/models/bert/test_question_answering_job.py",
-    "tests/models/distilbert/test_distillation_job.py": "tests/models/bert/test_classifier_job.py",
-    "tests/models/sentence_embedding/test_retriever_export.py": "tests/models/sentence_embedding/test_vector_index.py",
-}
+
+def _fixture_scope(decorator):
+    """The scope a ``@pytest.fixture`` / ``@pytest.fixture(scope=...)`` decorator gives; None for another one."""
+    call = decorator if isinstance(decorator, ast.Call) else None
+    target = call.func if call else decorator
+    if (target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", None)) != "fixture":
+        return None
+    scopes = [k.value.value for k in (call.keywords if call else ())
+              if k.arg == "scope" and isinstance(k.value, ast.Constant)]
+    return scopes[0] if scopes else "function"
+
+
+def _parameters(function):
+    arguments = function.args
+    return {a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs}
+
+
+def _shared_session_fixtures():
+    """{name: group} for the session-scoped fixtures of the ``pytest_plugins`` modules. A fixture's group is the
+    first (by name) of the session fixtures at the bottom of its chain of session-scoped dependencies: ``learned_run``
+    and ``pair_run`` need ``toy``, so the three are the group ``toy``."""
+    needs = {}
+    for module in pytest_plugins:
+        tree = _parse(importlib.import_module(module).__file__)
+        for node in tree.body if tree else ():
+            if isinstance(node, ast.FunctionDef) and "session" in map(_fixture_scope, node.decorator_list):
+                needs[node.name] = _parameters(node)
+
+    def bottom(name, chain=()):
+        below = [n for n in needs[name] if n in needs and n not in chain]
+        return set().union(*(bottom(n, (*chain, name)) for n in below)) if below else {name}
+
+    return {name: min(bottom(name)) for name in needs}
+
+
+def _requested(path):
+    """The fixture names a test file may ask for, read from its source: its functions' parameters (tests, fixtures,
+    methods) and the ``usefixtures`` names, less the fixtures it defines itself (they override a plugin's)."""
+    tree = _parse(path)
+    if tree is None:
+        return set()
+    names, own = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names |= _parameters(node)
+            if any(map(_fixture_scope, node.decorator_list)):
+                own.add(node.name)
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "usefixtures":
+            names |= {a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
+    return names - own
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """Under ``--dist loadscope`` (the README's command): a test file is one unit of work (its fixtures are
-    built once), files listed in SAME_WORKER_AS join the file whose fixtures they use, and each test class
-    is a unit of its own (the notebook runs: tests/notebooks/test_notebooks.py)."""
+    """Under ``--dist loadscope`` (the README's command) the unit of work is a test file, so its module-scoped
+    fixtures are built once; each test class is a unit of its own (the notebook runs: tests/notebooks/
+    test_notebooks.py); and the files that ask for the same shared session-scoped fixture (one of the
+    ``pytest_plugins`` modules', with the session fixtures it needs) are one unit.
+
+    Why: a session fixture is built once per worker that runs a test asking for it, and the shared ones train or
+    build something (``toy``'s converted BERT with ``learned_run``'s 30 fine-tuning steps and ``pair_run``'s CLI run;
+    ``qa_run``; ``flat_index``), so splitting their files over both workers would build each twice. Grouping by
+    fixture rather than by folder keeps the units small: a folder such as tests/models/bert/ (pretraining, tagging,
+    question answering, conversions, ...) as one unit would pin a large share of the suite to one worker, while wall
+    time is the busier worker's. A file that asks for no shared session fixture goes wherever the balance wants it.
+    xdist hands out the units with the most tests first, which puts the big groups early. The rule reads the test
+    files' source (the controller collects nothing), so it needs no list: a new file that asks for ``toy`` joins the
+    ``toy`` group. Session fixtures of a folder's conftest.py are not grouped (tests/serving/conftest.py's toy
+    SavedModels take a moment to build: cheaper twice than chaining that folder's files onto one worker)."""
     if config.getvalue("dist") != "loadscope":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
+    shared = _shared_session_fixtures()
+    groups = {}
+
+    def group(path):
+        if path not in groups:
+            found = {shared[name] for name in _requested(config.rootpath / path) if name in shared}
+            groups[path] = f"<session fixture {min(found)}>" if found else None
+        return groups[path]
+
     class FileScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid):
             scope = nodeid.rsplit("::", 1)[0]
-            path = scope.split("::", 1)[0]
-            return SAME_WORKER_AS.get(path, scope)
+            return group(scope.split("::", 1)[0]) or scope
 
     return FileScheduling(config, log)

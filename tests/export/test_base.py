@@ -20,36 +20,13 @@ from kerasplm.export import ExportModule, read_metadata, save_version, warmup
 from kerasplm.generation.options import map_option_groups
 from kerasplm.serving.models import load_version
 from tests.export.contract import assert_same_row, check_bad_inputs, check_warmup, run_isolated
-
-
-class _Scorer(ExportModule):
-    """Strings -> two scores from a Dense layer over (byte length, word count): a Keras model behind a string
-    signature. ``leaky=True`` normalizes by the batch's longest input, breaking per-row independence."""
-
-    family = "toy_scorer"
-
-    def __init__(self, leaky=False):
-        tf.keras.utils.set_random_seed(0)
-        model = keras.Sequential([keras.Input([2]), keras.layers.Dense(2)])
-        super().__init__(model)
-        self.leaky = leaky
-
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
-    def score(self, inputs):
-        features = tf.stack([tf.cast(tf.strings.length(inputs), tf.float32),
-                             tf.cast(tf.strings.split(inputs).row_lengths(), tf.float32)], axis=1)
-        if self.leaky:
-            features = features / tf.maximum(1.0, tf.reduce_max(features))
-        return {"scores": self.model(features), "length": tf.strings.length(inputs)}
-
-    def signatures(self):
-        return {"serving_default": self.score}
+from tests.export.toy_scorer import Scorer
 
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     base = tmp_path_factory.mktemp("toy") / "scorer"
-    module = _Scorer()
+    module = Scorer()
     return module, save_version(module, str(base), metadata={"preset": "toy", "answer": 42})
 
 
@@ -115,7 +92,7 @@ def test_overwrite_replaces_the_files_and_stale_leftovers_are_cleaned(saved, tmp
 _KILL_SCRIPT = r"""
 import os, sys, time
 from kerasplm.export import save_version
-from tests.export.test_base import _Scorer
+from tests.export.toy_scorer import Scorer
 real_rename = os.rename
 def slow_rename(a, b, *args, **kw):   # the SavedModel is complete in the tmp dir: wait to be killed
     if os.path.basename(a).startswith(".tmp-"):
@@ -123,7 +100,7 @@ def slow_rename(a, b, *args, **kw):   # the SavedModel is complete in the tmp di
         time.sleep(600)
     return real_rename(a, b, *args, **kw)
 os.rename = slow_rename
-save_version(_Scorer(), sys.argv[1])
+save_version(Scorer(), sys.argv[1])
 """
 
 
@@ -158,7 +135,7 @@ def test_signatures_are_validated(tmp_path):
     class NoSignatures(ExportModule):
         family = "toy"
 
-    class WithMetadata(_Scorer):
+    class WithMetadata(Scorer):
         def signatures(self):
             return {"serving_default": self.score, "metadata": self.score}
 
@@ -171,11 +148,11 @@ def test_signatures_are_validated(tmp_path):
         ExportModule(model)
     assert not os.path.exists(tmp_path / "a" / "1") and not os.path.exists(tmp_path / "b" / "1")
 
-    class NotAClassifier(_Scorer):   # a classification method on a signature TF Serving could not classify with
+    class NotAClassifier(Scorer):   # a classification method on a signature TF Serving could not classify with
         def signature_methods(self):
             return {"serving_default": "tensorflow/serving/classify"}
 
-    class UnknownName(_Scorer):
+    class UnknownName(Scorer):
         def signature_methods(self):
             return {"classify": "tensorflow/serving/classify"}
 
@@ -196,7 +173,7 @@ def test_contract_helpers_pass_on_a_conforming_model(saved):
 
 
 def test_contract_helpers_catch_a_batch_dependent_model(tmp_path):
-    path = save_version(_Scorer(leaky=True), str(tmp_path / "leaky"))
+    path = save_version(Scorer(leaky=True), str(tmp_path / "leaky"))
     with pytest.raises(AssertionError, match="serving_default/scores, row"):
         check_bad_inputs(path, "serving_default", "inputs")
 
@@ -224,7 +201,7 @@ def test_warmup_records_are_tf_servings_format_and_replay(saved):
     assert check_warmup(path) == {"serving_default": 2}
 
 
-class _Extra(_Scorer):
+class _Extra(Scorer):
     def __init__(self, requests):
         super().__init__()
         self.extra = requests

@@ -25,7 +25,7 @@ from kerasplm.export.classifier import export_classifier
 from kerasplm.models.bert.classifier_job import finetune_bert_classifier, load_bert_classifier
 from tests.export.contract import check_bad_inputs, check_batch_safe, check_warmup, run_isolated
 from tests.serving.client import REPO_ROOT, CLIServer, http, predict
-from tests.models.bert.test_classifier_job import learned_run, pair_run, toy, toy_examples, write_tsv  # noqa: F401
+from tests.models.bert.classifier_toy import toy_examples, write_tsv
 
 TEXTS = ["the movie was good great nice", "awful bad plot", "", "sad !"]
 

@@ -168,7 +168,7 @@ def export_tiny_tagger(base):
     from kerasplm.models.bert.tagger_export import export_tagger
     from kerasplm.models.bert.tagger import BertTaggerPreprocessor
     from kerasplm.text import WordPieceTokenizer
-    from tests.models.bert.test_tagger import TAGS, VOCAB, tiny_tagger
+    from tests.models.bert.tagger_toy import TAGS, VOCAB, tiny_tagger
 
     model = tiny_tagger()
     model.head.bias.assign(np.array([0.0, -5.0, -5.0, 0.2, 0.1], np.float32))   # B-PER, then I-PER

@@ -119,7 +119,7 @@ def bert_classifier(tmp_path_factory):
     from kerasplm.models.bert.convert import convert_bert_to_run, save_tf_bert
     from kerasplm.models.bert.backbone import BertBackbone
     from kerasplm.text import write_vocab
-    from tests.models.bert.test_classifier_job import NAMES, TINY, VOCAB, toy_examples, write_tsv
+    from tests.models.bert.classifier_toy import NAMES, TINY, VOCAB, toy_examples, write_tsv
 
     root = tmp_path_factory.mktemp("multiworker_bert_classifier")
     keras.utils.set_random_seed(0)

@@ -24,10 +24,11 @@ from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2,
                                      model_management_pb2, model_service_pb2_grpc, predict_pb2,
                                      prediction_service_pb2_grpc)
 
-from kerasplm.serving import ModelServer, api
+from kerasplm.serving import ModelServer
 from tests.export.tiny_exports import export_tiny_translator
 from tests.serving.client import REPO_ROOT, CLIServer, http, predict as rest_predict, wait_for
 from tests.serving.conftest import install_toy_version
+from tests.serving.grpc_client import json_outputs, model_status
 
 MAX_BATCH = 8
 MAX_BODY = 256 * 1024
@@ -46,14 +47,9 @@ CONFIG = """model_config_list {
 AVAILABLE = get_model_status_pb2.ModelVersionStatus.AVAILABLE
 
 
-def _status(stub, name, **spec):
-    request = get_model_status_pb2.GetModelStatusRequest(model_spec={"name": name, **spec})
-    return stub.GetModelStatus(request, timeout=30)
-
-
 def _translator_available(model_stub):
     try:
-        statuses = _status(model_stub, "translator").model_version_status
+        statuses = model_status(model_stub, "translator").model_version_status
     except grpc.RpcError as e:
         assert e.code() == grpc.StatusCode.NOT_FOUND, e
         return False
@@ -117,11 +113,6 @@ def _request(model, signature="", inputs=None, version=None, label=None, output_
     return request
 
 
-def _json_outputs(response):
-    """The outputs as REST's columnar JSON writes them (``*_bytes`` as base64, other bytes as text)."""
-    return {name: api.to_json(tf.make_ndarray(proto), name) for name, proto in response.outputs.items()}
-
-
 def _rest_outputs(served, model, body, outputs, version=None):
     status, answer = rest_predict(f"{served.cli.url}/v1/models/{model}", body, version=version)
     assert status == 200, answer
@@ -133,14 +124,14 @@ def test_translator_predict_equals_rest(served):
     response = served.stub.Predict(_request("translator", inputs={"inputs": SENTENCES}), timeout=120)
     assert response.model_spec.name == "translator" and response.model_spec.version.value == 1
     assert response.model_spec.signature_name == "serving_default"
-    got = _json_outputs(response)
+    got = json_outputs(response)
     assert got == _rest_outputs(served, "translator", {"inputs": SENTENCES}, got)
     assert len(got["translation"]) == len(SENTENCES)
 
     rows = len(SENTENCES)
     inputs = {"inputs": SENTENCES, "beam_size": ([2] * rows, tf.int32), "max_length": ([0] * rows, tf.int32)}
     response = served.stub.Predict(_request("translator", "translate", inputs), timeout=120)
-    got = _json_outputs(response)
+    got = json_outputs(response)
     rest = _rest_outputs(served, "translator", {"signature_name": "translate",
                                                 "inputs": {"inputs": SENTENCES, "beam_size": [2] * rows,
                                                            "max_length": [0] * rows}},
@@ -162,7 +153,7 @@ def test_translator_predict_equals_rest(served):
 ])
 def test_toy_predict_equals_rest(served, signature, grpc_inputs, json_inputs):
     response = served.stub.Predict(_request("toy", signature, grpc_inputs, version=1), timeout=60)
-    got = _json_outputs(response)
+    got = json_outputs(response)
     assert got == _rest_outputs(served, "toy", {"signature_name": signature, "inputs": json_inputs}, got, version=1)
 
 
@@ -208,11 +199,12 @@ def test_get_model_metadata_lists_the_signatures_as_rest_does(served):
 
 
 def test_get_model_status_says_available(served):
-    versions = _status(served.model_stub, "toy").model_version_status
+    versions = model_status(served.model_stub, "toy").model_version_status
     assert [(s.version, s.state, s.status.error_code) for s in versions] == [(2, AVAILABLE, 0), (1, AVAILABLE, 0)]
-    assert [s.version for s in _status(served.model_stub, "toy", version={"value": 1}).model_version_status] == [1]
-    assert [s.version for s in _status(served.model_stub, "toy", version_label="stable").model_version_status] == [1]
-    translator = _status(served.model_stub, "translator").model_version_status
+    assert [s.version for s in model_status(served.model_stub, "toy", version={"value": 1}).model_version_status] == [1]
+    assert [s.version for s in model_status(served.model_stub, "toy",
+                                            version_label="stable").model_version_status] == [1]
+    translator = model_status(served.model_stub, "translator").model_version_status
     assert [(s.version, s.state) for s in translator] == [(1, AVAILABLE)]
 
 

@@ -23,7 +23,7 @@ from tensorflow_serving.apis import (get_model_metadata_pb2, get_model_status_pb
 
 from tests.export import tiny_exports
 from tests.serving.client import CLIServer, http, wait_for
-from tests.serving.test_grpc import _json_outputs, _status
+from tests.serving.grpc_client import json_outputs, model_status
 
 # family -> f(base path) writing version 1 of a tiny export there
 EXPORTS = {"translator": lambda base: tiny_exports.export_tiny_translator(base, TEXTS),
@@ -52,7 +52,7 @@ def _config(root):
 def _all_available(model_stub):
     for name in FAMILIES:
         try:
-            statuses = _status(model_stub, name).model_version_status
+            statuses = model_status(model_stub, name).model_version_status
         except grpc.RpcError as e:
             assert e.code() == grpc.StatusCode.NOT_FOUND, e
             return False
@@ -148,7 +148,7 @@ def _rest_outputs(served, model, signature, inputs, outputs):
 # ---- one model_config_list, every model AVAILABLE ---------------------------------------------------------
 def test_every_family_available_from_one_config(served):
     for model in FAMILIES:
-        statuses = _status(served.model_stub, model).model_version_status
+        statuses = model_status(served.model_stub, model).model_version_status
         assert [(s.version, s.state, s.status.error_code) for s in statuses] == [(1, AVAILABLE, 0)], model
         status, body = http("GET", f"{served.cli.url}/v1/models/{model}")
         assert status == 200 and [v["state"] for v in body["model_version_status"]] == ["AVAILABLE"], body
@@ -180,7 +180,7 @@ def test_predict_equals_rest_for_every_signature(served, model):
         response = served.stub.Predict(_request(model, name, inputs, _dtypes(signature)), timeout=120)
         assert (response.model_spec.name, response.model_spec.version.value, response.model_spec.signature_name) \
             == (model, 1, name)
-        got = _json_outputs(response)
+        got = json_outputs(response)
         assert set(got) == set(signature.outputs), name
         assert got == _rest_outputs(served, model, name, inputs, got), f"{model} {name}"
         # One answer per row: every output whose 0th dimension is the batch has len(TEXTS) rows.

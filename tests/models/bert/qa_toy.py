@@ -1,4 +1,5 @@
-"""A toy SQuAD file and a tiny BERT run for the question answering tests (shared by the job and export tests)."""
+"""A toy SQuAD file and a tiny BERT run for the question answering tests (shared by the job and export tests, and by
+the ``qa_run`` fixture of tests/models/bert/fixtures.py)."""
 import json
 
 import keras
@@ -21,6 +22,13 @@ ARTICLES = [
      [("Where does Anna sleep?", "New York"), ("Who works in Rome?", "John")]),
     ("More", "Mary lives in Oslo.", [("Where does Mary live?", "Oslo")]),
 ]
+
+# One question per context: a tiny model learns these three spans in a few steps (the job tests' ``qa_run``).
+DISTINCT = [("A", "John lives in Paris.", [("Where does John live?", "Paris")]),
+            ("B", "Anna sleeps in the city of New York, and John works in Rome.",
+             [("Where does Anna sleep?", "New York")]),
+            ("C", "Mary works in London and sleeps in Oslo.", [("Who works in London?", "Mary")])]
+SMALL = dict(sequence_length=24, doc_stride=4, max_query_length=8)
 
 
 def squad_json(articles=ARTICLES):

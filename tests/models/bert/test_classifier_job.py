@@ -18,77 +18,7 @@ from kerasplm.models.bert.classifier_job import (LayerwiseAdamW, finetune_bert_c
                                           load_bert_classifier, read_classification_tsv)
 from kerasplm.options import OptionsConflict
 from kerasplm.text import write_vocab
-
-POSITIVE, NEGATIVE = ["good", "great", "fine", "nice"], ["bad", "awful", "poor", "sad"]
-FILLER = ["the", "movie", "film", "was", "is", "a", "plot", "very"]
-VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", "!", *POSITIVE, *NEGATIVE, *FILLER, "##s"]
-TINY = dict(vocab_size=len(VOCAB), num_layers=2, hidden_size=32, num_heads=2, intermediate_size=64, max_positions=32)
-
-
-def make_tiny_bert_run(directory):
-    """A random tiny BERT written in Google's layout and converted: a run like `kerasplm convert bert` makes."""
-    source = os.path.join(directory, "google")
-    keras.utils.set_random_seed(0)
-    save_tf_bert(BertBackbone(**TINY), source)
-    write_vocab(VOCAB, os.path.join(source, "vocab.txt"))
-    return convert_bert_to_run(source, os.path.join(directory, "run")).path
-
-
-def toy_examples(n, seed, pair=False):
-    """Sentences whose label is that of the sentiment words they hold (pairs: the label is that of the second text)."""
-    rng = random.Random(seed)
-    rows = []
-    for _ in range(n):
-        label = rng.randrange(2)
-        words = rng.sample(POSITIVE if label else NEGATIVE, 3) + rng.sample(FILLER, 1)
-        rng.shuffle(words)
-        text = " ".join(words) + rng.choice([" .", " !", ""])
-        rows.append((" ".join(rng.sample(FILLER, 2)), text, label) if pair else (text, label))
-    return rows
-
-
-def write_tsv(path, rows, header):
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("\t".join(header) + "\n")
-        for row in rows:
-            f.write("\t".join(str(x) for x in row) + "\n")
-    return str(path)
-
-
-NAMES = ["negative", "positive"]
-
-
-@pytest.fixture(scope="session")
-def toy(tmp_path_factory):
-    """A tiny BERT run and toy data (sentiment names as labels; the pairs' labels are 0 / 1)."""
-    root = tmp_path_factory.mktemp("toy")
-    named = [(text, NAMES[label]) for text, label in toy_examples(256, 0)]
-    return {"root": root, "init": make_tiny_bert_run(str(root)),
-            "train": write_tsv(root / "train.tsv", named, ["sentence", "label"]),
-            "dev": write_tsv(root / "dev.tsv", [(t, NAMES[y]) for t, y in toy_examples(64, 1)], ["sentence", "label"]),
-            "pair_train": write_tsv(root / "pair.tsv", toy_examples(64, 2, pair=True), ["a", "b", "label"])}
-
-
-@pytest.fixture(scope="session")
-def learned_run(toy):
-    """``(run directory, summary, log lines)`` of 30 steps on the toy task, under a schedule planned over 48
-    (shared with the export tests)."""
-    out, lines = str(toy["root"] / "learned"), []
-    summary = finetune_bert_classifier(out, log=lines.append, steps=30, schedule_steps=48, train=toy["train"],
-                                       dev=toy["dev"], init=toy["init"], learning_rate=2e-3, batch_size=16,
-                                       max_length=12, dropout=0.0, verbose=0, seed=1)
-    return out, summary, lines
-
-
-@pytest.fixture(scope="session")
-def pair_run(toy):
-    """A sentence-pair classifier with mean pooling, made through the CLI (2 steps; shared with the export tests)."""
-    out = str(toy["root"] / "pairs")
-    argv = ["finetune", "bert-classifier", "--train", toy["pair_train"], "--init", toy["init"], "--text-col", "a",
-            "--pair-col", "b", "--dev", toy["pair_train"], "--steps", "2", "--batch-size", "8", "--quiet",
-            "--max-length", "16", "--pooling", "mean", "--out", out]
-    assert main(argv) == 0
-    return out
+from tests.models.bert.classifier_toy import FILLER, NAMES, POSITIVE, TINY, VOCAB, write_tsv
 
 
 def test_learns_reports_and_resumes(learned_run, toy, tmp_path):

@@ -20,9 +20,8 @@ from kerasplm.models.bert.backbone import BertBackbone
 from kerasplm.models.bert.tagger import INPUT_KEYS
 from kerasplm.runs import RunDirError, load_run
 from tests.models.bert.qa_toy import make_init_run, write_squad
-from tests.models.bert.test_classifier_job import toy, toy_examples  # noqa: F401 (session fixture: a tiny converted BERT)
-from tests.models.bert.test_pretraining_job import corpus  # noqa: F401 (module fixture: a toy corpus and vocabulary)
-from tests.models.bert.test_tagger_job import SENTENCES, _write_conll, init_run  # noqa: F401 (module fixture)
+from tests.models.bert.classifier_toy import toy_examples
+from tests.models.bert.tagger_toy import SENTENCES, write_conll
 
 TEXTS = ["the movie was good !", "awful bad plot", ""]
 WORDS = [["Johanson", "lives", "in", "New", "York", "."], ["in", "new", "york"]]
@@ -33,7 +32,7 @@ JOBS = {"bert_pretraining": train_bert, "bert_classifier": finetune_bert_classif
         "bert_tagger": finetune_bert_tagger, "bert_simcse": finetune_bert_simcse, "bert_qa": finetune_bert_qa}
 
 
-def make_run(family, root, toy, corpus, init_run):   # noqa: F811 (fixtures passed on)
+def make_run(family, root, toy, corpus, init_run):
     """A run of ``family`` written by its job (converted: ``bert``; pretrained: ``bert_pretraining``)."""
     out = str(root / family)
     if family == "bert":
@@ -45,7 +44,7 @@ def make_run(family, root, toy, corpus, init_run):   # noqa: F811 (fixtures pass
         finetune_bert_classifier(out, train=toy["pair_train"], init=toy["init"], text_col="a", pair_col="b",
                                  batch_size=8, max_length=16, pooling="mean", **QUICK)
     elif family == "bert_tagger":
-        train = _write_conll(root / "train.conll", SENTENCES * 4)
+        train = write_conll(root / "train.conll", SENTENCES * 4)
         finetune_bert_tagger(out, train=train, init=init_run[0], crf=True, batch_size=4, sequence_length=16, **QUICK)
     elif family == "bert_simcse":
         (root / "sentences.txt").write_text("\n".join(text for text, _ in toy_examples(32, 5)) + "\n")
@@ -112,8 +111,8 @@ def without_names(config):
 
 @pytest.mark.parametrize("family", ["bert", "bert_pretraining", "bert_classifier", "bert_tagger", "bert_simcse",
                                     "bert_qa"])
-def test_a_format_2_run_is_refused_then_converted_to_the_same_outputs(family, tmp_path, toy, corpus,  # noqa: F811
-                                                                     init_run, capsys):  # noqa: F811
+def test_a_format_2_run_is_refused_then_converted_to_the_same_outputs(family, tmp_path, toy, corpus,
+                                                                     init_run, capsys):
     original = make_run(family, tmp_path, toy, corpus, init_run)
     model = load_run(original)
     expected = outputs(model)

@@ -8,9 +8,8 @@ from kerasplm.models.bert.backbone import BertBackbone
 from kerasplm.models.bert.multiple_choice import BertMultipleChoice, BertMultipleChoicePreprocessor
 from kerasplm.text.bert_tokenizer import BertPreprocessor, BertTokenizer
 from tests.harness import check_model
+from tests.models.bert.multiple_choice_toy import TINY, VOCAB
 
-VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "dog", "sat", "ran", "on", "mat", "away", "."]
-TINY = dict(vocab_size=len(VOCAB), num_layers=1, hidden_size=16, num_heads=2, intermediate_size=32, max_positions=16)
 CONTEXTS = ["the cat sat", "the dog"]
 CHOICES = [["on the mat .", "away", "ran"], ["ran away ."]]          # the second row has one choice
 

@@ -12,20 +12,7 @@ from kerasplm.models.bert.pretrainer import BertPretrainer
 from kerasplm.models.bert.pretraining_job import BertPretrainingOptions, train_bert
 from kerasplm.options import OptionsConflict
 from kerasplm.runs import load_run
-
-WORDS = ["the", "cat", "dog", "sat", "ran", "on", "mat", "rug", "a", "big", "small", "red", "blue", "and", "then"]
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    """A corpus the test writes: 8 documents of simple sentences, and its vocabulary (words + ## pieces)."""
-    root = tmp_path_factory.mktemp("bert_corpus")
-    rng = np.random.default_rng(0)
-    docs = ["\n".join(" ".join(rng.choice(WORDS, size=rng.integers(3, 7))) + " ." for _ in range(10))
-            for _ in range(8)]
-    (root / "corpus.txt").write_text("\n\n".join(docs) + "\n", encoding="utf-8")
-    (root / "vocab.txt").write_text("\n".join([*BERT_SPECIAL_TOKENS, *WORDS, ".", "##s"]) + "\n", encoding="utf-8")
-    return str(root / "corpus.txt"), str(root / "vocab.txt")
+from tests.models.bert.pretraining_toy import WORDS
 
 
 def run(out, corpus, steps, **overrides):

@@ -11,7 +11,6 @@ from kerasplm.export.base import read_metadata
 from kerasplm.models.bert.question_answering_job import load_bert_qa
 from tests.export.contract import check_bad_inputs, check_batch_safe, check_warmup, run_isolated
 from tests.serving.client import http
-from tests.models.bert.test_question_answering_job import qa_run  # noqa: F401 (session fixture)
 
 QUESTIONS = ["Where does John live?", "Where does Anna sleep?", "who works in london", "", "Where?"]
 CONTEXTS = ["John lives in Paris.", "Anna sleeps in the city of New York, and John works in Rome.",

@@ -8,27 +8,7 @@ import pytest
 from kerasplm.cli import main
 from kerasplm.models.bert.question_answering_job import BertQA, BertQAOptions, _examples, finetune_bert_qa, load_bert_qa
 from kerasplm.runs import RunDirError, load_run
-from tests.models.bert.qa_toy import make_init_run, write_squad
-
-# One question per context: a tiny model learns these three spans in a few steps.
-DISTINCT = [("A", "John lives in Paris.", [("Where does John live?", "Paris")]),
-            ("B", "Anna sleeps in the city of New York, and John works in Rome.",
-             [("Where does Anna sleep?", "New York")]),
-            ("C", "Mary works in London and sleeps in Oslo.", [("Who works in London?", "Mary")])]
-SMALL = dict(sequence_length=24, doc_stride=4, max_query_length=8)
-
-
-@pytest.fixture(scope="session")
-def qa_run(tmp_path_factory):
-    """``(run directory, train file, summary)`` after 20 steps on DISTINCT (shared with the export tests)."""
-    root = tmp_path_factory.mktemp("qa")
-    train = write_squad(root / "train.json", DISTINCT)
-    out, lines = str(root / "run"), []
-    summary = finetune_bert_qa(out, log=lines.append, train=train, dev=train, init=make_init_run(root / "init"),
-                               steps=20, schedule_steps=22, batch_size=3, learning_rate=5e-3, warmup_fraction=0.0,
-                               verbose=0,
-                               jit_compile=False, **SMALL)
-    return out, train, summary, lines
+from tests.models.bert.qa_toy import SMALL, make_init_run, write_squad
 
 
 def test_overfits_scores_and_resumes(qa_run, capsys):

@@ -1,19 +1,14 @@
 """BERT token classification: first-piece label alignment, masked loss, harness checks."""
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from kerasplm.models.bert.backbone import BertBackbone
 from kerasplm.models.bert.tagger import (BertTaggerPreprocessor, BertTokenClassifier, decode_entities, piece_tags,
                                        split_words_with_offsets, tag_texts)
 from kerasplm.text import WordPieceTokenizer
 from tests.harness import check_model
+from tests.models.bert.tagger_toy import TAGS, VOCAB, tiny_tagger
 
-VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "johan", "##son", "lives", "in", "new", "york", "1996",
-         "-", "08", "30", "."]
-TINY = dict(vocab_size=len(VOCAB), num_layers=1, hidden_size=16, num_heads=2, intermediate_size=32,
-            max_positions=16)
 WORDS = [["Johanson", "lives", "in", "New", "York", "."], ["1996-08-30", "\x01", "in"]]
 LABELS = [[1, 0, 0, 2, 3, 0], [0, 4, 0]]
 
@@ -26,11 +21,6 @@ def tokenizer():
 @pytest.fixture(scope="module")
 def preprocessor(tokenizer):
     return BertTaggerPreprocessor(tokenizer, sequence_length=12)
-
-
-def tiny_tagger(**overrides):
-    keras.utils.set_random_seed(0)
-    return BertTokenClassifier(BertBackbone(**TINY), num_labels=5, **overrides)
 
 
 def test_alignment_labels_first_pieces(preprocessor):
@@ -93,9 +83,6 @@ def test_harness(tmp_path, preprocessor):
     assert model.get_config()["num_labels"] == 5 and model.get_config()["dropout"] == 0.1
     with pytest.raises(ValueError, match="num_labels"):
         BertTokenClassifier(model.backbone, num_labels=0)
-
-
-TAGS = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
 
 
 def test_decode_entities_character_offsets(preprocessor):

@@ -7,7 +7,7 @@ from kerasplm.models.bert.tagger_export import export_tagger
 from kerasplm.models.bert.tagger import BertTaggerPreprocessor, tag_texts
 from kerasplm.text import WordPieceTokenizer
 from tests.export.contract import check_bad_inputs, check_batch_safe, check_warmup, run_isolated
-from tests.models.bert.test_tagger import TAGS, VOCAB, tiny_tagger
+from tests.models.bert.tagger_toy import TAGS, VOCAB, tiny_tagger
 
 TEXTS = ["Johanson lives in New York.", "in new york in 1996", ""]
 

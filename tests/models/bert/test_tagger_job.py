@@ -1,49 +1,19 @@
 """finetune_bert_tagger on hand-made CoNLL files from a tiny hand-made BERT run: trains, scores dev, resumes."""
 import json
 
-import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from kerasplm.cli import main
-from kerasplm.models.bert.backbone import BertBackbone, bert_run_preprocessor
 from kerasplm.models.bert.tagger import BertTokenClassifier
 from kerasplm.models.bert.tagger_job import BertTagger, finetune_bert_tagger, load_bert_tagger
-from kerasplm.runs import RunDir, load_run
-from kerasplm.text import BertTokenizer
-from tests.models.bert.test_tagger import TINY, VOCAB
-
-SENTENCES = [
-    [("Johanson", "I-PER"), ("lives", "O"), ("in", "O"), ("New", "I-LOC"), ("York", "I-LOC"), (".", "O")],
-    [("New", "I-LOC"), ("York", "I-LOC"), ("lives", "O"), ("in", "O"), ("1996-08-30", "O")],
-    [("Johanson", "I-PER"), ("in", "O"), ("New", "I-LOC"), ("York", "I-LOC")],
-]
-
-
-def _write_conll(path, sentences):
-    lines = [line for s in sentences for line in [f"{w} NNP I-NP {t}" for w, t in s] + [""]]
-    path.write_text("\n".join(lines) + "\n-DOCSTART- -X- O O")       # the shared files' layout
-    return str(path)
-
-
-@pytest.fixture(scope="module")
-def init_run(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("bert_init")
-    keras.utils.set_random_seed(0)
-    backbone = BertBackbone(**TINY)
-    run = RunDir(str(directory))
-    run.write_text("vocab.txt", "\n".join(VOCAB) + "\n")
-    tf.train.CheckpointManager(tf.train.Checkpoint(model=backbone), run.checkpoint_dir, max_to_keep=1).save()
-    preprocessor = bert_run_preprocessor(BertTokenizer(run.file("vocab.txt")), backbone.config)
-    run.write_config("bert", "backbone", "custom", backbone, {"lower_case": True}, assets={"vocab": "vocab.txt"},
-                     preprocessor=preprocessor)
-    return str(directory), backbone
+from kerasplm.runs import load_run
+from tests.models.bert.tagger_toy import SENTENCES, write_conll
 
 
 def test_finetune_scores_dev_resumes_and_loads(tmp_path, init_run, capsys):
-    train = _write_conll(tmp_path / "train.conll", SENTENCES * 4)
-    dev = _write_conll(tmp_path / "dev.conll", SENTENCES)
+    train = write_conll(tmp_path / "train.conll", SENTENCES * 4)
+    dev = write_conll(tmp_path / "dev.conll", SENTENCES)
     out = str(tmp_path / "run")
     summary = finetune_bert_tagger(out, train=train, dev=dev, init=init_run[0], steps=25, schedule_steps=30,
                                    batch_size=4, learning_rate=3e-3, sequence_length=16, verbose=0, jit_compile=False)
@@ -74,7 +44,7 @@ def test_finetune_scores_dev_resumes_and_loads(tmp_path, init_run, capsys):
 
 
 def test_crf_tagger_trains_a_few_steps_and_loads(tmp_path, init_run):
-    train = _write_conll(tmp_path / "train.conll", SENTENCES * 4)
+    train = write_conll(tmp_path / "train.conll", SENTENCES * 4)
     out = str(tmp_path / "run")
     assert main(["finetune", "bert-tagger", "--out", out, "--train", train, "--init", init_run[0], "--crf",
                  "--steps", "3", "--batch-size", "4", "--sequence-length", "16", "--quiet", "--no-jit"]) == 0

@@ -26,9 +26,8 @@ from kerasplm.text.bert_tokenizer import BertPreprocessor
 from kerasplm.training.losses import soft_target_loss_sums
 from kerasplm.models.bert.tagger import BertTaggerPreprocessor
 from kerasplm.text.wordpiece import WordPieceTokenizer
-from tests.models.bert.test_classifier_job import NAMES, VOCAB, learned_run, toy  # noqa: F401 (session fixtures)
-from tests.models.bert.test_tagger_job import SENTENCES, _write_conll
-from tests.models.bert.test_tagger import TINY as TAGGER_TINY, VOCAB as TAGGER_VOCAB
+from tests.models.bert.classifier_toy import NAMES, VOCAB
+from tests.models.bert.tagger_toy import SENTENCES, TINY as TAGGER_TINY, VOCAB as TAGGER_VOCAB, write_conll
 
 TEACHER = dict(vocab_size=len(VOCAB), num_layers=4, hidden_size=16, num_heads=2, intermediate_size=32,
                max_positions=16)
@@ -359,7 +358,7 @@ def test_distill_a_tagger(tmp_path):
         tf.train.CheckpointManager(tf.train.Checkpoint(model=model), run.checkpoint_dir, max_to_keep=1).save()
         run.write_config("bert_tagger", "token_classification", "custom", model, {}, assets={"vocab": "vocab.txt"},
                          preprocessor=preprocessor)
-    train = _write_conll(tmp_path / "train.conll", SENTENCES)
+    train = write_conll(tmp_path / "train.conll", SENTENCES)
     summary = distill(str(tmp_path / "student"), log=lambda *_: None, teacher=str(tmp_path / "teacher"), train=train,
                       dev=train, steps=1, batch_size=4, student_layers=1, attention_loss=True, verbose=0)
     student = load_run(str(tmp_path / "student"))

@@ -4,7 +4,6 @@ a sentence's logits, the job resumes exactly, the loader and the CLI. A random-w
 trained one (what is tested does not depend on its weights)."""
 import json
 import os
-import random
 import shutil
 
 import keras
@@ -20,25 +19,7 @@ from kerasplm.models.elmo.classifier_job import VOCABULARY, finetune_elmo_classi
 from kerasplm.text.word_vocab import build_word_vocab
 from kerasplm.runs import RunDirError, load_run
 from kerasplm.runs.serialization import deserialize, serialize
-
-GOOD, BAD, FILLER = ["good", "great", "fine"], ["bad", "awful", "poor"], ["the", "movie", "was", "a", "plot", "very"]
-TINY = dict(embedding_dim=8, lstm_units=8, max_length=8, batch_size=8, verbose=0, seed=2, dropout=0.1)
-
-
-def toy_rows(n, seed):
-    rng = random.Random(seed)
-    rows = []
-    for _ in range(n):
-        label = rng.randrange(2)
-        words = rng.sample(GOOD if label else BAD, 2) + rng.sample(FILLER, rng.randrange(1, 4))
-        rng.shuffle(words)
-        rows.append((" ".join(words), label))
-    return rows
-
-
-def write_tsv(path, rows):
-    path.write_text("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in rows))
-    return str(path)
+from tests.models.elmo.toys import CLASSIFIER_TINY, toy_rows, write_tsv
 
 
 @pytest.fixture(scope="module")
@@ -105,9 +86,9 @@ def job(bilm, tmp_path_factory):
     elmo = save_bilm_run(bilm, ["<S>", "</S>", "<UNK>"], str(root / "elmo")).path
     quiet = dict(log=lambda *_: None)
     resumed, straight = str(root / "resumed"), str(root / "straight")
-    first = finetune_elmo_classifier(resumed, steps=2, elmo=elmo, **data, **TINY, **quiet)
+    first = finetune_elmo_classifier(resumed, steps=2, elmo=elmo, **data, **CLASSIFIER_TINY, **quiet)
     second = finetune_elmo_classifier(resumed, steps=4, verbose=0, **quiet)
-    whole = finetune_elmo_classifier(straight, steps=4, elmo=elmo, **data, **TINY, **quiet)
+    whole = finetune_elmo_classifier(straight, steps=4, elmo=elmo, **data, **CLASSIFIER_TINY, **quiet)
     return {"root": root, "data": data, "first": first, "second": second, "whole": whole, "straight": straight}
 
 

@@ -14,45 +14,10 @@ from kerasplm.models.elmo.convert import load_bilm_tf  # noqa: E402
 from kerasplm.models.elmo.model import ElmoLanguageModel  # noqa: E402
 from kerasplm.models.elmo.runs import load_elmo  # noqa: E402
 from kerasplm.runs import load_run  # noqa: E402
+from tests.models.elmo.toys import (CHAR_DIM, FILTERS, MAX_CHARS, OPTIONS, P, U, bilm_tf_arrays,  # noqa: E402
+                                   write_files)
 
-FILTERS = [[1, 4], [2, 3], [3, 2]]
-MAX_CHARS, CHAR_DIM, U, P = 12, 4, 6, 5
-OPTIONS = {"bidirectional": True,
-           "char_cnn": {"activation": "relu", "embedding": {"dim": CHAR_DIM}, "filters": FILTERS, "n_highway": 2,
-                        "max_characters_per_token": MAX_CHARS, "n_characters": 262},
-           "lstm": {"cell_clip": 1.5, "dim": U, "n_layers": 2, "proj_clip": 0.8, "projection_dim": P,
-                    "use_skip_connections": True}}
 SENTENCES = ["the cat sat down", "é ok"]
-
-
-def bilm_tf_arrays(seed=0):
-    rng = np.random.default_rng(seed)
-    f = sum(n for _, n in FILTERS)
-    a = {"char_embed": rng.uniform(-1, 1, (261, CHAR_DIM))}
-    for i, (w, n) in enumerate(FILTERS):
-        a[f"CNN/W_cnn_{i}"] = rng.normal(0, 0.5, (1, w, CHAR_DIM, n))
-        a[f"CNN/b_cnn_{i}"] = rng.normal(0, 0.1, (n,))
-    for k in range(2):
-        for part in ("carry", "transform"):
-            a[f"CNN_high_{k}/W_{part}"] = rng.normal(0, 0.5, (f, f))
-            a[f"CNN_high_{k}/b_{part}"] = rng.normal(0, 0.5, (f,))
-    a["CNN_proj/W_proj"], a["CNN_proj/b_proj"] = rng.normal(0, 0.5, (f, P)), rng.normal(0, 0.1, (P,))
-    for d in range(2):
-        for layer in range(2):
-            root = f"RNN_{d}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
-            a[f"{root}/W_0"] = rng.normal(0, 0.7, (P + P, 4 * U))
-            a[f"{root}/B"] = rng.normal(0, 0.3, (4 * U,))
-            a[f"{root}/W_P_0"] = rng.normal(0, 0.7, (U, P))
-    return {k: v.astype(np.float32) for k, v in a.items()}
-
-
-def write_files(root, arrays, options=OPTIONS):
-    with h5py.File(root / "weights.hdf5", "w") as f:
-        for name, value in arrays.items():
-            f.create_dataset(name, data=value)
-    (root / "options.json").write_text(json.dumps(options))
-    (root / "vocab.txt").write_text("</S>\n<S>\n<UNK>\nthe\ncat\n")
-    return str(root / "options.json"), str(root / "weights.hdf5"), str(root / "vocab.txt")
 
 
 # ---- bilm-tf's forward pass in NumPy (from its model.py as documented: char CNN, highway, LSTMCell, residual)

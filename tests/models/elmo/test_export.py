@@ -13,6 +13,7 @@ from kerasplm.models.elmo.export import export_elmo
 from kerasplm.models.elmo.model import ElmoBiLM, ElmoEmbedder
 from kerasplm.models.elmo.runs import Elmo
 from tests.export.contract import check_bad_inputs, check_batch_safe, check_warmup, run_isolated
+from tests.models.elmo.toys import bilm_tf_arrays, write_files
 
 SENTENCES = ["the play was good", "a dog", "naïve"]
 
@@ -65,8 +66,6 @@ def test_bad_inputs(exported):
 
 
 def test_cli_exports_a_converted_run(tmp_path, capsys):
-    from tests.models.elmo.test_convert import bilm_tf_arrays, write_files
-
     run = convert_elmo_to_run(*write_files(tmp_path, bilm_tf_arrays()), tmp_path / "run")
     assert main(["export", "elmo", "--run", run.path, "--to", str(tmp_path / "export")]) == 0
     meta = read_metadata(tmp_path / "export" / "1")

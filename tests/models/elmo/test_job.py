@@ -17,9 +17,7 @@ from kerasplm.options import OptionsConflict
 from kerasplm.runs import RunDirError, load_run
 from kerasplm.text.characters import ElmoPreprocessor
 from tests.harness import write_word_corpus
-
-WORDS = "the a cat dog sat ran on under mat log big small red old".split()
-TINY = dict(preset="elmo_tiny", vocab_size=12, num_sampled=6, window=8, batch_size=4, verbose=0, seed=3)
+from tests.models.elmo.toys import ELMO_TINY, WORDS
 
 
 @pytest.fixture(scope="module")
@@ -31,9 +29,9 @@ def corpus(tmp_path_factory):
 def runs(corpus, tmp_path_factory):
     root = tmp_path_factory.mktemp("elmo_runs")
     resumed, straight = str(root / "resumed"), str(root / "straight")
-    first = train_elmo(resumed, corpus=corpus, steps=2, log=lambda *_: None, **TINY)
+    first = train_elmo(resumed, corpus=corpus, steps=2, log=lambda *_: None, **ELMO_TINY)
     second = train_elmo(resumed, steps=4, verbose=0, log=lambda *_: None)
-    whole = train_elmo(straight, corpus=corpus, steps=4, log=lambda *_: None, **TINY)
+    whole = train_elmo(straight, corpus=corpus, steps=4, log=lambda *_: None, **ELMO_TINY)
     return {"resumed": resumed, "straight": straight, "first": first, "second": second, "whole": whole}
 
 

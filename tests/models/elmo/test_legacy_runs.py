@@ -20,10 +20,7 @@ from kerasplm.models.elmo.model import ElmoBiLM
 from kerasplm.models.elmo.runs import save_bilm_run
 from kerasplm.runs import RunDirError, load_run
 from tests.harness import write_word_corpus
-from tests.models.elmo.test_classifier_job import TINY as CLASSIFIER_TINY
-from tests.models.elmo.test_classifier_job import toy_rows, write_tsv
-from tests.models.elmo.test_job import TINY as ELMO_TINY
-from tests.models.elmo.test_job import WORDS
+from tests.models.elmo.toys import CLASSIFIER_TINY, ELMO_TINY, WORDS, toy_rows, write_tsv
 
 SENTENCES = ["the cat sat on the mat .", "a dog", "good great movie", "the awful plot was poor"]
 

@@ -4,9 +4,7 @@ loaded model's, entailment pairs from the CLI with --random-init, and the classi
 load, bad-input battery, same answers as in process)."""
 import json
 import os
-import shutil
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -16,55 +14,12 @@ from kerasplm.models.gpt.convert import BPE_ASSETS
 from kerasplm.export import read_metadata
 from kerasplm.export.classifier import export_classifier
 from kerasplm.training.metrics import classification_metrics
-from kerasplm.models.gpt.model import GPT, GPTBackbone
 from kerasplm.models.bert.classifier_job import read_classification_tsv
 from kerasplm.models.gpt.classifier_job import finetune_gpt_classifier, load_gpt_classifier
-from kerasplm.runs import RunDir, load_run
-from kerasplm.text.bpe import BytePairTokenizer
-from kerasplm.text.sentencepiece import SentencePieceTokenizer, train_sentencepiece
+from kerasplm.runs import load_run
 from tests.export.contract import call_signature, check_bad_inputs, run_isolated
-from tests.models.bert.test_classifier_job import FILLER, NAMES, NEGATIVE, POSITIVE, toy_examples, write_tsv
-from tests.text.bpe_vocab import train_gpt2_vocab
-
-JOB = dict(batch_size=16, learning_rate=2e-3, epochs=3, max_length=32, dropout=0.0, verbose=0, seed=1,
-           log=lambda *_: None)
-TEXTS = ["the movie was good great nice", "awful bad plot", "", "sad !"]
-
-
-def write_gpt_run(directory, assets, vocab_size):
-    """A random ``gpt_tiny`` run directory as ``train gpt`` / ``convert gpt2`` leave it; ``assets``: {key: path}
-    (``spm_model``, or ``bpe_vocab`` and ``bpe_merges``): copied into the run, its tokenizer's files."""
-    keras.utils.set_random_seed(0)
-    model = GPT(backbone=GPTBackbone.from_preset("gpt_tiny", vocab_size=vocab_size))
-    run = RunDir(str(directory))
-    step = tf.Variable(0, dtype=tf.int64)
-    tf.train.CheckpointManager(tf.train.Checkpoint(model=model, step=step), run.checkpoint_dir, max_to_keep=1).save()
-    files = {}
-    for key, path in assets.items():
-        files[key] = run.file(os.path.basename(path))
-        shutil.copyfile(path, files[key])
-    tokenizer = (SentencePieceTokenizer(files["spm_model"]) if "spm_model" in files
-                 else BytePairTokenizer(files["bpe_vocab"], files["bpe_merges"]))
-    run.write_config("gpt", "causal_lm", "gpt_tiny", model, {}, preprocessor=tokenizer,
-                     assets={key: os.path.basename(path) for key, path in assets.items()})
-    return run.path
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("gpt_ft")
-    examples = toy_examples(256, 0)
-    texts = [text for text, _ in examples] + [" ".join(POSITIVE + NEGATIVE + FILLER)]
-    train_sentencepiece(texts, vocab_size=300, model_prefix=str(root / "spm"))
-    (root / "bpe").mkdir()
-    bpe = train_gpt2_vocab(root / "bpe", vocab_size=300, texts=texts)
-    return {"root": root, "init": write_gpt_run(root / "gpt", {"spm_model": str(root / "spm.model")}, 300),
-            "init_bpe": write_gpt_run(root / "gpt2", {key: os.path.join(bpe, name) for key, name in BPE_ASSETS.items()},
-                                      300),
-            "train": write_tsv(root / "train.tsv", [(text, NAMES[label]) for text, label in examples],
-                               ["sentence", "label"]),
-            "dev": write_tsv(root / "dev.tsv", [(t, NAMES[y]) for t, y in toy_examples(64, 1)], ["sentence", "label"]),
-            "pairs": write_tsv(root / "pairs.tsv", toy_examples(64, 2, pair=True), ["a", "b", "label"])}
+from tests.models.bert.classifier_toy import NAMES
+from tests.models.gpt.toys import JOB, TEXTS
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from kerasplm.models.gpt.classifier_job import finetune_gpt_classifier, load_gpt
 from kerasplm.models.gpt.generator import TextGenerator, load_text_generator
 from kerasplm.runs import RunDir, RunDirError, load_run
 from kerasplm.training.checkpoints import restore_checkpoint
-from tests.models.gpt.test_classifier_job import JOB, TEXTS, data, write_gpt_run  # noqa: F401  (data: a fixture)
+from tests.models.gpt.toys import JOB, TEXTS, write_gpt_run
 
 LINES = ["the movie was good great nice", "", "awful bad plot and a sad end"]
 IDS = tf.constant([[5, 17, 42, 8, 3, 0], [61, 2, 7, 7, 30, 9]])
@@ -66,7 +66,7 @@ def assert_checkpoint_matches_every_object(run_dir):
 
 
 @pytest.mark.parametrize("tokenizer", ["spm", "bpe", None])
-def test_gpt_runs(data, tokenizer, tmp_path, capsys):  # noqa: F811
+def test_gpt_runs(data, tokenizer, tmp_path, capsys):
     if tokenizer == "spm":
         original = data["init"]
     elif tokenizer == "bpe":
@@ -91,7 +91,7 @@ def test_gpt_runs(data, tokenizer, tmp_path, capsys):  # noqa: F811
     assert_checkpoint_matches_every_object(new)
 
 
-def test_gpt_classifier_run(data, tmp_path, capsys):  # noqa: F811
+def test_gpt_classifier_run(data, tmp_path, capsys):
     original = str(tmp_path / "classifier")
     finetune_gpt_classifier(original, steps=1, train=data["pairs"], init=data["init"], task="similarity",
                             text_col="a", pair_col="b", **JOB)

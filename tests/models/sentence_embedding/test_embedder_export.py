@@ -18,7 +18,6 @@ from kerasplm.export import read_metadata  # noqa: E402
 from kerasplm.models.sentence_embedding.embedder_export import export_embedder  # noqa: E402
 from tests.export.contract import check_bad_inputs, check_batch_safe, check_warmup, run_isolated  # noqa: E402
 from tests.serving.client import predict  # noqa: E402
-from tests.models.bert.test_classifier_job import toy  # noqa: E402,F401 (a session fixture: the tiny BERT run)
 
 SENTENCES = ["The quick brown fox jumps over the lazy dog.", "Héllo, WORLD! Tokenizers split unaffable words.",
              "中文字符 and emoji 😀", "zero\u200bwidth", "BERT", " ".join(["long"] * 400)]
@@ -110,7 +109,7 @@ WHITENING_DIM = 8
 def whitened(toy, tmp_path_factory):
     """``(version dir, corpus path, corpus sentences)``: the tiny run exported through the CLI with mean pooling,
     whitening fitted on 64 toy sentences and cut to 8 dimensions, then L2-normalized (the default)."""
-    from tests.models.bert.test_classifier_job import toy_examples
+    from tests.models.bert.classifier_toy import toy_examples
 
     root = tmp_path_factory.mktemp("whitened")
     sentences = [text for text, _ in toy_examples(64, 3)]

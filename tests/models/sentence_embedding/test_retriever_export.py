@@ -19,7 +19,7 @@ from kerasplm.models.sentence_embedding.vector_index import load_index  # noqa: 
 from tests.export.contract import (call_signature, check_bad_inputs, check_batch_safe, check_warmup,  # noqa: E402
                                    run_isolated)
 from tests.models.bert.qa_toy import make_init_run  # noqa: E402
-from tests.models.sentence_embedding.test_vector_index import QUERIES, flat_index  # noqa: E402,F401 (a session fixture)
+from tests.models.sentence_embedding.toys import QUERIES  # noqa: E402
 from tests.serving.client import predict  # noqa: E402
 
 TOP_K = 4

@@ -11,7 +11,7 @@ from kerasplm.models.sentence_embedding.sbert import (BertSentenceBert, cosine_s
 from kerasplm.models.bert.classifier import pool_sequence
 from kerasplm.text.bert_tokenizer import BertPreprocessor, BertTokenizer
 from tests.harness import check_model
-from tests.models.bert.test_multiple_choice import TINY, VOCAB
+from tests.models.bert.multiple_choice_toy import TINY, VOCAB
 
 # Three sentences per example: enough for every objective (pairs read the first two).
 EXAMPLES = [["the cat sat on the mat .", "the dog ran away", "mat"],

@@ -15,7 +15,7 @@ from kerasplm.models.sentence_embedding.sbert_job import finetune_bert_sbert, re
 from kerasplm.models.sentence_embedding.sbert import BertSentenceBert
 from kerasplm.runs import load_run
 from kerasplm.text.bert_tokenizer import BertPreprocessor
-from tests.models.bert.test_classifier_job import toy, toy_examples  # noqa: F401,F811 (toy: the session's tiny BERT run)
+from tests.models.bert.classifier_toy import toy_examples
 
 # objective -> (pooling, learning rate) of its run: every pooling is trained once
 RUNS = {"classification": ("mean", 2e-2), "regression": ("max", 5e-3), "triplet": ("cls", 2e-2)}

@@ -8,7 +8,7 @@ from kerasplm.models.bert.backbone import BertBackbone
 from kerasplm.models.sentence_embedding.simcse import BertSimCSE, alignment_uniformity, simcse_loss
 from kerasplm.text.bert_tokenizer import BertPreprocessor, BertTokenizer
 from tests.harness import check_model
-from tests.models.bert.test_multiple_choice import TINY, VOCAB
+from tests.models.bert.multiple_choice_toy import TINY, VOCAB
 
 SENTENCES = ["the cat sat on the mat .", "the dog ran away", "the mat", "cat and dog"]
 

@@ -14,7 +14,7 @@ from kerasplm.models.sentence_embedding.simcse import BertSimCSE
 from kerasplm.models.sentence_embedding.simcse_job import finetune_bert_simcse
 from kerasplm.runs import load_run
 from kerasplm.text.bert_tokenizer import BertPreprocessor
-from tests.models.bert.test_classifier_job import toy, toy_examples  # noqa: F401,F811 (toy: the session's tiny BERT run)
+from tests.models.bert.classifier_toy import toy_examples
 
 
 def positive_minus_negative_cosine(model, inputs):

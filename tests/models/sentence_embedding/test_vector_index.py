@@ -3,7 +3,6 @@ the vectors against a numpy formula, hits against a numpy ranking, ids continued
 mismatched embedder refused, bad corpora named by file and line."""
 import json
 import os
-import random
 import shutil
 
 import numpy as np
@@ -13,41 +12,12 @@ import tensorflow as tf
 faiss = pytest.importorskip("faiss")
 
 from kerasplm.cli import main  # noqa: E402
-from kerasplm.models.sentence_embedding.embedder import bert_run_parts, weights_sha256  # noqa: E402
-from kerasplm.models.sentence_embedding.vector_index import format_hits, load_embedder, load_index, search_index  # noqa: E402
+from kerasplm.models.sentence_embedding.embedder import weights_sha256  # noqa: E402
+from kerasplm.models.sentence_embedding.vector_index import format_hits, load_index, search_index  # noqa: E402
 from kerasplm.models.sentence_embedding.whitening import fit_whitening  # noqa: E402
 from kerasplm.text import BertPreprocessor  # noqa: E402
-from tests.models.bert.qa_toy import NAMES, PLACES, VERBS, make_init_run  # noqa: E402
-
-SEQUENCE_LENGTH = 16
-QUERIES = ["where does john live ?", "mary works in london", "new york"]
-
-
-def corpus_lines(n, seed):
-    """``n`` distinct toy sentences ("anna sleeps in the city of rome ." ...), drawn with ``seed``."""
-    rng, lines = random.Random(seed), set()
-    while len(lines) < n:
-        place = rng.choice(PLACES + ["new york"])
-        lines.add(f"{rng.choice(NAMES)} {rng.choice(VERBS)} in {rng.choice(['', 'the city of '])}{place}"
-                  f"{rng.choice(['', ' .', ' and ' + rng.choice(NAMES) + ' ' + rng.choice(VERBS)])}")
-    return sorted(lines)
-
-
-@pytest.fixture(scope="session")
-def flat_index(tmp_path_factory):
-    """The run, a 50-line corpus (with a blank line) and a 10-line addition, a flat index built through the CLI, the
-    run's parts and the index's encoder (shared with the retriever export's tests)."""
-    root = tmp_path_factory.mktemp("index")
-    run = make_init_run(root / "run")
-    lines = corpus_lines(60, 0)
-    corpus, more = root / "corpus.txt", root / "more.txt"
-    corpus.write_text("\n".join(lines[:25]) + "\n\n" + "\n".join(lines[25:50]) + "\n", encoding="utf-8")
-    more.write_text("\n".join(lines[50:]) + "\n", encoding="utf-8")
-    assert main(["index", "build", "--embedder", run, "--corpus", str(corpus), "--out", str(root / "flat"),
-                 "--sequence-length", str(SEQUENCE_LENGTH)]) == 0
-    flat = load_index(root / "flat")
-    return {"root": root, "run": run, "lines": lines, "corpus": str(corpus), "more": str(more),
-            "flat": str(root / "flat"), "parts": bert_run_parts(run), "encoder": load_embedder(flat)}
+from tests.models.bert.qa_toy import make_init_run  # noqa: E402
+from tests.models.sentence_embedding.toys import QUERIES, SEQUENCE_LENGTH  # noqa: E402
 
 
 def numpy_pooled(flat_index, texts):

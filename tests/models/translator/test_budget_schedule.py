@@ -11,10 +11,9 @@ from kerasplm.jobs import job
 from kerasplm.models.transformer import model as transformer_model
 from kerasplm.models.translator.job import train_translator
 from kerasplm.training import BudgetSchedule
-from tests.models.translator.test_job import tiny_tsv  # noqa: F401  (fixture)
 
 
-def test_budget_run_records_its_schedule_and_resumes_exactly(tiny_tsv, tmp_path):  # noqa: F811
+def test_budget_run_records_its_schedule_and_resumes_exactly(tiny_tsv, tmp_path):
     """Exact resume of the main job with the real Transformer (dropout on): 16 steps straight == 8 steps, stop,
     resume to 16, with the schedule fitted to 16 steps both times (weights and held-out loss equal)."""
 
@@ -41,7 +40,7 @@ def test_budget_run_records_its_schedule_and_resumes_exactly(tiny_tsv, tmp_path)
     assert run(tmp_path / "resumed", 20)["step"] == 16
 
 
-def test_default_schedule_follows_the_blocks(tiny_tsv, tmp_path, monkeypatch):  # noqa: F811
+def test_default_schedule_follows_the_blocks(tiny_tsv, tmp_path, monkeypatch):
     """Without --schedule, the seed's post-LN blocks train under the seed's CustomSchedule and pre-LN presets
     (transformer_quick) under the budget schedule; the choice is recorded for resumes."""
     monkeypatch.setitem(transformer_model.PRESETS, "tiny_prenorm",

@@ -24,16 +24,12 @@ from kerasplm.models.translator.job import Translator
 from kerasplm.runs import attach_run_info
 from kerasplm.text import TranslatorPreprocessor, WordPieceTokenizer, build_wordpiece_vocab, write_vocab
 from tests.export.contract import check_bad_inputs, check_batch_safe, check_warmup, load_export, run_isolated
+from tests.models.translator.toys import EXTRA_BAD, SENTENCES, empty_like_rows_are_empty, post
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 PY = sys.executable
-SENTENCES = ["Hace mucho frío aquí.", "¿Puedo tomar prestado este libro?", "Esta es mi vida.",
-             "¿Todavía están en casa?", "Trata de averiguarlo."]
 LONG = " ".join(["palabra"] * 5000)
-EMPTY_LIKE = ["", "   \t\n ", "\x00"]
-# Family-specific additions to the contract's bad-input battery.
-EXTRA_BAD = {"control": "\x00", "punctuation": "¿?!", "special_like": "[UNK] [END] [START]"}
 SIGNATURES = ["serving_default", "translate", "translate_with_attention", "metadata"]
 
 
@@ -159,16 +155,8 @@ def test_options_are_validated(loaded):
 
 
 # ---- bad inputs (the shared battery) ----
-def _empty_like_rows_are_empty(texts, outputs):
-    for i, text in enumerate(texts):
-        if text in EMPTY_LIKE:
-            assert outputs["translation"][i] == b""
-            assert outputs.get("score", [0.0] * len(texts))[i] == 0.0
-            assert outputs.get("target_length", [0] * len(texts))[i] == 0
-
-
 def test_bad_inputs_greedy(exported, reference):
-    alone = check_bad_inputs(exported, "serving_default", "inputs", _empty_like_rows_are_empty,
+    alone = check_bad_inputs(exported, "serving_default", "inputs", empty_like_rows_are_empty,
                              normal=SENTENCES[0], extra_bad=EXTRA_BAD)
     assert alone["normal"]["translation"][0].decode() == reference[1][0]
     assert isinstance(alone["long"]["translation"][0], bytes)      # the 5,000-word input is cut, not a crash
@@ -177,7 +165,7 @@ def test_bad_inputs_greedy(exported, reference):
 def test_bad_inputs_beam_search(exported, reference):
     # The 5,000-word rows are not compared: their ~1,000-step random-weight beam search has near-ties that
     # last-bit differences of batch-size-dependent matmul kernels can flip (greedy above compares them exactly).
-    alone = check_bad_inputs(exported, "translate", "inputs", _empty_like_rows_are_empty, normal=SENTENCES[1],
+    alone = check_bad_inputs(exported, "translate", "inputs", empty_like_rows_are_empty, normal=SENTENCES[1],
                              extra_inputs={"beam_size": lambda texts: [2] * len(texts),
                                            "max_length": lambda texts: [0] * len(texts)}, extra_bad=EXTRA_BAD,
                              compare_rows=set(EXTRA_BAD) | {"empty", "whitespace", "invalid_utf8"})
@@ -185,7 +173,7 @@ def test_bad_inputs_beam_search(exported, reference):
 
 
 def test_bad_inputs_attention(exported):
-    check_bad_inputs(exported, "translate_with_attention", "inputs", _empty_like_rows_are_empty,
+    check_bad_inputs(exported, "translate_with_attention", "inputs", empty_like_rows_are_empty,
                      normal=SENTENCES[2], extra_bad={"control": "\x00"})
 
 
@@ -266,36 +254,26 @@ def test_documented_saved_model_cli_run_works(small_export, tiny_translator):
 
 
 # ---- serving end to end ----
-def _post(url, payload):
-    request = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=120) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
-
-
 def test_serving_end_to_end(exported, reference):
     from kerasplm.serving import ModelServer
 
     server = ModelServer(os.path.dirname(exported), "translator", rest_api_port=0, grpc_port=None, quiet=True).start()
     try:
         url = f"{server.url}/v1/models/translator"
-        status, body = _post(url + ":predict", {"instances": SENTENCES})
+        status, body = post(url + ":predict", {"instances": SENTENCES})
         assert status == 200 and body == {"predictions": reference[1]}
-        status, body = _post(url + ":predict", {"inputs": SENTENCES})
+        status, body = post(url + ":predict", {"inputs": SENTENCES})
         assert status == 200 and body == {"outputs": reference[1]}
-        status, body = _post(url + ":predict", {"signature_name": "translate",
+        status, body = post(url + ":predict", {"signature_name": "translate",
                                                 "inputs": {"inputs": SENTENCES, "beam_size": [2] * len(SENTENCES),
                                                            "max_length": [0] * len(SENTENCES)}})
         assert status == 200 and body["outputs"]["translation"] == reference[2]
-        status, body = _post(url + ":predict", {"signature_name": "translate", "instances": [
+        status, body = post(url + ":predict", {"signature_name": "translate", "instances": [
             {"inputs": s, "beam_size": 3, "max_length": 0} for s in SENTENCES]})
         assert status == 200 and [p["translation"] for p in body["predictions"]] == reference[3]
-        status, body = _post(url + ":predict", {"inputs": ["", LONG[:2000], SENTENCES[0]]})
+        status, body = post(url + ":predict", {"inputs": ["", LONG[:2000], SENTENCES[0]]})
         assert status == 200 and body["outputs"][0] == "" and body["outputs"][2] == reference[1][0]
-        status, body = _post(url + ":predict", {"signature_name": "translate",
+        status, body = post(url + ":predict", {"signature_name": "translate",
                                                 "inputs": {"inputs": SENTENCES, "beam_size": [99] * len(SENTENCES),
                                                            "max_length": [0] * len(SENTENCES)}})
         # INVALID_ARGUMENT is the client's error: 400, as TF Serving answers.

@@ -11,19 +11,6 @@ from kerasplm.models.translator import load_and_translate
 from kerasplm.export import read_metadata
 from kerasplm.models.translator.job import corpus_bleu, load_translator, train_translator
 
-PAIRS = [("I am here.", "Estoy aquí."), ("You are here.", "Estás aquí."), ("He is here.", "Él está aquí."),
-         ("I am tired.", "Estoy cansado."), ("You are tired.", "Estás cansado."), ("He is tired.", "Él está cansado."),
-         ("I am happy.", "Estoy feliz."), ("You are happy.", "Estás feliz."), ("He is happy.", "Él está feliz."),
-         ("I am hungry.", "Tengo hambre."), ("Be brief.", "Sé breve."), ("Go away.", "Vete."),
-         ("I see.", "Ya veo."), ("Come in.", "Pasa."), ("Thanks.", "Gracias."), ("Hello!", "¡Hola!")]
-
-
-@pytest.fixture(scope="module")
-def tiny_tsv(tmp_path_factory):
-    path = tmp_path_factory.mktemp("corpus") / "pairs.tsv"
-    path.write_text("".join(f"{en}\t{es}\n" for en, es in PAIRS * 3), encoding="utf-8")
-    return str(path)
-
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory, tiny_tsv):

@@ -15,8 +15,8 @@ from kerasplm import cli
 from kerasplm.export import read_metadata
 from kerasplm.models.translator.job import load_translator
 from tests.export.contract import check_bad_inputs, check_batch_safe, check_warmup, load_export, run_isolated
-from tests.models.translator.test_export import EXTRA_BAD, SENTENCES, _empty_like_rows_are_empty, _post
 from tests.export.tiny_exports import write_tiny_rnn_translator_run
+from tests.models.translator.toys import EXTRA_BAD, SENTENCES, empty_like_rows_are_empty, post
 
 SIGNATURES = ["metadata", "serving_default", "translate", "translate_with_attention"]
 
@@ -81,11 +81,11 @@ def test_loads_without_kerasplm(exported, reference):
 
 
 def test_bad_inputs_like_the_translator(exported, reference):
-    alone = check_bad_inputs(exported, "serving_default", "inputs", _empty_like_rows_are_empty,
+    alone = check_bad_inputs(exported, "serving_default", "inputs", empty_like_rows_are_empty,
                              normal=SENTENCES[0], extra_bad=EXTRA_BAD)
     assert alone["normal"]["translation"][0].decode() == reference[1][0]
     assert isinstance(alone["long"]["translation"][0], bytes)      # the 5,000-word input is cut, not a crash
-    check_bad_inputs(exported, "translate_with_attention", "inputs", _empty_like_rows_are_empty,
+    check_bad_inputs(exported, "translate_with_attention", "inputs", empty_like_rows_are_empty,
                      normal=SENTENCES[2], extra_bad={"control": "\x00"})
 
 
@@ -100,12 +100,12 @@ def test_serving(exported, reference):
     server = ModelServer(os.path.dirname(exported), "rnn", rest_api_port=0, grpc_port=None, quiet=True).start()
     try:
         url = f"{server.url}/v1/models/rnn"
-        status, body = _post(url + ":predict", {"instances": SENTENCES})
+        status, body = post(url + ":predict", {"instances": SENTENCES})
         assert status == 200 and body == {"predictions": reference[1]}
-        status, body = _post(url + ":predict", {"signature_name": "translate", "instances": [
+        status, body = post(url + ":predict", {"signature_name": "translate", "instances": [
             {"inputs": s, "beam_size": 2, "max_length": 0} for s in SENTENCES]})
         assert status == 200 and [p["translation"] for p in body["predictions"]] == reference[2]
-        status, body = _post(url + ":predict", {"inputs": ["", " \t ", SENTENCES[0]]})
+        status, body = post(url + ":predict", {"inputs": ["", " \t ", SENTENCES[0]]})
         assert status == 200 and body["outputs"] == ["", "", reference[1][0]]
         with urllib.request.urlopen(url + "/metadata", timeout=30) as response:
             signature_def = json.loads(response.read())["metadata"]["signature_def"]["signature_def"]

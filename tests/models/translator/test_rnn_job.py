@@ -10,7 +10,7 @@ import pytest
 from kerasplm import cli
 from kerasplm.models.translator.job import load_translator, train_translator
 from kerasplm.models.rnn_seq2seq import RNNSeq2Seq
-from tests.models.translator.test_job import PAIRS
+from tests.models.translator.toys import PAIRS
 
 FLAGS = ["--batch-size", "8", "--vocab-size", "200", "--dev-size", "2", "--peak-learning-rate", "0.02",
          "--export-to", "none", "--bleu-max-sentences", "0"]
