@@ -46,3 +46,9 @@ def write_tsv(path, rows, header):
         for row in rows:
             f.write("\t".join(str(x) for x in row) + "\n")
     return str(path)
+
+
+def learned_options(toy):
+    """The options of the ``learned_run`` fixture: 30 steps on the toy task under a schedule planned over 48."""
+    return dict(schedule_steps=48, train=toy["train"], dev=toy["dev"], init=toy["init"], learning_rate=2e-3,
+                batch_size=16, max_length=12, dropout=0.0, verbose=0, seed=1)

@@ -3,7 +3,7 @@
 
 Session-scoped (built once per worker; tests/conftest.py runs the files that use them on one worker):
 ``toy``, ``learned_run`` and ``pair_run`` (the classifier toy's runs: the classifier job's, classifier export's,
-sentence-embedding, distillation and legacy-run tests), ``qa_run`` (the question answering job's and export's tests).
+sentence-embedding, distillation and legacy-run tests), ``qa_run`` (the question answering job's and export's tests; nothing may write to it).
 Module-scoped (each module that asks builds its own): ``corpus`` (pretraining) and ``init_run`` (the tagger's init run).
 
 Every pytest process loads this module at startup, the xdist controller too, which runs no test: so nothing heavy is
@@ -29,11 +29,10 @@ def learned_run(toy):
     """``(run directory, summary, log lines)`` of 30 steps on the toy task, under a schedule planned over 48
     (shared with the export tests)."""
     from kerasplm.models.bert.classifier_job import finetune_bert_classifier
+    from tests.models.bert.classifier_toy import learned_options
 
     out, lines = str(toy["root"] / "learned"), []
-    summary = finetune_bert_classifier(out, log=lines.append, steps=30, schedule_steps=48, train=toy["train"],
-                                       dev=toy["dev"], init=toy["init"], learning_rate=2e-3, batch_size=16,
-                                       max_length=12, dropout=0.0, verbose=0, seed=1)
+    summary = finetune_bert_classifier(out, log=lines.append, steps=30, **learned_options(toy))
     return out, summary, lines
 
 
@@ -54,15 +53,13 @@ def pair_run(toy):
 def qa_run(tmp_path_factory):
     """``(run directory, train file, summary)`` after 20 steps on DISTINCT (shared with the export tests)."""
     from kerasplm.models.bert.question_answering_job import finetune_bert_qa
-    from tests.models.bert.qa_toy import DISTINCT, SMALL, make_init_run, write_squad
+    from tests.models.bert.qa_toy import DISTINCT, make_init_run, qa_run_options, write_squad
 
     root = tmp_path_factory.mktemp("qa")
     train = write_squad(root / "train.json", DISTINCT)
     out, lines = str(root / "run"), []
-    summary = finetune_bert_qa(out, log=lines.append, train=train, dev=train, init=make_init_run(root / "init"),
-                               steps=20, schedule_steps=22, batch_size=3, learning_rate=5e-3, warmup_fraction=0.0,
-                               verbose=0,
-                               jit_compile=False, **SMALL)
+    summary = finetune_bert_qa(out, log=lines.append, steps=20,
+                               **qa_run_options(train, make_init_run(root / "init")))
     return out, train, summary, lines
 
 

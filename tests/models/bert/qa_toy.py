@@ -60,3 +60,9 @@ def make_init_run(directory, seed=0):
     run.write_config("bert", "backbone", "custom", backbone, {"lower_case": True}, assets={"vocab": "vocab.txt"},
                      preprocessor=preprocessor)
     return str(directory)
+
+
+def qa_run_options(train, init):
+    """The options of the ``qa_run`` fixture (20 of a 22-step schedule on DISTINCT), but for ``steps``."""
+    return dict(train=train, dev=train, init=init, schedule_steps=22, batch_size=3, learning_rate=5e-3,
+                warmup_fraction=0.0, verbose=0, jit_compile=False, **SMALL)

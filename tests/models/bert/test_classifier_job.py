@@ -120,9 +120,11 @@ def test_default_peak_rate_follows_the_backbone_width(toy, tmp_path):
         # warmup over the first of 4 steps, then linear decay: the rate after the second step is the peak's 2/3
         rates = json.load(open(os.path.join(out, "history.json")))["learning_rate"]
         assert rates[-1] == pytest.approx(expected * 2 / 3, rel=1e-5)
-        resumed = finetune_bert_classifier(out, log=lambda *_: None, steps=3, verbose=0)
-        assert resumed["step"] == 3
-        assert json.load(open(os.path.join(out, "history.json")))["learning_rate"][-1] == pytest.approx(expected / 3)
+        if init == wide:    # a resume without --learning-rate keeps the recorded default (one resume suffices)
+            resumed = finetune_bert_classifier(out, log=lambda *_: None, steps=3, verbose=0)
+            assert resumed["step"] == 3
+            rates = json.load(open(os.path.join(out, "history.json")))["learning_rate"]
+            assert rates[-1] == pytest.approx(expected / 3)
 
 
 def test_a_schedule_of_options_whose_rate_is_not_settled_is_refused_by_name():

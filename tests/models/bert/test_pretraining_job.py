@@ -1,4 +1,5 @@
-"""The BERT pretraining job: a tiny run, metrics, exact resume, the run's loaders, options and CLI flags."""
+"""The BERT pretraining job: a tiny run, metrics, the job road (exact resume), the run's loaders, options and CLI
+flags."""
 import json
 import math
 
@@ -12,6 +13,7 @@ from kerasplm.models.bert.pretrainer import BertPretrainer
 from kerasplm.models.bert.pretraining_job import BertPretrainingOptions, train_bert
 from kerasplm.options import OptionsConflict
 from kerasplm.runs import load_run
+from tests.job_harness import check_job
 from tests.models.bert.pretraining_toy import WORDS
 
 
@@ -64,11 +66,13 @@ def test_weight_decay_skips_layer_norm_and_biases(straight, corpus):
     assert optimizer.epsilon == 1e-6 and optimizer.weight_decay == 0.01
 
 
-def test_interrupted_and_resumed_run_equals_uninterrupted(straight, corpus, tmp_path):
+def test_the_job_road_tiny_run_resume(straight, corpus, tmp_path):
+    """The shared job road (tests/job_harness.py): the run records the bert family and loads at step 8; stopped at
+    step 4 and resumed it reaches the same weights and held-out loss; a resume that changes the masking is refused."""
     out, summary = straight
-    run(tmp_path / "resumed", corpus, 4)
-    resumed = run(tmp_path / "resumed", corpus, 8)
-    for a, b in zip(summary["pretrainer"].weights, resumed["pretrainer"].weights):
+    check = check_job(lambda to, steps: run(to, corpus, steps), tmp_path, steps=8, split_at=4, run=out,
+                      family="bert")
+    for a, b in zip(summary["pretrainer"].weights, check.resumed_summary["pretrainer"].weights):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6, err_msg=a.path)
     m1 = json.loads((out / "metrics.json").read_text())
     m2 = json.loads((tmp_path / "resumed" / "metrics.json").read_text())

@@ -11,8 +11,10 @@ from kerasplm.runs import RunDirError, load_run
 from tests.models.bert.qa_toy import SMALL, make_init_run, write_squad
 
 
-def test_overfits_scores_and_resumes(qa_run, capsys):
-    out, train, summary, lines = qa_run
+def test_overfits_scores_and_resumes(qa_run, capsys, tmp_path):
+    run, train, summary, lines = qa_run
+    out = str(tmp_path / "run")      # resumed below: a copy, the fixture's run stays at step 20 for the other tests
+    shutil.copytree(run, out)
     assert summary["step"] == 20 and summary["train_windows"] == 3
     assert lines[-1] == "dev exact match 100.00 F1 100.00 (3 questions, step 20)"
     assert summary["dev"] == {"exact_match": 100.0, "f1": 100.0, "questions": 3, "unanswered": 0}

@@ -8,6 +8,7 @@ from kerasplm.cli import main
 from kerasplm.models.bert.tagger import BertTokenClassifier
 from kerasplm.models.bert.tagger_job import BertTagger, finetune_bert_tagger, load_bert_tagger
 from kerasplm.runs import load_run
+from tests.job_harness import check_job
 from tests.models.bert.tagger_toy import SENTENCES, write_conll
 
 
@@ -44,10 +45,16 @@ def test_finetune_scores_dev_resumes_and_loads(tmp_path, init_run, capsys):
 
 
 def test_crf_tagger_trains_a_few_steps_and_loads(tmp_path, init_run):
+    """The shared job road (tests/job_harness.py) through the CLI: 3 steps straight, and 1 step resumed to 3
+    (the CRF's transitions come back from the checkpoint)."""
     train = write_conll(tmp_path / "train.conll", SENTENCES * 4)
-    out = str(tmp_path / "run")
-    assert main(["finetune", "bert-tagger", "--out", out, "--train", train, "--init", init_run[0], "--crf",
-                 "--steps", "3", "--batch-size", "4", "--sequence-length", "16", "--quiet", "--no-jit"]) == 0
+
+    def cli(out, steps):
+        assert main(["finetune", "bert-tagger", "--out", out, "--train", train, "--init", init_run[0], "--crf",
+                     "--steps", str(steps), "--schedule-steps", "3", "--batch-size", "4", "--sequence-length", "16",
+                     "--quiet", "--no-jit"]) == 0
+
+    out = check_job(cli, tmp_path, steps=3, split_at=1, family="bert_tagger").run
     history = json.loads((tmp_path / "run" / "history.json").read_text())
     assert history["step"][-1] == 3 and all(loss > 0 for loss in history["loss"])       # an NLL: positive
     assert json.loads((tmp_path / "run" / "config.json").read_text())["options"]["crf"] is True

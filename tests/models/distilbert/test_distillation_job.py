@@ -26,6 +26,7 @@ from kerasplm.text.bert_tokenizer import BertPreprocessor
 from kerasplm.training.losses import soft_target_loss_sums
 from kerasplm.models.bert.tagger import BertTaggerPreprocessor
 from kerasplm.text.wordpiece import WordPieceTokenizer
+from tests.job_harness import check_job
 from tests.models.bert.classifier_toy import NAMES, VOCAB
 from tests.models.bert.tagger_toy import SENTENCES, TINY as TAGGER_TINY, VOCAB as TAGGER_VOCAB, write_conll
 
@@ -295,18 +296,19 @@ def test_distill_a_classifier_end_to_end_and_export_the_student(teacher, capsys)
     np.testing.assert_allclose(served["probabilities"].numpy(), student.predict_texts(texts), atol=1e-5)
 
     # The command line: a random student of another width with the hidden-state loss (its projections are the
-    # checkpoint's `auxiliary`, the student run's `model` stays the classifier), resumed to one more step.
-    cli_out = str(teacher["root"] / "cli_student")
-    args = ["distill", "--out", cli_out, "--teacher", teacher["run"], "--student-preset", "bert_tiny",
-            "--student-layers", "1", "--student-init", "random", "--hidden-loss", "--train", teacher["train"],
-            "--batch-size", "16", "--steps", "1", "--schedule-steps", "2", "--temperature", "3", "--alpha", "0.2",
-            "--quiet"]
-    assert main(args) == 0
-    assert main([*args[:args.index("--steps")], "--steps", "2", "--quiet"]) == 0
+    # checkpoint's `auxiliary`, the student run's `model` stays the classifier), stopped and resumed.
+    # The shared job road (tests/job_harness.py) through the CLI: 2 steps straight, and 1 step resumed to 2.
+    def cli(out, steps):
+        assert main(["distill", "--out", str(out), "--teacher", teacher["run"], "--student-preset", "bert_tiny",
+                     "--student-layers", "1", "--student-init", "random", "--hidden-loss", "--train",
+                     teacher["train"], "--batch-size", "16", "--steps", str(steps), "--schedule-steps", "2",
+                     "--temperature", "3", "--alpha", "0.2", "--quiet"]) == 0
+
+    check = check_job(cli, teacher["root"] / "cli_student", steps=2, split_at=1, family="bert_classifier")
     assert "wrote" in capsys.readouterr().out
-    checkpoint = tf.train.latest_checkpoint(os.path.join(cli_out, "checkpoints"))
+    checkpoint = tf.train.latest_checkpoint(os.path.join(check.resumed_run, "checkpoints"))
     assert any(name.startswith("auxiliary/hidden/") for name, _ in tf.train.list_variables(checkpoint))
-    cli_student = load_run(cli_out)
+    cli_student = check.model
     assert cli_student.run_info.step == 2 and cli_student.backbone.config.hidden_size == 128
     # One-line refusals: a teacher that is not a classifier or tagger, a width the teacher's blocks cannot fill.
     with pytest.raises(ValueError, match="a bert run; distil a classifier run"):

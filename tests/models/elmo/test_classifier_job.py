@@ -19,6 +19,7 @@ from kerasplm.models.elmo.classifier_job import VOCABULARY, finetune_elmo_classi
 from kerasplm.text.word_vocab import build_word_vocab
 from kerasplm.runs import RunDirError, load_run
 from kerasplm.runs.serialization import deserialize, serialize
+from tests.job_harness import check_job
 from tests.models.elmo.toys import CLASSIFIER_TINY, toy_rows, write_tsv
 
 
@@ -84,16 +85,16 @@ def job(bilm, tmp_path_factory):
     root = tmp_path_factory.mktemp("elmo_classifier")
     data = {"train": write_tsv(root / "train.tsv", toy_rows(64, 0)), "dev": write_tsv(root / "dev.tsv", toy_rows(16, 1))}
     elmo = save_bilm_run(bilm, ["<S>", "</S>", "<UNK>"], str(root / "elmo")).path
-    quiet = dict(log=lambda *_: None)
-    resumed, straight = str(root / "resumed"), str(root / "straight")
-    first = finetune_elmo_classifier(resumed, steps=2, elmo=elmo, **data, **CLASSIFIER_TINY, **quiet)
-    second = finetune_elmo_classifier(resumed, steps=4, verbose=0, **quiet)
-    whole = finetune_elmo_classifier(straight, steps=4, elmo=elmo, **data, **CLASSIFIER_TINY, **quiet)
-    return {"root": root, "data": data, "first": first, "second": second, "whole": whole, "straight": straight}
+    # The shared job road (tests/job_harness.py): 4 steps straight, and 2 steps stopped and resumed to 4.
+    check = check_job(lambda out, steps: finetune_elmo_classifier(out, steps=steps, elmo=elmo,
+                                                                  log=lambda *_: None, **data, **CLASSIFIER_TINY),
+                      root, steps=4, split_at=2, family="elmo_classifier")
+    return {"root": root, "data": data, "second": check.resumed_summary, "whole": check.summary,
+            "straight": check.run}
 
 
 def test_job_resumes_exactly_and_reports_dev(job):
-    assert job["first"]["step"] == 2 and job["second"]["step"] == 4 and job["whole"]["step"] == 4
+    assert job["second"]["steps_this_run"] == 2 and job["second"]["step"] == 4 and job["whole"]["step"] == 4
     a, b = job["second"]["classifier"], job["whole"]["classifier"]
     assert len(a.weights) == len(b.weights)
     for x, y in zip(a.weights, b.weights):

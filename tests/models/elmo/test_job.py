@@ -17,6 +17,7 @@ from kerasplm.options import OptionsConflict
 from kerasplm.runs import RunDirError, load_run
 from kerasplm.text.characters import ElmoPreprocessor
 from tests.harness import write_word_corpus
+from tests.job_harness import check_job
 from tests.models.elmo.toys import ELMO_TINY, WORDS
 
 
@@ -27,12 +28,12 @@ def corpus(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def runs(corpus, tmp_path_factory):
-    root = tmp_path_factory.mktemp("elmo_runs")
-    resumed, straight = str(root / "resumed"), str(root / "straight")
-    first = train_elmo(resumed, corpus=corpus, steps=2, log=lambda *_: None, **ELMO_TINY)
-    second = train_elmo(resumed, steps=4, verbose=0, log=lambda *_: None)
-    whole = train_elmo(straight, corpus=corpus, steps=4, log=lambda *_: None, **ELMO_TINY)
-    return {"resumed": resumed, "straight": straight, "first": first, "second": second, "whole": whole}
+    """The shared job road (tests/job_harness.py): 4 steps straight, and 2 steps stopped and resumed to 4."""
+    check = check_job(lambda out, steps: train_elmo(out, corpus=corpus, steps=steps, log=lambda *_: None,
+                                                    **ELMO_TINY),
+                      tmp_path_factory.mktemp("elmo_runs"), steps=4, split_at=2, family="elmo")
+    return {"resumed": check.resumed_run, "straight": check.run, "second": check.resumed_summary,
+            "whole": check.summary}
 
 
 def test_windows_and_vocabulary(tmp_path):
@@ -52,7 +53,7 @@ def test_windows_and_vocabulary(tmp_path):
 
 
 def test_resume_equals_uninterrupted(runs):
-    assert runs["first"]["step"] == 2 and runs["second"]["step"] == 4 and runs["whole"]["step"] == 4
+    assert runs["second"]["steps_this_run"] == 2 and runs["second"]["step"] == 4 and runs["whole"]["step"] == 4
     a, b = runs["second"]["elmo"].model, runs["whole"]["elmo"].model
     for x, y in zip(a.weights, b.weights):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6, err_msg=x.path)

@@ -17,6 +17,7 @@ from kerasplm.training.metrics import classification_metrics
 from kerasplm.models.bert.classifier_job import read_classification_tsv
 from kerasplm.models.gpt.classifier_job import finetune_gpt_classifier, load_gpt_classifier
 from kerasplm.runs import load_run
+from tests.job_harness import check_job
 from tests.export.contract import call_signature, check_bad_inputs, run_isolated
 from tests.models.bert.classifier_toy import NAMES
 from tests.models.gpt.toys import JOB, TEXTS
@@ -81,14 +82,14 @@ def test_an_interrupted_and_resumed_run_equals_an_uninterrupted_one(data, tmp_pa
     """A resume rebuilds the classifier, its labels and preprocessor from config.json and continues exactly."""
     pairs = dict(train=data["pairs"], init=data["init_bpe"], task="entailment", text_col="a", pair_col="b",
                  random_init=True, batch_size=8, max_length=32, verbose=0, log=lambda *_: None)
-    straight = finetune_gpt_classifier(str(tmp_path / "straight"), steps=4, **pairs)["classifier"]
-    out = str(tmp_path / "resumed")
-    finetune_gpt_classifier(out, steps=2, schedule_steps=4, **pairs)
-    resumed = finetune_gpt_classifier(out, steps=4, **pairs)["classifier"]
-    assert json.load(open(os.path.join(out, "history.json")))["step"][-1] == 4
+    # The shared job road (tests/job_harness.py): 4 steps straight; 2 of a 4-step schedule, resumed to 4.
+    check = check_job(lambda out, steps: finetune_gpt_classifier(out, steps=steps, schedule_steps=4, **pairs),
+                      tmp_path, steps=4, split_at=2, family="gpt_classifier")
+    straight, resumed = check.summary["classifier"], check.resumed_summary["classifier"]
+    assert json.load(open(os.path.join(check.resumed_run, "history.json")))["step"][-1] == 4
     for a, b in zip(straight.weights, resumed.weights, strict=True):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6, err_msg=a.path)
-    loaded = load_gpt_classifier(out)
+    loaded = load_gpt_classifier(check.resumed_run)
     assert (loaded.labels, loaded.pair_input, loaded.run_info.step) == (["0", "1"], True, 4)
 
 

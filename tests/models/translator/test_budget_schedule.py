@@ -2,6 +2,7 @@
 config.json, kept on resume."""
 import dataclasses
 import json
+import os
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from kerasplm.jobs import job
 from kerasplm.models.transformer import model as transformer_model
 from kerasplm.models.translator.job import train_translator
 from kerasplm.training import BudgetSchedule
+from tests.job_harness import check_job
 
 
 def test_budget_run_records_its_schedule_and_resumes_exactly(tiny_tsv, tmp_path):
@@ -22,11 +24,15 @@ def test_budget_run_records_its_schedule_and_resumes_exactly(tiny_tsv, tmp_path)
                                 batch_size=8, vocab_size=200, dev_size=2, bleu_max_sentences=0, verbose=0,
                                 log=lambda *_: None, **kwargs)
 
-    straight = run(tmp_path / "straight", 16)                 # schedule fitted to --steps, recorded
-    run(tmp_path / "resumed", 8, schedule_steps=16)
-    config = json.load(open(tmp_path / "resumed" / "config.json"))["options"]
-    assert (config["schedule"], config["schedule_steps"], config["warmup_fraction"]) == ("budget", 16, 0.1)
-    resumed = run(tmp_path / "resumed", 16)                   # no schedule_steps: the recorded one is used
+    def recorded_schedule(resumed_dir):
+        config = json.load(open(os.path.join(resumed_dir, "config.json")))["options"]
+        assert (config["schedule"], config["schedule_steps"], config["warmup_fraction"]) == ("budget", 16, 0.1)
+
+    # The shared job road (tests/job_harness.py): 16 steps straight (the schedule fitted to --steps and recorded);
+    # 8 steps of a schedule planned over 16, then resumed to 16 with no schedule_steps: the recorded one is used.
+    check = check_job(lambda out, steps: run(out, steps, **({} if steps == 16 else {"schedule_steps": 16})),
+                      tmp_path, steps=16, split_at=8, family="transformer_translator", between=recorded_schedule)
+    straight, resumed = check.summary, check.resumed_summary
     for a, b in zip(straight["translator"].model.weights, resumed["translator"].model.weights):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6, err_msg=a.path)
     assert resumed["steps_this_run"] == 8 and resumed["step"] == 16
@@ -37,7 +43,7 @@ def test_budget_run_records_its_schedule_and_resumes_exactly(tiny_tsv, tmp_path)
     # Same weights, so the same held-out loss (the train-loss windows differ: 1-16 vs 9-16).
     assert straight["eval_loss"] == pytest.approx(resumed["eval_loss"], rel=1e-5)
     # Asking a finished run for more steps stops at the schedule's end (the learning rate is 0 there).
-    assert run(tmp_path / "resumed", 20)["step"] == 16
+    assert run(check.resumed_run, 20)["step"] == 16
 
 
 def test_default_schedule_follows_the_blocks(tiny_tsv, tmp_path, monkeypatch):
