@@ -324,6 +324,11 @@ class Job:
                      f"between them")
         if self.resumed:
             self.log(f"resuming run in {self.out}")
+        # Seeded before build_data: what it makes draws from the seeds too (a pretrained backbone loaded there gets
+        # its dropout seed generators' states, a seeded shuffle its op seeds combined with the global seed). Seeded
+        # only by the Trainer, after it, they came from whatever ran before in the process: the same job run twice
+        # in one process differed, and so did a run and its resumed twin.
+        keras.utils.set_random_seed(o.seed)
         # A job that builds its pretrained model in build_data (fine-tuning) builds it under the strategy's scope, so
         # that its variables are the strategy's; the others build only data there (string tables, which
         # MultiWorkerMirroredStrategy's scope would try to make collective).

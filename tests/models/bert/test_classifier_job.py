@@ -1,5 +1,5 @@
 """finetune_bert_classifier on a toy sentiment task with a tiny BERT run: it learns, reports exact metrics,
-resumes, refuses conflicting options; the TSV reader; layer-wise learning-rate decay."""
+resumes exactly (the job harness), refuses conflicting options; the TSV reader; layer-wise learning-rate decay."""
 import json
 import os
 import random
@@ -18,7 +18,9 @@ from kerasplm.models.bert.classifier_job import (LayerwiseAdamW, finetune_bert_c
                                           load_bert_classifier, read_classification_tsv)
 from kerasplm.options import OptionsConflict
 from kerasplm.text import write_vocab
-from tests.models.bert.classifier_toy import FILLER, NAMES, POSITIVE, TINY, VOCAB, write_tsv
+from tests.job_harness import check_job
+from tests.models.bert.classifier_toy import (FILLER, NAMES, POSITIVE, TINY, VOCAB, learned_options,
+                                             write_tsv)
 
 
 def test_learns_reports_and_resumes(learned_run, toy, tmp_path):
@@ -33,14 +35,15 @@ def test_learns_reports_and_resumes(learned_run, toy, tmp_path):
     predicted = classifier.predict_texts(texts).argmax(-1)
     assert dev["accuracy"] == pytest.approx(np.mean(predicted == np.array([NAMES.index(y) for y in labels])))
     assert json.load(open(os.path.join(out, "metrics.json")))["dev"] == dev
-    # Resume (a copy: the export tests use the original): the same total is reached from the checkpoint,
-    # stored options win, conflicts are refused.
-    copy = str(tmp_path / "copy")
-    shutil.copytree(out, copy)
-    resumed = finetune_bert_classifier(copy, log=lines.append, steps=32, verbose=0)
-    assert resumed["step"] == 32 and json.load(open(os.path.join(copy, "history.json")))["step"][-1] == 32
+    # The shared job road (tests/job_harness.py): stopped at step 15 and resumed, the same job reaches the
+    # uninterrupted run's weights; a resume given other values of its stored options is refused.
+    check = check_job(lambda to, steps: finetune_bert_classifier(to, log=lambda *_: None, steps=steps,
+                                                                 **learned_options(toy)),
+                      tmp_path, steps=30, split_at=15, run=out, family="bert_classifier")
+    assert check.resumed_summary["steps_this_run"] == 15
+    assert check.resumed_summary["dev"]["accuracy"] == pytest.approx(dev["accuracy"])
     with pytest.raises(OptionsConflict, match="learning_rate"):
-        finetune_bert_classifier(copy, steps=50, learning_rate=1e-4)
+        finetune_bert_classifier(check.resumed_run, steps=50, learning_rate=1e-4)
     # A new run trains on sortish batches cut to multiples of 16 tokens; a run recorded before the options keeps
     # plain shuffled batches padded to --max-length.
     assert json.load(open(os.path.join(out, "config.json")))["options"]["length_bucket"] == 16

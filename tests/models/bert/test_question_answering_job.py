@@ -1,6 +1,7 @@
 """finetune_bert_qa on a toy SQuAD file from a tiny BERT run: overfits three questions, scores them with EM/F1,
 writes metrics.json and predictions.json, resumes through the CLI, loads with load_run."""
 import json
+import os
 import shutil
 
 import pytest
@@ -8,7 +9,19 @@ import pytest
 from kerasplm.cli import main
 from kerasplm.models.bert.question_answering_job import BertQA, BertQAOptions, _examples, finetune_bert_qa, load_bert_qa
 from kerasplm.runs import RunDirError, load_run
-from tests.models.bert.qa_toy import SMALL, make_init_run, write_squad
+from tests.job_harness import check_job
+from tests.models.bert.qa_toy import SMALL, make_init_run, qa_run_options, write_squad
+
+
+def test_the_job_road_tiny_run_resume(qa_run, tmp_path):
+    """The shared job road (tests/job_harness.py): stopped at step 10 and resumed, the same weights and dev scores
+    as the fixture's 20 steps straight."""
+    out, train, summary, _ = qa_run
+    init = os.path.join(os.path.dirname(out), "init")      # the fixture's tiny BERT run, beside its run
+    check = check_job(lambda to, steps: finetune_bert_qa(to, log=lambda *_: None, steps=steps,
+                                                         **qa_run_options(train, init)),
+                      tmp_path, steps=20, split_at=10, run=out, family="bert_qa")
+    assert check.resumed_summary["steps_this_run"] == 10 and check.resumed_summary["dev"] == summary["dev"]
 
 
 def test_overfits_scores_and_resumes(qa_run, capsys, tmp_path):

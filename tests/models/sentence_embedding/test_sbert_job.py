@@ -15,6 +15,7 @@ from kerasplm.models.sentence_embedding.sbert_job import finetune_bert_sbert, re
 from kerasplm.models.sentence_embedding.sbert import BertSentenceBert
 from kerasplm.runs import load_run
 from kerasplm.text.bert_tokenizer import BertPreprocessor
+from tests.job_harness import check_job
 from tests.models.bert.classifier_toy import toy_examples
 
 # objective -> (pooling, learning rate) of its run: every pooling is trained once
@@ -103,6 +104,21 @@ def test_each_objective_learns_its_dev_figure(sbert, toy):
     # the tiny BERT already ranks most toy triplets right (their sentiment words differ); training opens the margin
     before, after = untrained["triplet"], runs["triplet"]["summary"]["dev"]
     assert after["accuracy"] >= before["accuracy"] and after["loss"] < 0.5 * before["loss"], (before, after)
+
+
+def test_the_job_road_tiny_run_resume(sbert, toy, tmp_path):
+    """The shared job road (tests/job_harness.py) on the classification objective: stopped at step 5 and resumed,
+    the same weights and dev figures as the fixture's 10 steps straight (the schedule planned over all 10)."""
+    arguments = {**run_arguments("classification", sbert["files"])}
+    del arguments["steps"]
+    check = check_job(lambda out, steps: finetune_bert_sbert(out, log=lambda *_: None, init=toy["init"], verbose=0,
+                                                             jit_compile=False, steps=steps, schedule_steps=STEPS,
+                                                             **arguments),
+                      tmp_path, steps=STEPS, split_at=STEPS // 2, run=sbert["runs"]["classification"]["out"],
+                      family="bert_sbert")
+    assert check.resumed_summary["steps_this_run"] == STEPS - STEPS // 2
+    assert check.resumed_summary["dev"]["accuracy"] == pytest.approx(
+        sbert["runs"]["classification"]["summary"]["dev"]["accuracy"])
 
 
 def test_same_seed_same_run_through_the_cli(sbert, toy):

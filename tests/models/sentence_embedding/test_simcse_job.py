@@ -1,6 +1,7 @@
 """finetune_bert_simcse on toy sentences from the tiny BERT run: a few steps separate a sentence's two dropout
-views from other sentences; resume through the CLI; the embedder export pools as the run records."""
+views from other sentences; the job road (exact resume); resume through the CLI; the embedder export pools as the run records."""
 import json
+import shutil
 
 import keras
 import numpy as np
@@ -14,6 +15,7 @@ from kerasplm.models.sentence_embedding.simcse import BertSimCSE
 from kerasplm.models.sentence_embedding.simcse_job import finetune_bert_simcse
 from kerasplm.runs import load_run
 from kerasplm.text.bert_tokenizer import BertPreprocessor
+from tests.job_harness import check_job
 from tests.models.bert.classifier_toy import toy_examples
 
 
@@ -26,6 +28,11 @@ def positive_minus_negative_cosine(model, inputs):
     return float(np.diag(cosines).mean() - cosines[off_diagonal].mean())
 
 
+def simcse_options(root, toy):
+    return dict(train=str(root / "train.txt"), dev=str(root / "dev.txt"), init=toy["init"], schedule_steps=14,
+                batch_size=16, learning_rate=5e-3, max_length=12, pooling="mean", verbose=0, jit_compile=False)
+
+
 @pytest.fixture(scope="module")
 def simcse_run(toy, tmp_path_factory):
     root = tmp_path_factory.mktemp("simcse")
@@ -33,9 +40,7 @@ def simcse_run(toy, tmp_path_factory):
     (root / "train.txt").write_text("\n".join(sentences) + "\n\n")
     (root / "dev.txt").write_text("\n".join(sentences[:12]) + "\n")
     out, lines = str(root / "run"), []
-    summary = finetune_bert_simcse(out, log=lines.append, train=str(root / "train.txt"), dev=str(root / "dev.txt"),
-                                   init=toy["init"], steps=12, schedule_steps=14, batch_size=16, learning_rate=5e-3,
-                                   max_length=12, pooling="mean", verbose=0, jit_compile=False)
+    summary = finetune_bert_simcse(out, log=lines.append, steps=12, **simcse_options(root, toy))
     return {"root": root, "out": out, "summary": summary, "lines": lines, "sentences": sentences}
 
 
@@ -51,23 +56,32 @@ def test_a_few_steps_separate_positives_from_negatives(simcse_run, toy):
     assert any(line.startswith("dev uniformity") for line in simcse_run["lines"])
 
 
-def test_resumes_through_the_cli_and_exports_with_its_pooling(simcse_run, tmp_path):
-    out = simcse_run["out"]
-    assert main(["finetune", "bert-simcse", "--out", out, "--train", str(simcse_run["root"] / "train.txt"),
-                 "--steps", "14", "--quiet", "--no-jit"]) == 0
-    metrics = json.loads((simcse_run["root"] / "run" / "metrics.json").read_text())
-    assert metrics["step"] == 14 and metrics["dev"]["sentences"] == 12      # --dev is a RUN option: kept
-    model = load_run(out)
-    assert isinstance(model, BertSimCSE) and model.pooling == "mean" and not model.use_mlp
-    path = export_embedder(out, str(tmp_path / "embedder"))
-    meta = read_metadata(path)
-    assert (meta["pooling"], meta["normalize"]) == ("mean", True)
+def test_the_job_road_and_the_export_with_its_pooling(simcse_run, toy, tmp_path):
+    """The shared job road (tests/job_harness.py): stopped at step 6 and resumed, the same weights as 12 steps
+    straight; the resumed run's embedder export, loaded with kerasplm blocked, pools as the run records."""
     texts = simcse_run["sentences"][:3]
-    served = tf.saved_model.load(path).signatures["serving_default"](text=tf.constant(texts))["embedding"].numpy()
+    check = check_job(lambda out, steps: finetune_bert_simcse(out, log=lambda *_: None, steps=steps,
+                                                              **simcse_options(simcse_run["root"], toy)),
+                      tmp_path, steps=12, split_at=6, run=simcse_run["out"], family="bert_simcse",
+                      export=lambda run, to: export_embedder(run, to),
+                      export_calls=[("serving_default", {"text": texts})])
+    model = check.model
+    assert isinstance(model, BertSimCSE) and model.pooling == "mean" and not model.use_mlp
+    meta = read_metadata(check.export_path)
+    assert (meta["pooling"], meta["normalize"]) == ("mean", True)
     # the export's embedding is the model's test-time one, L2-normalized; the export pads to the longest text,
     # the preprocessor here to 12: padding changes nothing
     expected = tf.math.l2_normalize(model(model.preprocessor(tf.constant(texts)), training=False), -1).numpy()
-    np.testing.assert_allclose(served, expected, atol=1e-5)
+    np.testing.assert_allclose(check.export_outputs[0]["embedding"], expected, atol=1e-5)
+
+
+def test_resumes_through_the_cli(simcse_run, tmp_path):
+    out = str(tmp_path / "run")
+    shutil.copytree(simcse_run["out"], out)
+    assert main(["finetune", "bert-simcse", "--out", out, "--train", str(simcse_run["root"] / "train.txt"),
+                 "--steps", "14", "--quiet", "--no-jit"]) == 0
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["step"] == 14 and metrics["dev"]["sentences"] == 12      # --dev is a RUN option: kept
     with pytest.raises(ValueError, match="--init|init"):
         finetune_bert_simcse(str(tmp_path / "other"), train=str(simcse_run["root"] / "train.txt"), steps=1,
                              batch_size=4)
