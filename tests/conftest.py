@@ -26,8 +26,9 @@ def _threads_per_worker():
 
 
 if "PYTEST_XDIST_WORKER" in os.environ:
-    os.environ.setdefault("TF_NUM_INTRAOP_THREADS", str(_threads_per_worker()))
-    os.environ.setdefault("TF_NUM_INTEROP_THREADS", str(_threads_per_worker()))
+    _threads = str(_threads_per_worker())
+    for _variable in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"):
+        os.environ.setdefault(_variable, _threads)
 
 import pytest  # noqa: E402
 

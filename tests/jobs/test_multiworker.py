@@ -22,9 +22,9 @@ the losses by percents.
 """
 import pytest
 
-from kerasplm.data.pretraining import BERT_SPECIAL_TOKENS
 from tests.harness import write_word_corpus
 from tests.jobs.multiworker import check_matches_single, check_non_chief_wrote_nothing, train_single_and_two_workers
+from tests.models.bert.pretraining_toy import write_pretraining_corpus
 
 RTOL = 1e-5
 QUICK = ["--steps", "3", "--eval-every", "1", "--quiet"]
@@ -56,21 +56,14 @@ def test_translator_non_chief_writes_no_run_file(translator):
 
 
 # ------------------------------------------------------------------------------------------------ BERT
-BERT_WORDS = ["the", "cat", "dog", "sat", "ran", "on", "mat", "rug", "a", "big", "small", "red", "blue", "and", "then"]
-
-
 @pytest.fixture(scope="module")
 def bert(tmp_path_factory):
     import numpy as np
 
     root = tmp_path_factory.mktemp("multiworker_bert")
-    rng = np.random.default_rng(0)
-    docs = ["\n".join(" ".join(rng.choice(BERT_WORDS, size=rng.integers(3, 7))) + " ." for _ in range(10))
-            for _ in range(8)]
-    (root / "corpus.txt").write_text("\n\n".join(docs) + "\n", encoding="utf-8")
-    (root / "vocab.txt").write_text("\n".join([*BERT_SPECIAL_TOKENS, *BERT_WORDS, ".", "##s"]) + "\n", encoding="utf-8")
+    corpus, vocab = write_pretraining_corpus(root, np.random.default_rng(0))
     return train_single_and_two_workers(root, "bert", [
-        "--corpus", str(root / "corpus.txt"), "--vocab", str(root / "vocab.txt"), "--preset", "bert_tiny",
+        "--corpus", corpus, "--vocab", vocab, "--preset", "bert_tiny",
         "--dropout", "0", "--max-seq-length", "24", "--max-predictions-per-seq", "4", "--batch-size", "4",
         "--dev-documents", "2", "--learning-rate", "1e-3", "--warmup-steps", "1", *QUICK])
 

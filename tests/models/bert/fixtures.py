@@ -68,37 +68,17 @@ def corpus(tmp_path_factory):
     """A corpus the test writes: 8 documents of simple sentences, and its vocabulary (words + ## pieces)."""
     import numpy as np
 
-    from kerasplm.data.pretraining import BERT_SPECIAL_TOKENS
-    from tests.models.bert.pretraining_toy import WORDS
+    from tests.models.bert.pretraining_toy import write_pretraining_corpus
 
-    root = tmp_path_factory.mktemp("bert_corpus")
-    rng = np.random.default_rng(0)
-    docs = ["\n".join(" ".join(rng.choice(WORDS, size=rng.integers(3, 7))) + " ." for _ in range(10))
-            for _ in range(8)]
-    (root / "corpus.txt").write_text("\n\n".join(docs) + "\n", encoding="utf-8")
-    (root / "vocab.txt").write_text("\n".join([*BERT_SPECIAL_TOKENS, *WORDS, ".", "##s"]) + "\n", encoding="utf-8")
-    return str(root / "corpus.txt"), str(root / "vocab.txt")
+    return write_pretraining_corpus(tmp_path_factory.mktemp("bert_corpus"), np.random.default_rng(0))
 
 
 @pytest.fixture(scope="module")
 def init_run(tmp_path_factory):
     """``(run directory, backbone)``: the tagger toy's random tiny BERT written as a run (what `kerasplm convert bert`
     writes)."""
-    import keras
-    import tensorflow as tf
-
-    from kerasplm.models.bert.backbone import BertBackbone, bert_run_preprocessor
-    from kerasplm.runs import RunDir
-    from kerasplm.text import BertTokenizer
+    from tests.models.bert.random_run import write_random_bert_run
     from tests.models.bert.tagger_toy import TINY, VOCAB
 
     directory = tmp_path_factory.mktemp("bert_init")
-    keras.utils.set_random_seed(0)
-    backbone = BertBackbone(**TINY)
-    run = RunDir(str(directory))
-    run.write_text("vocab.txt", "\n".join(VOCAB) + "\n")
-    tf.train.CheckpointManager(tf.train.Checkpoint(model=backbone), run.checkpoint_dir, max_to_keep=1).save()
-    preprocessor = bert_run_preprocessor(BertTokenizer(run.file("vocab.txt")), backbone.config)
-    run.write_config("bert", "backbone", "custom", backbone, {"lower_case": True}, assets={"vocab": "vocab.txt"},
-                     preprocessor=preprocessor)
-    return str(directory), backbone
+    return str(directory), write_random_bert_run(directory, TINY, VOCAB)

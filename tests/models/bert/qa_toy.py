@@ -2,12 +2,7 @@
 the ``qa_run`` fixture of tests/models/bert/fixtures.py)."""
 import json
 
-import keras
-import tensorflow as tf
-
-from kerasplm.models.bert.backbone import BertBackbone, bert_run_preprocessor
-from kerasplm.runs import RunDir
-from kerasplm.text import BertTokenizer
+from tests.models.bert.random_run import write_random_bert_run
 
 NAMES, PLACES, VERBS = ["john", "mary", "anna"], ["paris", "london", "rome", "oslo"], ["lives", "works", "sleeps"]
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", "?", ",", "where", "who", "does", "in", "the", "city",
@@ -51,14 +46,7 @@ def write_squad(path, articles=ARTICLES):
 
 def make_init_run(directory, seed=0):
     """A random tiny BERT run (what `kerasplm convert bert` writes): checkpoint, vocabulary, config."""
-    keras.utils.set_random_seed(seed)
-    backbone = BertBackbone(**TINY)
-    run = RunDir(str(directory))
-    run.write_text("vocab.txt", "\n".join(VOCAB) + "\n")
-    tf.train.CheckpointManager(tf.train.Checkpoint(model=backbone), run.checkpoint_dir, max_to_keep=1).save()
-    preprocessor = bert_run_preprocessor(BertTokenizer(run.file("vocab.txt")), backbone.config)
-    run.write_config("bert", "backbone", "custom", backbone, {"lower_case": True}, assets={"vocab": "vocab.txt"},
-                     preprocessor=preprocessor)
+    write_random_bert_run(directory, TINY, VOCAB, seed)
     return str(directory)
 
 

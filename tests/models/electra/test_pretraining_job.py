@@ -16,8 +16,8 @@ from kerasplm.models.electra.model import ElectraPretrainer
 from kerasplm.options import OptionsConflict
 from kerasplm.runs import load_run
 from tests.job_harness import check_job
+from tests.models.bert.pretraining_toy import WORDS, write_pretraining_corpus
 
-WORDS = ["the", "cat", "dog", "sat", "ran", "on", "mat", "rug", "a", "big", "small", "red", "blue", "and", "then"]
 
 
 @pytest.fixture(scope="module")
@@ -25,10 +25,7 @@ def corpus(tmp_path_factory):
     """8 documents of simple sentences, their vocabulary, and a sentiment-free toy TSV (label = has 'cat')."""
     root = tmp_path_factory.mktemp("electra_corpus")
     rng = np.random.default_rng(0)
-    docs = ["\n".join(" ".join(rng.choice(WORDS, size=rng.integers(3, 7))) + " ." for _ in range(10))
-            for _ in range(8)]
-    (root / "corpus.txt").write_text("\n\n".join(docs) + "\n", encoding="utf-8")
-    (root / "vocab.txt").write_text("\n".join([*BERT_SPECIAL_TOKENS, *WORDS, ".", "##s"]) + "\n", encoding="utf-8")
+    write_pretraining_corpus(root, rng)
     rows = [" ".join(rng.choice(WORDS, size=4)) for _ in range(16)]
     (root / "train.tsv").write_text("sentence\tlabel\n" + "".join(f"{r}\t{int('cat' in r)}\n" for r in rows),
                                     encoding="utf-8")
