@@ -30,6 +30,13 @@ if "PYTEST_XDIST_WORKER" in os.environ:
     for _variable in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"):
         os.environ.setdefault(_variable, _threads)
 
+# Eigen's CPU kernels in every test process and every process it starts, on every machine. TensorFlow turns oneDNN
+# on by itself on AVX-512 VNNI machines only (and kerasplm's training CLIs everywhere): on the suite's tiny models its
+# per-op overhead outweighs its faster products (two job test files, one process: 81.5 s with oneDNN, 72.9 s
+# without, on an AVX-512 EPYC), and the tests' numbers should not depend on the machine class. The CLI's choice of
+# kernels is tested with the variable removed (tests/test_tensorflow_kernels.py).
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+
 import pytest  # noqa: E402
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -47,10 +54,10 @@ pytest_plugins = [
 
 @pytest.fixture(scope="session", autouse=True)
 def _tensorflow_imported_first():
-    """Each test process imports TensorFlow before its first test, on TensorFlow's default CPU kernels, as the
-    Python API runs. An in-process ``cli.main(["train", ...])`` would otherwise import it first in some workers and
-    turn oneDNN on for the rest of that worker (``kerasplm.cli.choose_cpu_kernels``), so a test's kernels would depend
-    on the order the tests ran in. Training commands run as subprocesses still choose as a user's do."""
+    """Each test process imports TensorFlow before its first test, on the kernels chosen above. Where the environment
+    left ``TF_ENABLE_ONEDNN_OPTS`` unset, an in-process ``cli.main(["train", ...])`` would otherwise import it first
+    in some workers and turn oneDNN on for the rest of that worker (``kerasplm.cli.choose_cpu_kernels``), so a test's
+    kernels would depend on the order the tests ran in."""
     import tensorflow  # noqa: F401
 
 
