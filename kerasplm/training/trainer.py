@@ -328,18 +328,12 @@ class Trainer:
         self._writer = None
         # Both steps are traced once per dataset, for the dataset's `element_spec` (see `_trace_for`); a
         # batch whose shape that spec admits reuses the trace. reduce_retracing covers batches fed by hand.
-        # autograph=False: the steps and the models are straight-line TensorFlow (tensor-dependent branches and
-        # loops are written as tf.cond / tf.while_loop / Keras RNN layers), and converting every layer's code at
-        # the first trace cost a 2-step tiny translator job 1-5 s of its 13-17 s in a fresh process (12 s
-        # without; 2 runs each, alternating, on an AVX-512 EPYC).
-        self._train_fn = tf.function(self._train_step_cross_replica, reduce_retracing=True, autograph=False)
-        self._eval_fn = tf.function(self._eval_step_cross_replica, reduce_retracing=True, autograph=False)
+        self._train_fn = tf.function(self._train_step_cross_replica, reduce_retracing=True)
+        self._eval_fn = tf.function(self._eval_step_cross_replica, reduce_retracing=True)
         self._loss_specs = {}  # "train"/"eval" -> LossSpec, set when the forward pass is traced
-        self._forward_train = tf.function(self._replica_forward_fn(training=True), jit_compile=self.jit_compile,
-                                          autograph=False)
-        self._forward_eval = tf.function(self._replica_forward_fn(training=False), jit_compile=self.jit_compile,
-                                         autograph=False)
-        self._stop_fn = tf.function(self._any_worker_stops, autograph=False)
+        self._forward_train = tf.function(self._replica_forward_fn(training=True), jit_compile=self.jit_compile)
+        self._forward_eval = tf.function(self._replica_forward_fn(training=False), jit_compile=self.jit_compile)
+        self._stop_fn = tf.function(self._any_worker_stops)
 
     # ------------------------------------------------------------------ properties
     @property
