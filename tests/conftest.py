@@ -34,7 +34,9 @@ if "PYTEST_XDIST_WORKER" in os.environ:
 # on by itself on AVX-512 VNNI machines only (and kerasplm's training CLIs everywhere): on the suite's tiny models its
 # per-op overhead outweighs its faster products (two job test files, one process: 81.5 s with oneDNN, 72.9 s
 # without, on an AVX-512 EPYC), and the tests' numbers should not depend on the machine class. The CLI's choice of
-# kernels is tested with the variable removed (tests/test_tensorflow_kernels.py).
+# kernels is tested with the variable removed (tests/test_tensorflow_kernels.py). Set here, it also keeps an
+# in-process ``cli.main(["train", ...])`` from turning oneDNN on for the rest of its worker
+# (``kerasplm.cli.choose_cpu_kernels`` only fills the variable in when it is unset).
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 import pytest  # noqa: E402
@@ -50,15 +52,6 @@ pytest_plugins = [
     "tests.models.sentence_embedding.fixtures",
     "tests.models.translator.fixtures",
 ]
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _tensorflow_imported_first():
-    """Each test process imports TensorFlow before its first test, on the kernels chosen above. Where the environment
-    left ``TF_ENABLE_ONEDNN_OPTS`` unset, an in-process ``cli.main(["train", ...])`` would otherwise import it first
-    in some workers and turn oneDNN on for the rest of that worker (``kerasplm.cli.choose_cpu_kernels``), so a test's
-    kernels would depend on the order the tests ran in."""
-    import tensorflow  # noqa: F401
 
 
 @pytest.fixture
