@@ -208,6 +208,8 @@ class BytePairTokenizer(VocabularyLookup, tf.Module):
     :func:`kerasplm.runs.serialization.asset_name`); ``vocabulary_file`` is ``vocab_json``.
     """
 
+    id_functions = ("detokenize",)   # dense or ragged ids; traced for export (VocabularyLookup)
+
     def __init__(self, vocab_json, merges_txt, special_tokens=None, name=None):
         super().__init__(name=name)
         self._files = (os.fspath(vocab_json), os.fspath(merges_txt))
@@ -245,9 +247,6 @@ class BytePairTokenizer(VocabularyLookup, tf.Module):
         byte_of = {symbol: bytes([b]) for b, symbol in enumerate(alphabet)}
         self._token_bytes = tf.constant([b"".join(byte_of.get(c) or c.encode("utf-8") for c in token)
                                          for token in tokens])
-        # detokenize accepts dense or ragged ids: trace both so both survive export.
-        self.detokenize.get_concrete_function(tf.TensorSpec([None, None], tf.int64))
-        self.detokenize.get_concrete_function(tf.RaggedTensorSpec([None, None], tf.int64))
 
     # Python-side conveniences (vocab_size, token_to_id, id_to_token: VocabularyLookup; a token is a
     # vocabulary entry in GPT-2's byte alphabet, where a space is "Ġ").

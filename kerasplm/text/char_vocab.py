@@ -90,6 +90,8 @@ class CharacterTokenizer(VocabularyLookup, tf.Module):
     ``token_to_id``, ``id_to_token``, ``pad_id`` (0), ``end_of_text_id`` (2), ``vocabulary_file``.
     """
 
+    id_functions = ("detokenize",)   # dense or ragged ids; traced for export (VocabularyLookup)
+
     vocabulary_kind = "character vocabulary"
 
     def __init__(self, vocabulary, name=None):
@@ -110,8 +112,6 @@ class CharacterTokenizer(VocabularyLookup, tf.Module):
             default_value=tf.constant(vocab.index(UNK), tf.int64))
         # id -> code point; -1 for the tokens that decode to nothing (<pad>, <|endoftext|>).
         self._code_points = tf.constant([-1, REPLACEMENT, -1] + codes, tf.int32)
-        self.detokenize.get_concrete_function(tf.TensorSpec([None, None], tf.int64))
-        self.detokenize.get_concrete_function(tf.RaggedTensorSpec([None, None], tf.int64))
 
     @property
     def vocabulary_file(self):

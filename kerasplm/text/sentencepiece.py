@@ -122,6 +122,8 @@ class SentencePieceTokenizer(VocabularyLookup, tf.Module):
     :func:`kerasplm.runs.serialization.asset_name`).
     """
 
+    id_functions = ("detokenize",)   # dense or ragged ids; traced for export (VocabularyLookup)
+
     def __init__(self, model, name=None):
         super().__init__(name=name)
         import sentencepiece as spm  # noqa: PLC0415
@@ -153,9 +155,6 @@ class SentencePieceTokenizer(VocabularyLookup, tf.Module):
         self._model_file = path
         self._model_path = tf.saved_model.Asset(path)
         self._model_bytes = data
-        # detokenize accepts dense or ragged ids: trace both so both survive export.
-        self.detokenize.get_concrete_function(tf.TensorSpec([None, None], tf.int64))
-        self.detokenize.get_concrete_function(tf.RaggedTensorSpec([None, None], tf.int64))
 
     # Python-side conveniences (vocab_size, token_to_id, id_to_token: VocabularyLookup).
     vocabulary_kind = "SentencePiece vocabulary"

@@ -185,6 +185,8 @@ class WordPieceTokenizer(VocabularyLookup, tf.Module):
         passed to ``tensorflow_text.BertTokenizer`` (see its documentation); the defaults are BERT's.
     """
 
+    id_functions = ("detokenize", "lookup")   # dense or ragged ids; traced for export (VocabularyLookup)
+
     def __init__(self, vocab_path_or_list, lower_case=True, unk_token=UNK, max_bytes_per_word=100,
                  max_chars_per_token=None, normalization_form=None, preserve_unused_token=False,
                  split_unknown_characters=False, name=None):
@@ -212,10 +214,6 @@ class WordPieceTokenizer(VocabularyLookup, tf.Module):
         # detokenize drops these ids: every special token except the unknown one.
         dropped = [t in self._special and t != unk_token for t in vocab]
         self._dropped = tf.Variable(dropped, trainable=False, dtype=tf.bool, name="dropped_by_detokenize")
-        # detokenize/lookup accept dense or ragged ids: trace both so both survive export.
-        for fn in (self.detokenize, self.lookup):
-            fn.get_concrete_function(tf.TensorSpec([None, None], tf.int64))
-            fn.get_concrete_function(tf.RaggedTensorSpec([None, None], tf.int64))
 
     @property
     def vocabulary_file(self):
