@@ -39,11 +39,22 @@ def pack_segments(segments, start_id, end_id, max_length=None):
     segments = list(segments)
     if not segments:
         raise ValueError("pack_segments needs at least one segment")
+    budget = None
     if max_length is not None:
         budget = int(max_length) - 1 - len(segments)          # one start + one end per segment
         if budget < 0:
             raise ValueError(f"max_length={max_length} cannot hold the {1 + len(segments)} special tokens "
                              f"of {len(segments)} segment(s)")
+    return _pack(segments, int(start_id), int(end_id), budget)
+
+
+# One graph for every caller: the ids and the budget are Python numbers (part of the trace's key), the segments
+# ragged tensors of any batch size. Every preprocessor's dataset map and export signature traces packing again; as a
+# call to this function it is traced once per process instead of rebuilt (tensorflow-text's trimmer and combiner
+# are a few hundred ops) in each of those traces, and in eager code it runs as one graph, not op by op.
+@tf.function(reduce_retracing=True, autograph=False)
+def _pack(segments, start_id, end_id, budget):
+    if budget is not None:
         segments = tf_text.RoundRobinTrimmer(max_seq_length=budget).trim(segments)
     return tf_text.combine_segments(segments, start_of_sequence_id=start_id, end_of_segment_id=end_id)
 
