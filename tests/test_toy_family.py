@@ -11,8 +11,6 @@ import urllib.request
 from types import SimpleNamespace
 
 import numpy as np
-import pytest
-import tensorflow as tf
 
 from kerasplm import registry
 from kerasplm.jobs.job import training_summary
@@ -95,30 +93,3 @@ def test_the_summary_reports_the_median_step_after_the_traced_one():
     assert summary["train_seconds"] == 9.6 and summary["final_loss"] == 1.5 and summary["eval_loss"] is None
     assert training_summary(SimpleNamespace(step=1, stop_reason="steps", step_seconds=[4.0]), {},
                             train_seconds=4.0)["median_step_seconds"] is None
-
-
-def test_a_job_traces_without_autograph_unless_it_asks(tmp_path, monkeypatch):
-    """Job.autograph (False) reaches the Trainer: a compute_loss with a Python ``if`` on a tensor is refused with
-    TensorFlow's error naming AutoGraph, and trains once the job sets ``autograph = True``."""
-    from kerasplm.models import presets
-    # The toy's presets registered in copies of the registry, so that no other test of this worker sees them.
-    monkeypatch.setattr(presets, "_FAMILIES", dict(presets._FAMILIES))
-    monkeypatch.setattr(presets, "_PRESETS", dict(presets._PRESETS))
-    from tests.toy_family import toy   # noqa: PLC0415 (importing it registers the toy's presets)
-    presets.register_presets(toy.FAMILY, toy.make_model, toy.PRESETS, num_parameters=toy.num_parameters)
-
-    class BranchingToyJob(toy.ToyJob):
-        def compute_loss(self, model, batch, training):
-            sums = toy.loss_sums(model, batch, training)
-            if tf.reduce_sum(batch[1]) < 0:     # never true; a tf.cond only under AutoGraph
-                sums = toy.loss_sums(model, batch, training)
-            return sums
-
-    class AutographToyJob(BranchingToyJob):
-        autograph = True
-
-    with pytest.raises(tf.errors.OperatorNotAllowedInGraphError, match="AutoGraph"):
-        BranchingToyJob(str(tmp_path / "plain"), log=lambda *_: None, steps=2, verbose=0).run()
-    summary = AutographToyJob(str(tmp_path / "autograph"), log=lambda *_: None, steps=2, verbose=0).run()
-    assert summary["step"] == 2
-    assert toy.train_toy(str(tmp_path / "toy"), log=lambda *_: None, steps=2, verbose=0)["step"] == 2

@@ -211,10 +211,6 @@ class Job:
     clip_norm = None
     log_every = 50
     builds_model_in_build_data = False   # True: build_data runs under the strategy's scope (see run)
-    # The Trainer traces the steps without AutoGraph (Trainer's ``autograph``): a job's compute_loss and models branch
-    # on tensors only through tf.cond / tf.while_loop / Keras RNN layers, and a first trace then skips converting every
-    # layer's code. A job whose compute_loss uses Python ``if``/``for`` on tensors sets this True.
-    autograph = False
 
     def __init__(self, out, options=None, log=print, **overrides):
         self.out, self.log = out, log
@@ -346,7 +342,7 @@ class Job:
                           strategy=strategy, jit_compile=o.jit_compile, clip_norm=self.clip_norm,
                           checkpoint_dir=self.run_dir.checkpoint_dir, checkpoint_every=self.checkpoint_every,
                           log_dir=self.run_dir.log_dir, seed=o.seed, verbose=o.verbose,
-                          auxiliary=self.auxiliary_model, autograph=self.autograph)
+                          auxiliary=self.auxiliary_model)
         self.trainer = trainer
         if not self.resumed:
             if getattr(self, "_new_config", None) is None:

@@ -275,10 +275,6 @@ class Trainer:
         trainable variables are trained with the model's but are no part of it, e.g. distillation's
         projections of the student's hidden states: `compute_loss` uses it by closure; the checkpoint keeps
         it as `auxiliary` beside `model` (so a run's `model` stays the task model alone).
-      autograph: trace the steps with AutoGraph (`tf.function`'s default), so that `compute_loss` and the model may
-        branch or loop on tensors in Python. False traces them as written, which is faster the first time (every
-        layer's code is converted once per process otherwise), for code whose tensor-dependent control flow is
-        already `tf.cond` / `tf.while_loop` / Keras RNN layers, as kerasplm's own jobs are.
 
     Attributes: `step` (int, global step), `history` (dict of lists: "step", "loss", other train
     metrics, "learning_rate", and "eval_step", "eval_loss", ... for evaluations), `trace_count`
@@ -290,7 +286,7 @@ class Trainer:
 
     def __init__(self, model, optimizer, compute_loss, strategy=None, jit_compile="auto",
                  clip_norm=None, checkpoint_dir=None, max_to_keep=3, checkpoint_every=None,
-                 log_dir=None, seed=0, verbose=1, auxiliary=None, autograph=True):
+                 log_dir=None, seed=0, verbose=1, auxiliary=None):
         keras.utils.set_random_seed(seed)
         self.strategy = strategy or tf.distribute.get_strategy()
         self.compute_loss = compute_loss
@@ -332,14 +328,12 @@ class Trainer:
         self._writer = None
         # Both steps are traced once per dataset, for the dataset's `element_spec` (see `_trace_for`); a
         # batch whose shape that spec admits reuses the trace. reduce_retracing covers batches fed by hand.
-        self._train_fn = tf.function(self._train_step_cross_replica, reduce_retracing=True, autograph=autograph)
-        self._eval_fn = tf.function(self._eval_step_cross_replica, reduce_retracing=True, autograph=autograph)
+        self._train_fn = tf.function(self._train_step_cross_replica, reduce_retracing=True)
+        self._eval_fn = tf.function(self._eval_step_cross_replica, reduce_retracing=True)
         self._loss_specs = {}  # "train"/"eval" -> LossSpec, set when the forward pass is traced
-        self._forward_train = tf.function(self._replica_forward_fn(training=True), jit_compile=self.jit_compile,
-                                          autograph=autograph)
-        self._forward_eval = tf.function(self._replica_forward_fn(training=False), jit_compile=self.jit_compile,
-                                         autograph=autograph)
-        self._stop_fn = tf.function(self._any_worker_stops, autograph=autograph)
+        self._forward_train = tf.function(self._replica_forward_fn(training=True), jit_compile=self.jit_compile)
+        self._forward_eval = tf.function(self._replica_forward_fn(training=False), jit_compile=self.jit_compile)
+        self._stop_fn = tf.function(self._any_worker_stops)
 
     # ------------------------------------------------------------------ properties
     @property

@@ -23,7 +23,7 @@ def adam():
 def make_trainer(**kwargs):
     kwargs.setdefault("verbose", 0)
     model_fn = kwargs.pop("model_fn", toy.make_model)
-    return Trainer(model_fn, kwargs.pop("optimizer", adam), kwargs.pop("compute_loss", toy.compute_loss), **kwargs)
+    return Trainer(model_fn, kwargs.pop("optimizer", adam), toy.compute_loss, **kwargs)
 
 
 def test_loss_falls_and_history_is_plottable(tmp_path):
@@ -68,29 +68,6 @@ def test_single_step_update_is_the_gradient_of_the_masked_mean():
     trainer.fit(tf.data.Dataset.from_tensors((x, y)), steps=1)
     for b, g, v in zip(before, grads, model.trainable_variables):
         np.testing.assert_allclose(b - np.array(v), np.array(tf.convert_to_tensor(g)), atol=1e-6)
-
-
-def test_autograph_lets_compute_loss_branch_on_tensors_in_python():
-    """By default (tf.function's) a compute_loss may use a Python ``if`` on a tensor; ``autograph=False``, as
-    kerasplm's jobs trace, refuses it with TensorFlow's own error naming AutoGraph, and the same straight-line
-    loss trains to the same weights either way."""
-    def branching_loss(model, batch, training):
-        results = toy.compute_loss(model, batch, training)
-        if tf.reduce_sum(batch[1]) < 0:          # never true: labels are ids; converted to tf.cond by AutoGraph
-            results = toy.compute_loss(model, batch, training)
-        return results
-
-    steps = {}
-    for autograph in (True, False):
-        keras.utils.set_random_seed(0)
-        trainer = Trainer(lambda: toy.make_model(dropout=0.0), adam, toy.compute_loss, verbose=0, autograph=autograph)
-        trainer.fit(toy.make_dataset(), steps=3)
-        steps[autograph] = toy.weights(trainer.model)
-    for a, b in zip(steps[True], steps[False]):
-        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
-    assert make_trainer(compute_loss=branching_loss).fit(toy.make_dataset(), steps=2)["loss"]
-    with pytest.raises(tf.errors.OperatorNotAllowedInGraphError, match="AutoGraph"):
-        make_trainer(compute_loss=branching_loss, autograph=False).fit(toy.make_dataset(), steps=2)
 
 
 def test_clip_norm_bounds_the_update():
