@@ -1,4 +1,5 @@
-"""The Python-side vocabulary lookups every tokenizer shares (WordPiece, GPT-2's BPE, SentencePiece)."""
+"""What every tokenizer shares (WordPiece, GPT-2's BPE, SentencePiece, characters): the Python-side vocabulary
+lookups, and the tracing of its id-taking graph functions when a SavedModel is written."""
 
 import tensorflow as tf
 

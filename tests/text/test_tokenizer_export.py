@@ -50,7 +50,9 @@ def test_a_fresh_tokenizer_exports_its_id_functions_for_dense_and_ragged_ids(mak
     for name in names:
         for ids in (ragged, ragged.to_tensor()):
             got, expected = getattr(loaded, name)(ids), getattr(tokenizer, name)(ids)
-            as_list = (lambda t: t.to_list()) if isinstance(expected, tf.RaggedTensor) else (lambda t: t.numpy().tolist())
-            assert as_list(got) == as_list(expected), (name, type(ids).__name__)
-    if "detokenize" in names:
-        assert [t.decode() for t in loaded.detokenize(ragged).numpy()][0].strip().startswith("the")
+            assert _as_list(got) == _as_list(expected), (name, type(ids).__name__)
+    assert loaded.detokenize(ragged).numpy()[0].decode().strip().startswith("the")
+
+
+def _as_list(tensor):
+    return tensor.to_list() if isinstance(tensor, tf.RaggedTensor) else tensor.numpy().tolist()
